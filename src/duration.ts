@@ -1,0 +1,22 @@
+/** Durations on command lines: `500ms`, `30s`, `5m`, `2h` (a bare number is milliseconds). */
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const DURATION = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/;
+
+/** Milliseconds, or a RangeError that quotes the input. */
+export function parseDuration(text: string): number {
+  const m = DURATION.exec(text.trim());
+  if (m === null) throw new RangeError(`invalid duration ${JSON.stringify(text)}: use e.g. 500ms, 30s, 5m`);
+  const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']!;
+  if (!Number.isFinite(ms)) throw new RangeError(`duration ${JSON.stringify(text)} is too large`);
+  return ms;
+}
+
+export function formatDuration(ms: number): string {
+  const sign = ms < 0 ? '-' : '';
+  const abs = Math.abs(ms);
+  if (abs < 1000) return `${sign}${Math.round(abs)}ms`;
+  if (abs < 60_000) return `${sign}${(abs / 1000).toFixed(abs < 10_000 ? 1 : 0)}s`;
+  if (abs < 3_600_000) return `${sign}${Math.floor(abs / 60_000)}m${Math.round((abs % 60_000) / 1000)}s`;
+  return `${sign}${Math.floor(abs / 3_600_000)}h${Math.floor((abs % 3_600_000) / 60_000)}m`;
+}

@@ -1,0 +1,53 @@
+/**
+ * File names in a lease directory, compatible with the Go original. Per session id:
+ *   <safeID>.lock            transition lock, flocked for one operation at a time
+ *   <safeID>.<token>.live    liveness lock of one generation, flocked for its whole life
+ *   <safeID>.lease.json      the record, replaced atomically
+ */
+import { createHash } from 'node:crypto';
+
+const KEEP = /^[A-Za-z0-9_-]$/;
+const PREFIX_LENGTH = 40;
+const CACHE_LIMIT = 4096;
+const cache = new Map<string, string>();
+
+/**
+ * A readable prefix (the id's code points, `[A-Za-z0-9_-]` kept, anything else `_`, at most 40)
+ * + `-` + the first 8 bytes of SHA-256(UTF-8 id) in hex: distinct ids never share files, and
+ * `../../etc/passwd` is just a name.
+ */
+export function safeID(id: string): string {
+  let safe = cache.get(id);
+  if (safe !== undefined) return safe;
+  let prefix = '';
+  for (const codePoint of id) {
+    if (prefix.length === PREFIX_LENGTH) break;
+    prefix += KEEP.test(codePoint) ? codePoint : '_';
+  }
+  safe = `${prefix || 'id'}-${createHash('sha256').update(id, 'utf8').digest('hex').slice(0, 16)}`;
+  if (cache.size >= CACHE_LIMIT) cache.clear(); // ids are cheap to rehash; keep memory bounded
+  cache.set(id, safe);
+  return safe;
+}
+
+export const lockName = (safe: string): string => `${safe}.lock`;
+export const liveName = (safe: string, token: bigint): string => `${safe}.${token}.live`;
+export const recordName = (safe: string): string => `${safe}.lease.json`;
+
+/** What a directory entry is, for the operator tools; `undefined` for a name we never write. */
+export type LeaseFileName =
+  | { readonly kind: 'lock' | 'record'; readonly safe: string }
+  | { readonly kind: 'live'; readonly safe: string; readonly token: bigint }
+  | { readonly kind: 'temp'; readonly safe: string };
+
+const NAME = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.(?:(lock)|(lease\.json)|(0|[1-9]\d{0,19})\.live|lease\.json\.([A-Za-z0-9._-]+))$/;
+
+export function parseLeaseFileName(name: string): LeaseFileName | undefined {
+  const m = NAME.exec(name);
+  if (m === null) return undefined;
+  const safe = m[1]!;
+  if (m[2] !== undefined) return { kind: 'lock', safe };
+  if (m[3] !== undefined) return { kind: 'record', safe };
+  if (m[4] !== undefined) return { kind: 'live', safe, token: BigInt(m[4]) };
+  return { kind: 'temp', safe };
+}

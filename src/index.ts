@@ -1,0 +1,22 @@
+/** flocklease: leases with a time limit and a fencing token, for processes on one host. */
+export { Lease, type FileLeaseOptions } from './flock/lease.js';
+export { MemoryLease } from './memory/memory-lease.js';
+export {
+  LeaseError,
+  LeaseHeldError,
+  LeaseUnsupportedError,
+  LeaseTimeoutError,
+  LeaseCorruptError,
+  LeaseTokenExhaustedError,
+  type LeaseHolder,
+} from './port/errors.js';
+export type { LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from './port/types.js';
+export { channels } from './port/events.js';
+export type {
+  AcquireMessage,
+  TakeoverMessage,
+  RenewMessage,
+  ReclaimMessage,
+  ReleaseMessage,
+  LossMessage,
+} from './port/events.js';

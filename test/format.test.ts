@@ -1,0 +1,137 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, test } from 'vitest';
+import { JsonNumber, parseJson } from '../src/flock/json.js';
+import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
+import { formatRecord, parseRecord, parseRfc3339, RecordFormatError } from '../src/flock/record.js';
+import { MAX_TOKEN, nextToken } from '../src/port/token.js';
+
+interface Vectors {
+  safeID: Array<{ id: string; safeID: string }>;
+  records: Array<{ written_by: string; text: string; owner: string; token: string; expiry_ms: number }>;
+  corrupt_records: string[];
+}
+// A copy of ../shared/spec/flocklease-vectors.json (the golden vectors of the Go-compatible format).
+const vectors = JSON.parse(readFileSync(new URL('./fixtures/flocklease-vectors.json', import.meta.url), 'utf8')) as Vectors;
+const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
+
+describe('safeID (golden vectors)', () => {
+  test.each(vectors.safeID)('$id → $safeID', ({ id, safeID: expected }) => {
+    expect(safeID(id)).toBe(expected);
+  });
+
+  test('distinct ids that read alike get distinct names', () => {
+    expect(safeID('a/b')).not.toBe(safeID('a_b'));
+    expect(safeID('a/b').startsWith('a_b-')).toBe(true);
+  });
+
+  test('every vector name parses back as a lease file name', () => {
+    for (const { safeID: safe } of vectors.safeID) {
+      expect(parseLeaseFileName(`${safe}.lock`)).toEqual({ kind: 'lock', safe });
+      expect(parseLeaseFileName(`${safe}.lease.json`)).toEqual({ kind: 'record', safe });
+      expect(parseLeaseFileName(`${safe}.18446744073709551615.live`)).toEqual({ kind: 'live', safe, token: MAX_TOKEN });
+      expect(parseLeaseFileName(`${safe}.lease.json.2837461`)).toEqual({ kind: 'temp', safe });
+    }
+    for (const stranger of ['notes.txt', 'x.lock', 'abc-ba7816bf8f01cfea.01.live', 'abc-ba7816bf8f01cfea.lease.json.']) {
+      expect(parseLeaseFileName(stranger)).toBeUndefined();
+    }
+  });
+});
+
+describe('record (golden vectors)', () => {
+  test.each(vectors.records)('reads the record $written_by exactly', ({ text, owner, token, expiry_ms }) => {
+    const record = parseRecord(bytes(text));
+    expect(record.owner).toBe(owner);
+    expect(record.token).toBe(BigInt(token));
+    expect(record.expiryMs).toBe(expiry_ms);
+  });
+
+  test.each(vectors.records)('round-trips the record $written_by', ({ text }) => {
+    const record = parseRecord(bytes(text));
+    const again = parseRecord(bytes(formatRecord(record)));
+    expect(again).toEqual(record);
+  });
+
+  test('writes the vector of this project byte for byte', () => {
+    const ours = vectors.records.find((r) => r.written_by.startsWith('this project'))!;
+    const record = parseRecord(bytes(ours.text));
+    expect(record.session).toBe('../../etc/passwd');
+    expect(formatRecord(record)).toBe(ours.text);
+  });
+
+  test('keeps uint64 tokens exact where JSON.parse would round them', () => {
+    const text = '{"owner":"o","token":18446744073709551615,"expiry":"2026-01-01T00:00:00Z"}';
+    expect(parseRecord(bytes(text)).token).toBe(MAX_TOKEN);
+    expect(BigInt(JSON.parse(text).token)).not.toBe(MAX_TOKEN);
+    expect(formatRecord({ owner: 'o', token: MAX_TOKEN, expiryMs: 0 })).toContain('"token":18446744073709551615,');
+  });
+
+  test('ignores unknown fields and accepts a record without "session"', () => {
+    const record = parseRecord(bytes('{"future":{"nested":[1,2.5e3,null,true]},"owner":"a","token":3,"expiry":"2026-11-29T09:00:00Z","session":7}'));
+    expect(record).toEqual({ owner: 'a', token: 3n, expiryMs: Date.UTC(2026, 10, 29, 9), session: undefined });
+  });
+
+  test.each(vectors.corrupt_records.map((text) => [text]))('refuses the corrupt record %j', (text) => {
+    expect(() => parseRecord(bytes(text))).toThrow(RecordFormatError);
+  });
+
+  test.each([
+    ['invalid UTF-8', Uint8Array.from([0x7b, 0xff, 0x7d])],
+    ['a token with an exponent', bytes('{"owner":"x","token":1e3,"expiry":"2026-11-29T09:00:00Z"}')],
+    ['a token with leading zeros', bytes('{"owner":"x","token":01,"expiry":"2026-11-29T09:00:00Z"}')],
+    ['a string token', bytes('{"owner":"x","token":"1","expiry":"2026-11-29T09:00:00Z"}')],
+    ['a missing owner', bytes('{"token":1,"expiry":"2026-11-29T09:00:00Z"}')],
+    ['trailing garbage', bytes('{"owner":"x","token":1,"expiry":"2026-11-29T09:00:00Z"} x')],
+    ['a lone key', bytes('{"owner"}')],
+  ])('refuses %s', (_what, input) => {
+    expect(() => parseRecord(input)).toThrow(RecordFormatError);
+  });
+});
+
+describe('RFC 3339', () => {
+  test.each([
+    ['2026-11-29T10:15:30.123456789+01:00', Date.UTC(2026, 10, 29, 9, 15, 30, 123)],
+    ['2026-11-29t09:14:30.5z', Date.UTC(2026, 10, 29, 9, 14, 30, 500)],
+    ['0001-01-01T00:00:00Z', -62135596800000],
+    ['2024-02-29T23:59:59-23:59', Date.UTC(2024, 2, 1, 23, 58, 59)],
+    ['9999-12-31T23:59:59.999999999Z', 253402300799999],
+  ])('reads %s', (text, ms) => {
+    expect(parseRfc3339(text)).toBe(ms);
+  });
+
+  test.each(['2026-11-29 10:15:30Z', '2026-13-01T00:00:00Z', '2023-02-29T00:00:00Z', '2026-11-29T24:00:00Z', '2026-11-29T10:15:60Z', '2026-11-29T10:15:30', '2026-11-29T10:15:30+24:00', '2026-11-29T10:15:30.Z', ' 2026-11-29T10:15:30Z'])(
+    'refuses %j',
+    (text) => {
+      expect(parseRfc3339(text)).toBeUndefined();
+    },
+  );
+});
+
+describe('token rule', () => {
+  test('max(previous + 1, wall-clock microseconds)', () => {
+    expect(nextToken(0n, 1_000)).toBe(1_000_000n);
+    expect(nextToken(5_000_000n, 1_000)).toBe(5_000_001n);
+    expect(nextToken(999_999n, 1_000)).toBe(1_000_000n);
+    expect(nextToken(1_000_000n, 1_000)).toBe(1_000_001n);
+    expect(nextToken(0n, 1.5)).toBe(1_500n);
+  });
+
+  test('runs out at 2^64-1', () => {
+    expect(nextToken(MAX_TOKEN - 1n, 0)).toBe(MAX_TOKEN);
+    expect(nextToken(MAX_TOKEN, 0)).toBeUndefined();
+  });
+});
+
+describe('JSON reader', () => {
+  test('keeps number text and decodes strings like JSON.parse', () => {
+    const text = '{"a":[-0.5e-3,0,12345678901234567890],"b":"\\u00e9\\n\\"\\/","__proto__":{"x":1}}';
+    const value = parseJson(text) as Record<string, unknown>;
+    expect((value.a as JsonNumber[]).map((n) => n.text)).toEqual(['-0.5e-3', '0', '12345678901234567890']);
+    expect(value.b).toBe(JSON.parse(text).b);
+    expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
+    expect(Object.keys(value)).toEqual(['a', 'b', '__proto__']);
+  });
+
+  test.each(['', ' ', '{', '{"a":1,}', '[1 2]', '"\u0001"', '"\\x"', '01', '+1', '.5', 'nul', '[' .repeat(100) + ']'.repeat(100)])('refuses %j', (text) => {
+    expect(() => parseJson(text)).toThrow(SyntaxError);
+  });
+});
