@@ -1,0 +1,26 @@
+// The spec's inode re-check: a process that flocks a lock file just as prune (or an operator)
+// unlinks it must notice it locked a dead inode and retry on the live one. Real processes race
+// here; an O_EXCL sentinel created inside every transition catches two processes inside at once.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { expect, test } from 'vitest';
+import { freshDir } from './helpers/dirs.js';
+import { leaseFiles } from './helpers/lease-files.js';
+
+const run = promisify(execFile);
+const fixture = (name: string): string => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+
+test('transitions stay mutually exclusive while the lock file is unlinked and recreated under them', async () => {
+  const dir = freshDir('/dev/shm');
+  const durationMs = 1_500;
+  const workers = ['alice', 'bob', 'carol'].map((owner) =>
+    run(process.execPath, [fixture('exclusion-worker.mjs'), dir, 's1', owner, String(durationMs)]),
+  );
+  const churner = run(process.execPath, [fixture('lock-churner.mjs'), leaseFiles(dir, 's1').lock, String(durationMs)]);
+  const results = (await Promise.all(workers)).map(({ stdout }) => JSON.parse(stdout) as { cycles: number; violations: number });
+  const { unlinked } = JSON.parse((await churner).stdout) as { unlinked: number };
+  expect(unlinked).toBeGreaterThan(100); // the lock file really was pulled out from under them
+  expect(results.reduce((sum, r) => sum + r.cycles, 0)).toBeGreaterThan(50);
+  expect(results.map((r) => r.violations)).toEqual([0, 0, 0]);
+});
