@@ -6,7 +6,7 @@ import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
-import { fileIO, type LeaseIO } from '../src/flock/io.js';
+import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
 import { kIO, Lease, type FileLeaseOptions } from '../src/flock/lease.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError } from '../src/port/errors.js';
 import { MAX_TOKEN } from '../src/port/token.js';
@@ -25,6 +25,7 @@ const clock = (): number => now;
 const lease = (options: FileLeaseOptions = {}, io?: Partial<LeaseIO>): Lease =>
   new Lease(dir, { ttlMs: TTL, clock, ...options, ...(io && { [kIO]: { ...fileIO, ...io } }) });
 
+afterEach(() => faults.clear());
 beforeEach(() => {
   dir = freshDir();
   now = Date.UTC(2026, 10, 29, 9, 0, 0);
@@ -208,42 +209,73 @@ describe('release', () => {
 });
 
 describe('failure paths (injected faults)', () => {
-  const diskFull = (): never => {
-    throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
-  };
+  test.each(['live.open', 'live.flock', 'temp.open', 'temp.write', 'temp.fsync', 'temp.close', 'rename'])(
+    'the takeover fails at %s: the old record stands, no new .live, no temp file, no fd left',
+    async (step) => {
+      const alice = lease();
+      const a = await alice.acquire('s1', 'alice');
+      now += TTL + 1;
+      const before = snapshot(dir);
+      const fdsBefore = openFdCount();
+      faults.fail(step, 'ENOSPC');
+      await expect(lease().acquire('s1', 'bob')).rejects.toMatchObject({ code: 'ENOSPC' });
+      expect(snapshot(dir)).toEqual(before);
+      expect(openFdCount()).toBe(fdsBefore);
+      expect((await alice.renew(a)).token).toBe(a.token); // nobody took it over: alice reclaims it
+    },
+  );
 
-  test('record write fails on a takeover: the old record stands, the new .live is closed and removed', async () => {
-    const alice = lease();
-    const a = await alice.acquire('s1', 'alice');
-    now += TTL + 1;
-    const before = snapshot(dir);
+  test('a first acquire that cannot write its record leaves no record, no .live, no fd', async () => {
     const fdsBefore = openFdCount();
-    const bob = lease({}, { writeRecord: async () => diskFull() });
-    await expect(bob.acquire('s1', 'bob')).rejects.toMatchObject({ code: 'ENOSPC' });
-    expect(snapshot(dir)).toEqual(before);
-    expect(openFdCount()).toBe(fdsBefore);
-    expect((await alice.renew(a)).token).toBe(a.token); // nobody took it over: alice reclaims it
-  });
-
-  test('record write fails on a first acquire: no record, no .live, no fd left', async () => {
-    const fdsBefore = openFdCount();
-    await expect(lease({}, { writeRecord: async () => diskFull() }).acquire('s1', 'alice')).rejects.toMatchObject({ code: 'ENOSPC' });
+    faults.fail('temp.write', 'ENOSPC');
+    await expect(lease().acquire('s1', 'alice')).rejects.toMatchObject({ code: 'ENOSPC', syscall: 'write' });
     expect(fs.readdirSync(dir)).toEqual([`${leaseFiles(dir, 's1').safe}.lock`]);
     expect(openFdCount()).toBe(fdsBefore);
   });
 
-  test('record write fails on renew and release: the lease is still held and usable', async () => {
-    let fail = false;
-    const l = lease({}, { writeRecord: (path, data) => (fail ? Promise.resolve(diskFull()) : fileIO.writeRecord(path, data)) });
+  test('renew and release that cannot write: the error surfaces, the lease is still held and usable', async () => {
+    const l = lease();
     const grant = await l.acquire('s1', 'alice');
-    fail = true;
-    await expect(l.renew(grant)).rejects.toMatchObject({ code: 'ENOSPC' });
-    await expect(l.release(grant)).rejects.toMatchObject({ code: 'ENOSPC' });
+    const before = snapshot(dir);
+    faults.fail('temp.fsync', 'EIO');
+    await expect(l.renew(grant)).rejects.toMatchObject({ code: 'EIO', syscall: 'fsync' });
+    faults.fail('rename', 'EIO');
+    await expect(l.release(grant)).rejects.toMatchObject({ code: 'EIO', syscall: 'rename' });
+    expect(snapshot(dir)).toEqual(before);
     expect(await isFlocked(leaseFiles(dir, 's1').live(grant.token))).toBe(true);
-    fail = false;
     expect((await l.renew(grant)).token).toBe(grant.token);
     await l.release(grant);
     expect(readRecordFile(dir, 's1').owner).toBe('');
+  });
+
+  test('the directory fsync fails after the rename: the error surfaces, and the state is the new one', async () => {
+    const l = lease();
+    faults.fail('dir.fsync', 'EIO');
+    await expect(l.acquire('s1', 'alice')).rejects.toMatchObject({ code: 'EIO', committed: true });
+    const record = readRecordFile(dir, 's1');
+    expect(record.owner).toBe('alice');
+    expect(await isFlocked(leaseFiles(dir, 's1').live(record.token))).toBe(true);
+    const grant = await l.acquire('s1', 'alice'); // ours: a same-owner refresh, same token
+    expect(grant.token).toBe(record.token);
+    faults.fail('dir.fsync', 'EIO');
+    await expect(l.release(grant)).rejects.toMatchObject({ code: 'EIO', committed: true });
+    expect(readRecordFile(dir, 's1').owner).toBe('');
+    expect(fdsOf(leaseFiles(dir, 's1').live(grant.token))).toEqual([]);
+  });
+
+  test('a liveness file with the new token already locked by someone else is a held lease, and stays theirs', async () => {
+    const { flockSync } = (await import('fs-ext')).default;
+    const live = leaseFiles(dir, 's1').live(BigInt(now) * 1000n); // the token this acquire will pick
+    fs.mkdirSync(dir, { recursive: true });
+    const fd = fs.openSync(live, 'w');
+    flockSync(fd, 'ex');
+    try {
+      await expect(lease().acquire('s1', 'alice')).rejects.toSatisfy(held);
+      expect(fs.existsSync(live)).toBe(true);
+      expect(fs.existsSync(leaseFiles(dir, 's1').record)).toBe(false);
+    } finally {
+      fs.closeSync(fd);
+    }
   });
 
   test('a close that fails after the tombstone: success reported, the handle kept and closed by the next operation', async () => {
@@ -270,6 +302,7 @@ describe('failure paths (injected faults)', () => {
     failClose = false;
     const next = await l.acquire('s1', 'bob'); // the next operation on s1 retries the close first
     expect(closed).toContain(fd);
+    expect(fdsOf(live)).toEqual([]);
     expect(next.token).toBeGreaterThan(grant.token);
   });
 
@@ -295,23 +328,14 @@ describe('failure paths (injected faults)', () => {
   });
 
   test("removing the predecessor's .live fails: the takeover stands and the removal is retried", async () => {
-    let failRemove = true;
     const alice = lease();
     const a = await alice.acquire('s1', 'alice');
     now += TTL + 1;
-    const bob = lease(
-      {},
-      {
-        removeFile(path) {
-          if (failRemove) throw Object.assign(new Error(`EBUSY: resource busy, unlink '${path}'`), { code: 'EBUSY' });
-          fileIO.removeFile(path);
-        },
-      },
-    );
+    const bob = lease();
+    faults.fail('unlink', 'EBUSY');
     const b = await bob.acquire('s1', 'bob');
     const oldLive = leaseFiles(dir, 's1').live(a.token);
     expect(fs.existsSync(oldLive)).toBe(true);
-    failRemove = false;
     await bob.renew(b);
     expect(fs.existsSync(oldLive)).toBe(false);
   });

@@ -30,7 +30,7 @@ import {
 } from '../port/validate.js';
 import { sleep } from './abort.js';
 import { KeyedGate } from './gate.js';
-import { fileIO, type LeaseIO } from './io.js';
+import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
 import { liveName, lockName, recordName, safeID } from './layout.js';
 import { formatRecord, parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
 
@@ -102,7 +102,7 @@ export class Lease implements SessionLease {
       else if (held?.token === record.token) {
         // This process holds the live generation: only its own owner may refresh it.
         if (record.owner !== owner) throw heldError(sessionId, record);
-        await this.#writeRecord(safe, { owner, token: record.token, expiryMs, session: sessionId });
+        await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
         const grant = grantOf(sessionId, owner, record.token, expiryMs);
         publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
         return grant;
@@ -140,7 +140,7 @@ export class Lease implements SessionLease {
         );
       }
       // Still ours, even if it had expired: nobody took it over meanwhile (the sleep-past-TTL reclaim).
-      await this.#writeRecord(safe, { owner, token, expiryMs, session: sessionId });
+      await this.#commit(safe, { owner, token, expiryMs, session: sessionId });
       const renewed = grantOf(sessionId, owner, token, expiryMs);
       if (record.expiryMs <= now) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
       else publish(channels.renew, () => ({ lease: this, grant: renewed }));
@@ -164,8 +164,14 @@ export class Lease implements SessionLease {
         this.#dropGeneration(safe, held);
         return;
       }
-      await this.#writeRecord(safe, { owner: '', token, expiryMs: now, session: sessionId });
-      this.#dropGeneration(safe, held, join(this.dir, liveName(safe, token)));
+      try {
+        await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [join(this.dir, liveName(safe, token))] });
+      } catch (error) {
+        // Tombstone in place but not durable (directory fsync failed): the lease is released all the same.
+        if ((error as CommitError).committed) this.#dropGeneration(safe, held);
+        throw error;
+      }
+      this.#dropGeneration(safe, held);
       publish(channels.release, () => ({ lease: this, grant }));
     });
   }
@@ -247,22 +253,25 @@ export class Lease implements SessionLease {
       this.#io.closeFile(predecessor.fd);
       this.#held.delete(safe);
     }
-    const livePath = join(this.dir, liveName(safe, token));
-    const fd = this.#io.openLive(livePath);
-    if (fd === undefined) {
-      // Only a process that wrote no record holds a token this new: treat it as a live competitor.
-      throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)}: ${livePath} is locked by another process`, sessionId);
-    }
+    const live = join(this.dir, liveName(safe, token));
+    const remove = record === undefined ? [] : [join(this.dir, liveName(safe, record.token))];
+    let liveFd: number;
     try {
-      await this.#writeRecord(safe, { owner, token, expiryMs, session: sessionId });
+      ({ liveFd } = await this.#commit(safe, { owner, token, expiryMs, session: sessionId }, { live, remove }));
     } catch (error) {
-      // The old record stands; undo the new generation.
-      this.#closeOrDefer(safe, fd);
-      this.#removeOrDefer(safe, livePath);
-      throw error;
+      const failure = error as CommitError;
+      if (failure.committed && failure.liveFd !== undefined) {
+        // The record names us (only its directory fsync failed): hold the generation, finish cleanup later.
+        this.#held.set(safe, { token, owner, fd: failure.liveFd });
+        for (const path of remove) this.#pendingFor(safe).removals.add(path);
+      }
+      // A process that wrote no record holds a token this new: treat it as a live competitor.
+      if (failure.syscall === 'flock' && failure.code === 'EAGAIN') {
+        throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)}: ${live} is locked by another process`, sessionId);
+      }
+      throw error; // before the commit point the addon has undone the new generation: the old record stands
     }
-    this.#held.set(safe, { token, owner, fd });
-    if (record !== undefined) this.#removeOrDefer(safe, join(this.dir, liveName(safe, record.token)));
+    this.#held.set(safe, { token, owner, fd: liveFd });
     const grant = grantOf(sessionId, owner, token, expiryMs);
     publish(channels.acquire, () => ({ lease: this, grant, refreshed: false }));
     if (record !== undefined && reason !== 'free') {
@@ -288,14 +297,18 @@ export class Lease implements SessionLease {
     }
   }
 
-  #writeRecord(safe: string, record: LeaseRecord): Promise<void> {
-    return this.#io.writeRecord(join(this.dir, recordName(safe)), formatRecord(record));
+  /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
+  async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
+    const result = await this.#io.commit(this.dir, { ...plan, record: join(this.dir, recordName(safe)), data: formatRecord(record) });
+    for (const failure of result.removalErrors) {
+      if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
+    }
+    return result;
   }
 
-  /** Forgets a generation: remove its liveness file if asked, then close it; failures are retried later. */
-  #dropGeneration(safe: string, generation: Generation, livePath?: string): void {
+  /** Forgets a generation and closes its liveness lock; a failed close is retried later. */
+  #dropGeneration(safe: string, generation: Generation): void {
     this.#held.delete(safe);
-    if (livePath !== undefined) this.#removeOrDefer(safe, livePath);
     this.#closeOrDefer(safe, generation.fd);
   }
 
@@ -304,14 +317,6 @@ export class Lease implements SessionLease {
       this.#io.closeFile(fd);
     } catch {
       this.#pendingFor(safe).closes.add(fd); // the generation is still held here: retry, never forget it
-    }
-  }
-
-  #removeOrDefer(safe: string, path: string): void {
-    try {
-      this.#io.removeFile(path);
-    } catch {
-      this.#pendingFor(safe).removals.add(path);
     }
   }
 

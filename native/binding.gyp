@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "flocklease",
+      "sources": ["flocklease.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+      "defines": ["NAPI_VERSION=8"]
+    }
+  ]
+}

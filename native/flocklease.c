@@ -1,0 +1,634 @@
+// flocklease's I/O layer in C (Node-API). Why native: the lease's whole write side — create and
+// flock the new generation's .live, write the record to a temp file, fsync, rename, fsync the
+// directory, remove the predecessor's .live — runs here as ONE step on a libuv worker thread,
+// instead of ~10 threadpool round trips of ~35 µs each from JS. The cheap non-blocking calls
+// (open, LOCK_NB flock, fstat, a small read) are synchronous, as the spec allows.
+//
+// Every descriptor is opened O_CLOEXEC (a child must not inherit a lease) and every lease file
+// O_NOFOLLOW (a planted symlink is an error, not a redirect).
+//
+// Fault points (tests only): each system-call step has a name; setFault(name, action, count)
+// makes the next `count` executions of that step fail with an errno, SIGKILL or SIGSTOP the
+// process, or stall for some milliseconds, before the call is made.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define MAX_RECORD_BYTES (64 * 1024)
+#define FTYPE_ERROR (-1000) // our code for "not a regular file" (reported as EFTYPE)
+
+// ---------------------------------------------------------------------------------------------
+// Fault points
+
+enum { FAULT_NONE = 0, FAULT_ERRNO, FAULT_KILL, FAULT_STOP, FAULT_SLEEP };
+typedef struct {
+  char step[32];
+  int kind;
+  int value; // errno for FAULT_ERRNO, milliseconds for FAULT_SLEEP
+  int count; // executions left to fault; -1 = every time
+} fault_t;
+
+#define MAX_FAULTS 32
+static fault_t faults[MAX_FAULTS];
+static int fault_count = 0; // read without the lock as a fast path: no faults, no locking
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// 0 to go ahead with the step, or the errno it must fail with.
+static int fault_at(const char *step) {
+  if (__atomic_load_n(&fault_count, __ATOMIC_ACQUIRE) == 0) return 0;
+  int kind = FAULT_NONE, value = 0;
+  pthread_mutex_lock(&fault_lock);
+  for (int i = 0; i < MAX_FAULTS; i++) {
+    fault_t *f = &faults[i];
+    if (f->kind == FAULT_NONE || strcmp(f->step, step) != 0) continue;
+    kind = f->kind;
+    value = f->value;
+    if (f->count > 0 && --f->count == 0) {
+      f->kind = FAULT_NONE;
+      __atomic_sub_fetch(&fault_count, 1, __ATOMIC_RELEASE);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&fault_lock);
+  switch (kind) {
+    case FAULT_ERRNO: return value;
+    case FAULT_KILL: raise(SIGKILL); return 0;
+    case FAULT_STOP: raise(SIGSTOP); return 0;
+    case FAULT_SLEEP: {
+      struct timespec ts = {value / 1000, (long)(value % 1000) * 1000000L};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+      return 0;
+    }
+    default: return 0;
+  }
+}
+
+// Runs a syscall expression unless the step is faulted; on a fault, sets errno and yields -1.
+#define STEP(name, expr) (fault_errno = fault_at(name), fault_errno ? (errno = fault_errno, -1) : (expr))
+
+// ---------------------------------------------------------------------------------------------
+// Errors shaped like Node's own fs errors: message "CODE: description, syscall 'path'" and
+// properties code, errno (negative, as libuv reports it), syscall, path.
+
+static napi_value make_error(napi_env env, int err, const char *syscall, const char *path) {
+  const char *code = err == FTYPE_ERROR ? "EFTYPE" : uv_err_name(-err);
+  const char *desc = err == FTYPE_ERROR ? "not a regular file" : uv_strerror(-err);
+  char message[4096 + 256];
+  snprintf(message, sizeof message, "%s: %s, %s '%s'", code, desc, syscall, path ? path : "");
+  napi_value js_message, js_code, error, value;
+  napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &js_message);
+  napi_create_string_utf8(env, code, NAPI_AUTO_LENGTH, &js_code);
+  napi_create_error(env, js_code, js_message, &error);
+  napi_set_named_property(env, error, "code", js_code);
+  napi_create_int32(env, err == FTYPE_ERROR ? -1000 : -err, &value);
+  napi_set_named_property(env, error, "errno", value);
+  napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &value);
+  napi_set_named_property(env, error, "syscall", value);
+  if (path) {
+    napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &value);
+    napi_set_named_property(env, error, "path", value);
+  }
+  return error;
+}
+
+static napi_value throw_errno(napi_env env, int err, const char *syscall, const char *path) {
+  napi_throw(env, make_error(env, err, syscall, path));
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument helpers
+
+static char *get_string(napi_env env, napi_value value) {
+  size_t length;
+  if (napi_get_value_string_utf8(env, value, NULL, 0, &length) != napi_ok) return NULL;
+  char *buffer = malloc(length + 1);
+  if (!buffer) return NULL;
+  napi_get_value_string_utf8(env, value, buffer, length + 1, &length);
+  return buffer;
+}
+
+static char *get_string_property(napi_env env, napi_value object, const char *name) {
+  napi_value value;
+  napi_valuetype type;
+  if (napi_get_named_property(env, object, name, &value) != napi_ok) return NULL;
+  napi_typeof(env, value, &type);
+  return type == napi_string ? get_string(env, value) : NULL;
+}
+
+static int get_int_property(napi_env env, napi_value object, const char *name, int fallback) {
+  napi_value value;
+  napi_valuetype type;
+  int32_t result;
+  if (napi_get_named_property(env, object, name, &value) != napi_ok) return fallback;
+  napi_typeof(env, value, &type);
+  if (type != napi_number || napi_get_value_int32(env, value, &result) != napi_ok) return fallback;
+  return result;
+}
+
+#define ARGS(n)                                                     \
+  size_t argc = n;                                                  \
+  napi_value argv[n];                                               \
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);             \
+  if (argc < n) {                                                   \
+    napi_throw_type_error(env, NULL, "missing argument");           \
+    return NULL;                                                    \
+  }
+
+static napi_value int_value(napi_env env, int64_t n) {
+  napi_value value;
+  napi_create_int64(env, n, &value);
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synchronous, non-blocking calls
+
+// lockTransition(path) → fd, -1 when another holder has it, -2 when the path no longer names
+// the inode we locked (pruned meanwhile: the caller retries at once).
+static napi_value lock_transition(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  int fault_errno;
+  napi_value result = NULL;
+  int fd = STEP("lock.open", open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd < 0) {
+    throw_errno(env, errno, "open", path);
+    goto out;
+  }
+  struct stat locked, current;
+  if (fstat(fd, &locked) != 0) {
+    throw_errno(env, errno, "fstat", path);
+    close(fd);
+    goto out;
+  }
+  if (!S_ISREG(locked.st_mode)) {
+    throw_errno(env, FTYPE_ERROR, "open", path);
+    close(fd);
+    goto out;
+  }
+  if (STEP("lock.flock", flock(fd, LOCK_EX | LOCK_NB)) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK) result = int_value(env, -1);
+    else throw_errno(env, err, "flock", path);
+    goto out;
+  }
+  // Prune may have unlinked (and someone recreated) the path while we opened and locked it: a
+  // lock on that inode serializes nothing.
+  if (lstat(path, &current) != 0 || current.st_ino != locked.st_ino || current.st_dev != locked.st_dev) {
+    close(fd);
+    result = int_value(env, -2);
+    goto out;
+  }
+  result = int_value(env, fd);
+out:
+  free(path);
+  return result;
+}
+
+// readRecord(path) → Buffer, or undefined when there is no record.
+static napi_value read_record(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  int fault_errno;
+  napi_value result = NULL;
+  char *buffer = NULL;
+  // O_NONBLOCK: a FIFO planted here must not hang the open.
+  int fd = STEP("read.open", open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd < 0) {
+    if (errno == ENOENT) napi_get_undefined(env, &result);
+    else throw_errno(env, errno, "open", path);
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    throw_errno(env, errno, "fstat", path);
+    goto close_out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw_errno(env, FTYPE_ERROR, "read", path);
+    goto close_out;
+  }
+  if (st.st_size > MAX_RECORD_BYTES) {
+    throw_errno(env, EFBIG, "read", path);
+    goto close_out;
+  }
+  size_t capacity = (size_t)st.st_size + 1, length = 0; // +1: notice a file that grew
+  buffer = malloc(capacity);
+  for (;;) {
+    ssize_t n = STEP("read.read", read(fd, buffer + length, capacity - length));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw_errno(env, errno, "read", path);
+      goto close_out;
+    }
+    if (n == 0) break;
+    length += (size_t)n;
+    if (length == capacity) {
+      throw_errno(env, EFBIG, "read", path);
+      goto close_out;
+    }
+  }
+  napi_create_buffer_copy(env, length, buffer, NULL, &result);
+close_out:
+  close(fd);
+out:
+  free(buffer);
+  free(path);
+  return result;
+}
+
+// probeLive(path) → true when some process holds the generation's liveness lock. A shared probe,
+// so two probes (an acquirer and `flocklease inspect`) never take each other for a holder.
+static napi_value probe_live(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  int fault_errno;
+  napi_value result = NULL;
+  int fd = STEP("probe.open", open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd < 0) {
+    if (errno == ENOENT) napi_get_boolean(env, false, &result); // no liveness file: nobody holds it
+    else throw_errno(env, errno, "open", path);
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    throw_errno(env, errno, "fstat", path);
+  } else if (!S_ISREG(st.st_mode)) {
+    throw_errno(env, FTYPE_ERROR, "open", path);
+  } else if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) == 0) {
+    napi_get_boolean(env, false, &result);
+  } else if (errno == EWOULDBLOCK) {
+    napi_get_boolean(env, true, &result);
+  } else {
+    throw_errno(env, errno, "flock", path);
+  }
+  close(fd);
+out:
+  free(path);
+  return result;
+}
+
+// closeFd(fd). Linux frees the descriptor even when close(2) reports an error, so there is
+// nothing to retry and nothing to report for a lock-only descriptor (no data written through it).
+static napi_value close_fd(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  int32_t fd;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_errno(env, EBADF, "close", NULL);
+  int fault_errno;
+  if (STEP("close", 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
+  close(fd);
+  return NULL;
+}
+
+// removeFile(path): unlink; a missing file is not an error.
+static napi_value remove_file(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "unlink", NULL);
+  int fault_errno;
+  if (STEP("unlink", unlink(path)) != 0 && errno != ENOENT) throw_errno(env, errno, "unlink", path);
+  free(path);
+  return NULL;
+}
+
+// fsType(dir) → the file system's magic number (statfs f_type), for the tmpfs decision.
+static napi_value fs_type(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "statfs", NULL);
+  struct statfs st;
+  napi_value result = NULL;
+  if (statfs(path, &st) != 0) throw_errno(env, errno, "statfs", path);
+  else result = int_value(env, (int64_t)(uint32_t)st.f_type);
+  free(path);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commit: the write side of one transition, as one step.
+//
+//   1. live (optional): create and exclusively flock the new generation's liveness file
+//   2. write the record to a temp file in the same directory, fsync it, close it
+//   3. rename it over the record (the commit point), fsync the directory
+//   4. remove files that belong to finished generations (failures are reported, not fatal)
+// If 1–3 fail, the temp file and the new liveness file are removed and closed: the old record
+// stands. `durable: false` skips the two fsyncs (tmpfs has nothing to flush).
+
+typedef struct {
+  char *live_path, *record_path, *dir_path, *data;
+  size_t data_length;
+  char *remove_paths[2];
+  int durable;
+  // results
+  int live_fd;
+  int committed; // the rename happened: the record is replaced, whatever fails after it
+  int err;
+  const char *syscall;
+  const char *err_path; // points into this struct
+  int removal_failed[2];
+  // async plumbing
+  napi_async_work work;
+  napi_deferred deferred;
+} commit_t;
+
+static uint32_t temp_counter;
+
+static void commit_free(commit_t *c) {
+  free(c->live_path);
+  free(c->record_path);
+  free(c->dir_path);
+  free(c->data);
+  free(c->remove_paths[0]);
+  free(c->remove_paths[1]);
+  free(c);
+}
+
+static int write_all(int fd, const char *data, size_t length) {
+  int fault_errno;
+  while (length > 0) {
+    ssize_t n = STEP("temp.write", write(fd, data, length));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    data += n;
+    length -= (size_t)n;
+  }
+  return 0;
+}
+
+#define FAIL(call, path) \
+  do {                   \
+    c->err = errno;      \
+    c->syscall = call;   \
+    c->err_path = path;  \
+    goto fail;           \
+  } while (0)
+
+static void commit_run(commit_t *c) {
+  int fault_errno;
+  int temp_fd = -1, dir_fd = -1;
+  char temp_path[4200];
+  temp_path[0] = 0;
+  c->live_fd = -1;
+  c->err = 0;
+
+  if (c->live_path) {
+    c->live_fd = STEP("live.open", open(c->live_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (c->live_fd < 0) FAIL("open", c->live_path);
+    struct stat st;
+    if (fstat(c->live_fd, &st) != 0) FAIL("fstat", c->live_path);
+    if (!S_ISREG(st.st_mode)) {
+      errno = 0;
+      c->err = FTYPE_ERROR;
+      c->syscall = "open";
+      c->err_path = c->live_path;
+      goto fail_set;
+    }
+    if (STEP("live.flock", flock(c->live_fd, LOCK_EX | LOCK_NB)) != 0) {
+      int err = errno;
+      close(c->live_fd);
+      c->live_fd = -1;
+      // EWOULDBLOCK: someone else holds it, so it is theirs: never unlink it. Otherwise nobody
+      // holds what we created (only transitions, under the lock we hold, create .live files).
+      if (err != EWOULDBLOCK) unlink(c->live_path);
+      errno = err;
+      FAIL("flock", c->live_path);
+    }
+  }
+
+  for (int attempt = 0;; attempt++) {
+    uint32_t n = __atomic_add_fetch(&temp_counter, 1, __ATOMIC_RELAXED);
+    snprintf(temp_path, sizeof temp_path, "%s.%d-%08x.tmp", c->record_path, (int)getpid(), n);
+    temp_fd = STEP("temp.open", open(temp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (temp_fd >= 0) break;
+    if (errno != EEXIST || attempt == 3) {
+      int err = errno;
+      temp_path[0] = 0; // not ours: do not remove it
+      errno = err;
+      FAIL("open", c->record_path);
+    }
+  }
+  if (write_all(temp_fd, c->data, c->data_length) != 0) FAIL("write", temp_path);
+  if (c->durable && STEP("temp.fsync", fsync(temp_fd)) != 0) FAIL("fsync", temp_path);
+  int closed = STEP("temp.close", close(temp_fd));
+  if (fault_errno) close(temp_fd); // a real failing close(2) still frees the descriptor
+  temp_fd = -1;
+  if (closed != 0) FAIL("close", temp_path);
+  if (STEP("rename", rename(temp_path, c->record_path)) != 0) FAIL("rename", c->record_path);
+  temp_path[0] = 0; // renamed: nothing to clean up
+  c->committed = 1;
+  if (c->durable) {
+    // The rename is durable only once the directory is. A failure from here on is reported with
+    // `committed: true`: the record is already replaced, so the caller keeps the new state.
+    dir_fd = STEP("dir.open", open(c->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dir_fd < 0) FAIL("open", c->dir_path);
+    if (STEP("dir.fsync", fsync(dir_fd)) != 0) FAIL("fsync", c->dir_path);
+    close(dir_fd);
+    dir_fd = -1;
+  }
+  for (int i = 0; i < 2; i++) {
+    if (c->remove_paths[i] && STEP("unlink", unlink(c->remove_paths[i])) != 0 && errno != ENOENT) c->removal_failed[i] = errno;
+  }
+  STEP("commit.done", 0);
+  return;
+
+fail:
+  if (c->err == 0) c->err = EIO;
+fail_set:
+  if (temp_fd >= 0) close(temp_fd);
+  if (dir_fd >= 0) close(dir_fd);
+  if (temp_path[0]) unlink(temp_path);
+  return;
+}
+
+static void commit_execute(napi_env env, void *data) {
+  (void)env;
+  commit_run((commit_t *)data);
+}
+
+// The commit failed before its rename: undo the new generation (the old record stands).
+static void commit_undo(commit_t *c) {
+  if (c->live_fd >= 0) {
+    close(c->live_fd);
+    c->live_fd = -1;
+    if (c->live_path) unlink(c->live_path);
+  }
+}
+
+static napi_value commit_result(napi_env env, commit_t *c) {
+  napi_value result, value;
+  napi_create_object(env, &result);
+  napi_set_named_property(env, result, "liveFd", int_value(env, c->live_fd));
+  napi_create_array(env, &value);
+  uint32_t n = 0;
+  for (int i = 0; i < 2; i++) {
+    if (c->removal_failed[i]) {
+      napi_set_element(env, value, n++, make_error(env, c->removal_failed[i], "unlink", c->remove_paths[i]));
+    }
+  }
+  napi_set_named_property(env, result, "removalErrors", value);
+  return result;
+}
+
+// The error of a failed commit. Before the rename, the new generation is undone (the old record
+// stands); after it, the error carries `committed: true` and the new generation's `liveFd`.
+static napi_value commit_error(napi_env env, commit_t *c) {
+  napi_value error = make_error(env, c->err, c->syscall, c->err_path);
+  napi_value committed;
+  napi_get_boolean(env, c->committed, &committed);
+  napi_set_named_property(env, error, "committed", committed);
+  if (c->committed) napi_set_named_property(env, error, "liveFd", int_value(env, c->live_fd));
+  else commit_undo(c);
+  return error;
+}
+
+static void commit_complete(napi_env env, napi_status status, void *data) {
+  commit_t *c = data;
+  if (status == napi_ok && c->err == 0) napi_resolve_deferred(env, c->deferred, commit_result(env, c));
+  else napi_reject_deferred(env, c->deferred, commit_error(env, c));
+  napi_delete_async_work(env, c->work);
+  commit_free(c);
+}
+
+static commit_t *commit_parse(napi_env env, napi_value plan) {
+  commit_t *c = calloc(1, sizeof *c);
+  c->live_path = get_string_property(env, plan, "live");
+  c->record_path = get_string_property(env, plan, "record");
+  c->dir_path = get_string_property(env, plan, "dir");
+  c->remove_paths[0] = get_string_property(env, plan, "remove0");
+  c->remove_paths[1] = get_string_property(env, plan, "remove1");
+  c->durable = get_int_property(env, plan, "durable", 1);
+  c->live_fd = -1;
+  napi_value data;
+  napi_get_named_property(env, plan, "data", &data);
+  c->data = get_string(env, data);
+  if (!c->record_path || !c->dir_path || !c->data) {
+    commit_free(c);
+    napi_throw_type_error(env, NULL, "commit plan needs record, dir and data strings");
+    return NULL;
+  }
+  c->data_length = strlen(c->data);
+  return c;
+}
+
+// commit(plan) → Promise<{ liveFd, removalErrors }>, on a libuv worker thread.
+static napi_value commit_async(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  commit_t *c = commit_parse(env, argv[0]);
+  if (!c) return NULL;
+  napi_value promise, name;
+  napi_create_promise(env, &c->deferred, &promise);
+  napi_create_string_utf8(env, "flocklease.commit", NAPI_AUTO_LENGTH, &name);
+  napi_create_async_work(env, NULL, name, commit_execute, commit_complete, c, &c->work);
+  napi_queue_async_work(env, c->work);
+  return promise;
+}
+
+// commitSync(plan) → { liveFd, removalErrors }, on this thread: for tmpfs, where every step is a
+// memory operation of a few microseconds and a thread hop would cost more than the work.
+static napi_value commit_sync(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  commit_t *c = commit_parse(env, argv[0]);
+  if (!c) return NULL;
+  commit_run(c);
+  napi_value result = NULL;
+  if (c->err == 0) {
+    result = commit_result(env, c);
+  } else {
+    napi_throw(env, commit_error(env, c));
+  }
+  commit_free(c);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault control (tests only)
+
+// setFault(step, kind, value, count): kind "errno" (value = errno number), "kill", "stop",
+// "sleep" (value = ms); count = how many executions (-1 = all).
+static napi_value set_fault(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  char *step = get_string(env, argv[0]);
+  char *kind = get_string(env, argv[1]);
+  int32_t value = 0, count = 1;
+  napi_get_value_int32(env, argv[2], &value);
+  napi_get_value_int32(env, argv[3], &count);
+  int k = !kind ? FAULT_NONE
+          : strcmp(kind, "errno") == 0 ? FAULT_ERRNO
+          : strcmp(kind, "kill") == 0  ? FAULT_KILL
+          : strcmp(kind, "stop") == 0  ? FAULT_STOP
+          : strcmp(kind, "sleep") == 0 ? FAULT_SLEEP
+                                       : FAULT_NONE;
+  if (!step || k == FAULT_NONE || strlen(step) >= sizeof faults[0].step || count == 0) {
+    free(step);
+    free(kind);
+    napi_throw_range_error(env, NULL, "setFault(step, 'errno'|'kill'|'stop'|'sleep', value, count)");
+    return NULL;
+  }
+  pthread_mutex_lock(&fault_lock);
+  int slot = -1;
+  for (int i = 0; i < MAX_FAULTS; i++) {
+    if (faults[i].kind == FAULT_NONE && slot < 0) slot = i;
+  }
+  if (slot >= 0) {
+    snprintf(faults[slot].step, sizeof faults[slot].step, "%s", step);
+    faults[slot].kind = k;
+    faults[slot].value = value;
+    faults[slot].count = count;
+    __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&fault_lock);
+  free(step);
+  free(kind);
+  if (slot < 0) napi_throw_range_error(env, NULL, "too many faults set");
+  return NULL;
+}
+
+static napi_value clear_faults(napi_env env, napi_callback_info info) {
+  (void)info;
+  pthread_mutex_lock(&fault_lock);
+  memset(faults, 0, sizeof faults);
+  __atomic_store_n(&fault_count, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&fault_lock);
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static napi_value init(napi_env env, napi_value exports) {
+  temp_counter = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+  napi_property_descriptor methods[] = {
+      {"lockTransition", NULL, lock_transition, NULL, NULL, NULL, napi_default, NULL},
+      {"readRecord", NULL, read_record, NULL, NULL, NULL, napi_default, NULL},
+      {"probeLive", NULL, probe_live, NULL, NULL, NULL, napi_default, NULL},
+      {"closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL},
+      {"removeFile", NULL, remove_file, NULL, NULL, NULL, napi_default, NULL},
+      {"fsType", NULL, fs_type, NULL, NULL, NULL, napi_default, NULL},
+      {"commit", NULL, commit_async, NULL, NULL, NULL, napi_default, NULL},
+      {"commitSync", NULL, commit_sync, NULL, NULL, NULL, napi_default, NULL},
+      {"setFault", NULL, set_fault, NULL, NULL, NULL, napi_default, NULL},
+      {"clearFaults", NULL, clear_faults, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)
