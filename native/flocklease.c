@@ -17,6 +17,7 @@
 #include <node_api.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,22 @@ static napi_value remove_file(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// sameFile(fd, path) → whether `path` (not followed) names the file open as `fd`: a waiter asks
+// whether its flocked .wait file has been handed over as the new generation's .live.
+static napi_value same_file(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  int32_t fd;
+  napi_get_value_int32(env, argv[0], &fd);
+  char *path = get_string(env, argv[1]);
+  if (!path) return throw_errno(env, EINVAL, "lstat", NULL);
+  struct stat a, b;
+  bool same = fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+  free(path);
+  napi_value result;
+  napi_get_boolean(env, same, &result);
+  return result;
+}
+
 // fsType(dir) → the file system's magic number (statfs f_type), for the tmpfs decision.
 static napi_value fs_type(napi_env env, napi_callback_info info) {
   ARGS(1);
@@ -326,20 +343,24 @@ static napi_value fs_type(napi_env env, napi_callback_info info) {
 // ---------------------------------------------------------------------------------------------
 // The commit: the write side of one transition, as one step.
 //
-//   1. live (optional): create and exclusively flock the new generation's liveness file
+//   1. live (optional): create and exclusively flock the new generation's liveness file; or
+//      adopt (optional, a hand-off): rename a queued waiter's flocked .wait file to the new
+//      generation's .live name — the rename keeps the inode, so the waiter's flock becomes the
+//      new generation's liveness lock
 //   2. write the record to a temp file in the same directory, fsync it, close it
 //   3. rename it over the record (the commit point), fsync the directory
 //   4. remove files that belong to finished generations (failures are reported, not fatal)
-// If 1–3 fail, the temp file and the new liveness file are removed and closed: the old record
-// stands. `durable: false` skips the two fsyncs (tmpfs has nothing to flush).
+// If 1–3 fail, the temp file and the new liveness file are removed and closed (an adopted file
+// is renamed back): the old record stands.
 
 typedef struct {
-  char *live_path, *record_path, *dir_path, *data;
+  char *live_path, *adopt_from, *record_path, *dir_path, *data;
   size_t data_length;
   char *remove_paths[2];
   int durable;
   // results
   int live_fd;
+  int adopted;   // the waiter's .wait file now has the .live name
   int committed; // the rename happened: the record is replaced, whatever fails after it
   int err;
   const char *syscall;
@@ -354,6 +375,7 @@ static uint32_t temp_counter;
 
 static void commit_free(commit_t *c) {
   free(c->live_path);
+  free(c->adopt_from);
   free(c->record_path);
   free(c->dir_path);
   free(c->data);
@@ -390,7 +412,10 @@ static void commit_run(commit_t *c) {
   c->live_fd = -1;
   c->err = 0;
 
-  if (c->live_path) {
+  if (c->adopt_from) {
+    if (STEP("adopt.rename", rename(c->adopt_from, c->live_path)) != 0) FAIL("rename", c->adopt_from);
+    c->adopted = 1;
+  } else if (c->live_path) {
     c->live_fd = STEP("live.open", open(c->live_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (c->live_fd < 0) FAIL("open", c->live_path);
     struct stat st;
@@ -466,6 +491,10 @@ static void commit_execute(napi_env env, void *data) {
 
 // The commit failed before its rename: undo the new generation (the old record stands).
 static void commit_undo(commit_t *c) {
+  if (c->adopted) {
+    rename(c->live_path, c->adopt_from); // give the waiter its place back
+    c->adopted = 0;
+  }
   if (c->live_fd >= 0) {
     close(c->live_fd);
     c->live_fd = -1;
@@ -511,6 +540,7 @@ static void commit_complete(napi_env env, napi_status status, void *data) {
 static commit_t *commit_parse(napi_env env, napi_value plan) {
   commit_t *c = calloc(1, sizeof *c);
   c->live_path = get_string_property(env, plan, "live");
+  c->adopt_from = get_string_property(env, plan, "adoptFrom");
   c->record_path = get_string_property(env, plan, "record");
   c->dir_path = get_string_property(env, plan, "dir");
   c->remove_paths[0] = get_string_property(env, plan, "remove0");
@@ -556,6 +586,213 @@ static napi_value commit_sync(napi_env env, napi_callback_info info) {
     napi_throw(env, commit_error(env, c));
   }
   commit_free(c);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting: the wait queue kept in the transition lock file, waiter liveness files, and watchers.
+
+// lockFile(path) → fd of a newly created (or reused) file we now hold exclusively, or -1 when
+// someone else holds it. For a waiter's `<safeID>.<ticket>.wait` liveness file.
+static napi_value lock_file(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  int fault_errno;
+  napi_value result = NULL;
+  struct stat st;
+  int fd = STEP("wait.open", open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd < 0) {
+    throw_errno(env, errno, "open", path);
+  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw_errno(env, FTYPE_ERROR, "open", path);
+    close(fd);
+  } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK) result = int_value(env, -1);
+    else throw_errno(env, err, "flock", path);
+  } else {
+    result = int_value(env, fd);
+  }
+  free(path);
+  return result;
+}
+
+// readLockData(fd) → the transition lock file's content (the wait queue), or undefined if empty.
+// Only called with the transition lock held.
+static napi_value read_lock_data(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  int32_t fd;
+  napi_get_value_int32(env, argv[0], &fd);
+  struct stat st;
+  napi_value result = NULL;
+  if (fstat(fd, &st) != 0) return throw_errno(env, errno, "fstat", NULL);
+  if (st.st_size == 0) {
+    napi_get_undefined(env, &result);
+    return result;
+  }
+  if (st.st_size > MAX_RECORD_BYTES) return throw_errno(env, EFBIG, "read", NULL);
+  char *buffer = malloc((size_t)st.st_size);
+  ssize_t n;
+  do n = pread(fd, buffer, (size_t)st.st_size, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) throw_errno(env, errno, "pread", NULL);
+  else napi_create_buffer_copy(env, (size_t)n, buffer, NULL, &result);
+  free(buffer);
+  return result;
+}
+
+// writeLockData(fd, text): replaces the transition lock file's content. No fsync: the queue is
+// soft state (a crash that loses it costs ordering, never safety).
+static napi_value write_lock_data(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  int32_t fd;
+  napi_get_value_int32(env, argv[0], &fd);
+  char *text = get_string(env, argv[1]);
+  if (!text) return throw_errno(env, EINVAL, "pwrite", NULL);
+  size_t length = strlen(text), done = 0;
+  while (done < length) {
+    ssize_t n = pwrite(fd, text + done, length - done, (off_t)done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      free(text);
+      return throw_errno(env, errno, "pwrite", NULL);
+    }
+    done += (size_t)n;
+  }
+  free(text);
+  if (ftruncate(fd, (off_t)length) != 0) return throw_errno(env, errno, "ftruncate", NULL);
+  return NULL;
+}
+
+// watchUnlock(path, id) → false when there is no such file (nothing to wait for), else true, and
+// later the environment's dispatcher (set by watchInit) is called with (id, errno or 0) once nobody
+// holds an exclusive flock on the file: its holder released it or died. A pool thread blocks in
+// flock(LOCK_SH), so a crash is seen the moment the kernel drops the lock, with no polling. A
+// watch cannot be cancelled; it ends when the lock it watches ends, so callers share one watch
+// per file (see watch.ts). Pool threads are reused: a wait costs no thread creation.
+
+#define MAX_WATCH_THREADS 64
+
+typedef struct watch_request {
+  int fd;
+  uint32_t id;
+  napi_threadsafe_function tsfn;
+  struct watch_request *next;
+} watch_request;
+
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watch_ready = PTHREAD_COND_INITIALIZER;
+static watch_request *watch_head, *watch_tail;
+static int watch_threads, watch_idle;
+
+static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
+  (void)context;
+  if (env == NULL || dispatcher == NULL) return; // the environment is shutting down
+  uintptr_t packed = (uintptr_t)data;
+  napi_value args[2], global;
+  napi_create_uint32(env, (uint32_t)(packed >> 16), &args[0]);
+  napi_create_int32(env, (int32_t)(packed & 0xffff), &args[1]);
+  napi_get_global(env, &global);
+  napi_call_function(env, global, dispatcher, 2, args, NULL);
+}
+
+static void *watch_worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&watch_lock);
+    while (watch_head == NULL) {
+      watch_idle++;
+      pthread_cond_wait(&watch_ready, &watch_lock);
+      watch_idle--;
+    }
+    watch_request *r = watch_head;
+    watch_head = r->next;
+    if (watch_head == NULL) watch_tail = NULL;
+    pthread_mutex_unlock(&watch_lock);
+
+    int rc;
+    do rc = flock(r->fd, LOCK_SH);
+    while (rc != 0 && errno == EINTR);
+    uintptr_t err = rc == 0 ? 0 : (uintptr_t)(errno & 0xffff);
+    close(r->fd); // drops our shared lock at once: we only wanted to know when it became free
+    napi_call_threadsafe_function(r->tsfn, (void *)(((uintptr_t)r->id << 16) | err), napi_tsfn_blocking);
+    napi_release_threadsafe_function(r->tsfn, napi_tsfn_release);
+    free(r);
+  }
+  return NULL;
+}
+
+// watchInit(dispatcher): this environment's (id, errno) callback for finished watches.
+static napi_value watch_init(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  napi_threadsafe_function *tsfn = NULL;
+  napi_get_instance_data(env, (void **)&tsfn);
+  if (tsfn != NULL) return NULL;
+  tsfn = malloc(sizeof *tsfn);
+  napi_value name;
+  napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, tsfn) != napi_ok) {
+    free(tsfn);
+    return throw_errno(env, ENOMEM, "watchInit", NULL);
+  }
+  napi_unref_threadsafe_function(env, *tsfn); // pending watches must not keep the process alive
+  napi_set_instance_data(env, tsfn, NULL, NULL);
+  return NULL;
+}
+
+static napi_value watch_unlock(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  napi_threadsafe_function *tsfn = NULL;
+  napi_get_instance_data(env, (void **)&tsfn);
+  if (tsfn == NULL) {
+    napi_throw_error(env, NULL, "watchInit must be called first");
+    return NULL;
+  }
+  uint32_t id;
+  napi_get_value_uint32(env, argv[1], &id);
+  char *path = get_string(env, argv[0]);
+  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  napi_value result = NULL;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) {
+    if (errno == ENOENT) napi_get_boolean(env, false, &result);
+    else throw_errno(env, errno, "open", path);
+  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    throw_errno(env, FTYPE_ERROR, "open", path);
+  } else {
+    watch_request *r = calloc(1, sizeof *r);
+    r->fd = fd;
+    r->id = id;
+    r->tsfn = *tsfn;
+    napi_acquire_threadsafe_function(r->tsfn);
+    pthread_mutex_lock(&watch_lock);
+    if (watch_tail) watch_tail->next = r;
+    else watch_head = r;
+    watch_tail = r;
+    int spawn = watch_idle == 0 && watch_threads < MAX_WATCH_THREADS;
+    if (spawn) watch_threads++;
+    pthread_cond_signal(&watch_ready);
+    pthread_mutex_unlock(&watch_lock);
+    if (spawn) {
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      pthread_attr_setstacksize(&attr, 64 * 1024);
+      pthread_t thread;
+      if (pthread_create(&thread, &attr, watch_worker, NULL) != 0) {
+        pthread_mutex_lock(&watch_lock);
+        watch_threads--; // the request waits for a busy thread to come free
+        pthread_mutex_unlock(&watch_lock);
+      }
+      pthread_attr_destroy(&attr);
+    }
+    napi_get_boolean(env, true, &result);
+  }
+  free(path);
   return result;
 }
 
@@ -622,6 +859,12 @@ static napi_value init(napi_env env, napi_value exports) {
       {"closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL},
       {"removeFile", NULL, remove_file, NULL, NULL, NULL, napi_default, NULL},
       {"fsType", NULL, fs_type, NULL, NULL, NULL, napi_default, NULL},
+      {"lockFile", NULL, lock_file, NULL, NULL, NULL, napi_default, NULL},
+      {"sameFile", NULL, same_file, NULL, NULL, NULL, napi_default, NULL},
+      {"readLockData", NULL, read_lock_data, NULL, NULL, NULL, napi_default, NULL},
+      {"writeLockData", NULL, write_lock_data, NULL, NULL, NULL, napi_default, NULL},
+      {"watchInit", NULL, watch_init, NULL, NULL, NULL, napi_default, NULL},
+      {"watchUnlock", NULL, watch_unlock, NULL, NULL, NULL, napi_default, NULL},
       {"commit", NULL, commit_async, NULL, NULL, NULL, napi_default, NULL},
       {"commitSync", NULL, commit_sync, NULL, NULL, NULL, napi_default, NULL},
       {"setFault", NULL, set_fault, NULL, NULL, NULL, napi_default, NULL},

@@ -4,8 +4,11 @@
 // not, as asked.
 //
 //   floor <dir> <cycles> <durable 0|1> [ids]   → prints one JSON line: per-cycle latencies (ns)
-//   floor <dir> --contend <seconds> <durable>  → loops acquire/release on one id, counting cycles
-//                                                 (run N of these at once for the contention floor)
+//   floor <dir> --contend <seconds> <durable>  → loops a waiting acquire + release on one id; prints
+//                                                 cycles and each acquire's wait (run N at once)
+//
+// The contention floor waits the way the lease does, but in the kernel: a blocking flock on the
+// transition lock, and a blocking shared flock on the holder's liveness file until it lets go.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -110,6 +113,53 @@ static int cycle(const char *id, uint64_t token) {
   return 0;
 }
 
+// A waiting acquire + release, as the lease does it, with blocking kernel waits instead of an
+// event loop: the transition lock is taken with a blocking flock; a held lease is waited out with
+// a blocking shared flock on its holder's liveness file.
+static void contended_cycle(uint64_t token) {
+  char lock[4096], record[4096], live[4096], data[512], buffer[4096];
+  snprintf(lock, sizeof lock, "%s/contended.lock", dir);
+  snprintf(record, sizeof record, "%s/contended.lease.json", dir);
+  snprintf(live, sizeof live, "%s/contended.%llu.live", dir, (unsigned long long)token);
+  for (;;) {
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+    memset(buffer, 0, sizeof buffer);
+    read_record(record, buffer, sizeof buffer - 1);
+    char *owner = strstr(buffer, "\"owner\":\"");
+    unsigned long long holder = 0;
+    char *t = strstr(buffer, "\"token\":");
+    if (t) holder = strtoull(t + 8, NULL, 10);
+    if (owner && owner[9] != '"') {
+      // held: wait (outside the transition lock) until its holder lets its liveness lock go
+      char holder_live[4096];
+      snprintf(holder_live, sizeof holder_live, "%s/contended.%llu.live", dir, holder);
+      close(lfd);
+      int hfd = open(holder_live, O_RDONLY | O_CLOEXEC);
+      if (hfd >= 0) {
+        flock(hfd, LOCK_SH);
+        close(hfd);
+      }
+      continue;
+    }
+    int live_fd = open(live, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (live_fd < 0 || flock(live_fd, LOCK_EX | LOCK_NB) != 0) die("live");
+    snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
+             (unsigned long long)token);
+    write_record(record, data);
+    close(lfd);
+    // release
+    lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+    snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
+    write_record(record, data);
+    unlink(live);
+    close(live_fd);
+    close(lfd);
+    return;
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --contend <seconds> <durable>\n");
@@ -119,10 +169,13 @@ int main(int argc, char **argv) {
   if (strcmp(argv[2], "--contend") == 0) {
     durable = atoi(argv[4]);
     uint64_t until = now_ns() + (uint64_t)(atof(argv[3]) * 1e9), cycles = 0, token = (uint64_t)getpid() << 32;
+    printf("{\"waitsNs\":[");
     while (now_ns() < until) {
-      if (cycle("contended", ++token) == 0) cycles++;
+      uint64_t start = now_ns();
+      contended_cycle(++token);
+      printf("%s%llu", cycles++ ? "," : "", (unsigned long long)(now_ns() - start));
     }
-    printf("{\"cycles\":%llu}\n", (unsigned long long)cycles);
+    printf("],\"cycles\":%llu}\n", (unsigned long long)cycles);
     return 0;
   }
   int cycles = atoi(argv[2]);

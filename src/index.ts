@@ -8,9 +8,11 @@ export {
   LeaseTimeoutError,
   LeaseCorruptError,
   LeaseTokenExhaustedError,
+  LeaseExpiredError,
   type LeaseHolder,
 } from './port/errors.js';
-export type { LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from './port/types.js';
+export type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from './port/types.js';
+export type { HoldOptions, LeaseHold } from './port/hold.js';
 export { channels } from './port/events.js';
 export type {
   AcquireMessage,

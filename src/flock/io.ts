@@ -15,8 +15,11 @@ export interface CommitPlan {
   /** The record to replace (atomically: temp file, fsync, rename, fsync of the directory). */
   readonly record: string;
   readonly data: string;
-  /** Create and exclusively flock this generation's liveness file first. */
+  /** Create and exclusively flock this generation's liveness file first... */
   readonly live?: string | undefined;
+  /** ...or (a hand-off) rename this flocked waiter's file to `live`: its flock becomes the new
+   * generation's liveness lock. Renamed back if the commit fails. */
+  readonly adoptFrom?: string | undefined;
   /** Files of finished generations to remove once the record is replaced (at most two). */
   readonly remove?: readonly string[] | undefined;
 }
@@ -55,6 +58,20 @@ export interface LeaseIO {
   removeFile(path: string): void;
   /** Throws only if the descriptor may still be open (so a retry makes sense). */
   closeFile(fd: number): void;
+  /** Creates (or reuses) a file and holds it exclusively: the fd, or `undefined` if someone holds it. */
+  lockFile(path: string): number | undefined;
+  /** Does `path` (not followed) name the file open as `fd`? */
+  sameFile(fd: number, path: string): boolean;
+  /** The transition lock file's content (the wait queue), or `undefined` when empty. */
+  readLockData(lockFd: number): Uint8Array | undefined;
+  /** Replaces the transition lock file's content; not fsynced (the queue is soft state). */
+  writeLockData(lockFd: number, text: string): void;
+  /**
+   * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder released it
+   * or died), from a dedicated thread blocked in flock. `false` (and no call) when there is no
+   * such file. Cannot be cancelled: the watch ends with the lock it watches.
+   */
+  watchUnlock(path: string, onUnlocked: (errno: number) => void): boolean;
 }
 
 interface NativeIO {
@@ -66,6 +83,12 @@ interface NativeIO {
   fsType(path: string): number;
   commit(plan: NativePlan): Promise<CommitResult>;
   commitSync(plan: NativePlan): CommitResult;
+  lockFile(path: string): number;
+  sameFile(fd: number, path: string): boolean;
+  readLockData(fd: number): Buffer | undefined;
+  writeLockData(fd: number, text: string): void;
+  watchInit(dispatch: (id: number, errno: number) => void): void;
+  watchUnlock(path: string, id: number): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
@@ -74,6 +97,7 @@ interface NativePlan {
   dir: string;
   data: string;
   live?: string | undefined;
+  adoptFrom?: string | undefined;
   remove0?: string | undefined;
   remove1?: string | undefined;
 }
@@ -135,7 +159,8 @@ function mapped<A extends unknown[], R>(call: (...args: A) => R): (...args: A) =
 }
 
 function nativePlan(dir: string, plan: CommitPlan): NativePlan {
-  return { record: plan.record, dir, data: plan.data, live: plan.live, remove0: plan.remove?.[0], remove1: plan.remove?.[1] };
+  const { record, data, live, adoptFrom, remove } = plan;
+  return { record, dir, data, live, adoptFrom, remove0: remove?.[0], remove1: remove?.[1] };
 }
 
 export const fileIO: LeaseIO = {
@@ -185,7 +210,39 @@ export const fileIO: LeaseIO = {
   // close fails (EINTR, EIO), so a retry could only close an unrelated file that reused the number,
   // and nothing was written through a lock descriptor. Only an injected fault leaves it open.
   closeFile: (fd) => addon().closeFd(fd),
+
+  lockFile: mapped((path) => {
+    const fd = addon().lockFile(path);
+    return fd >= 0 ? fd : undefined;
+  }),
+
+  sameFile: (fd, path) => addon().sameFile(fd, path),
+
+  readLockData: (fd) => addon().readLockData(fd),
+
+  writeLockData: (fd, text) => addon().writeLockData(fd, text),
+
+  watchUnlock: mapped((path, onUnlocked) => {
+    const io = addon();
+    if (watchCallbacks === undefined) {
+      const callbacks = new Map<number, (errno: number) => void>();
+      io.watchInit((id, errno) => {
+        const callback = callbacks.get(id);
+        callbacks.delete(id);
+        callback?.(errno);
+      });
+      watchCallbacks = callbacks;
+    }
+    const id = (nextWatchId = (nextWatchId + 1) >>> 0);
+    if (!io.watchUnlock(path, id)) return false;
+    watchCallbacks.set(id, onUnlocked);
+    return true;
+  }),
 };
+
+/** Pending watches by id; the addon's pool threads report (id, errno) through one dispatcher. */
+let watchCallbacks: Map<number, (errno: number) => void> | undefined;
+let nextWatchId = 0;
 
 /**
  * Test-only fault points inside the addon: the next `count` executions of a system-call step

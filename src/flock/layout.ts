@@ -3,6 +3,7 @@
  *   <safeID>.lock            transition lock, flocked for one operation at a time
  *   <safeID>.<token>.live    liveness lock of one generation, flocked for its whole life
  *   <safeID>.lease.json      the record, replaced atomically
+ *   <safeID>.<ticket>.wait   liveness lock of one queued waiter (ours; the Go original has none)
  */
 import { createHash } from 'node:crypto';
 
@@ -33,14 +34,16 @@ export function safeID(id: string): string {
 export const lockName = (safe: string): string => `${safe}.lock`;
 export const liveName = (safe: string, token: bigint): string => `${safe}.${token}.live`;
 export const recordName = (safe: string): string => `${safe}.lease.json`;
+export const waitName = (safe: string, ticket: number): string => `${safe}.${ticket}.wait`;
 
 /** What a directory entry is, for the operator tools; `undefined` for a name we never write. */
 export type LeaseFileName =
   | { readonly kind: 'lock' | 'record'; readonly safe: string }
   | { readonly kind: 'live'; readonly safe: string; readonly token: bigint }
+  | { readonly kind: 'wait'; readonly safe: string; readonly ticket: number }
   | { readonly kind: 'temp'; readonly safe: string };
 
-const NAME = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.(?:(lock)|(lease\.json)|(0|[1-9]\d{0,19})\.live|lease\.json\.([A-Za-z0-9._-]+))$/;
+const NAME = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.(?:(lock)|(lease\.json)|(0|[1-9]\d{0,19})\.live|(0|[1-9]\d{0,15})\.wait|lease\.json\.([A-Za-z0-9._-]+))$/;
 
 export function parseLeaseFileName(name: string): LeaseFileName | undefined {
   const m = NAME.exec(name);
@@ -49,5 +52,6 @@ export function parseLeaseFileName(name: string): LeaseFileName | undefined {
   if (m[2] !== undefined) return { kind: 'lock', safe };
   if (m[3] !== undefined) return { kind: 'record', safe };
   if (m[4] !== undefined) return { kind: 'live', safe, token: BigInt(m[4]) };
+  if (m[5] !== undefined) return { kind: 'wait', safe, ticket: Number(m[5]) };
   return { kind: 'temp', safe };
 }

@@ -14,8 +14,9 @@ import {
   type LeaseHolder,
 } from '../port/errors.js';
 import { channels, publish } from '../port/events.js';
+import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../port/token.js';
-import type { LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
+import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
   checkExpiry,
   checkGrant,
@@ -24,15 +25,19 @@ import {
   checkPositiveMs,
   checkSessionId,
   checkSignal,
+  MAX_EXPIRY_MS,
   readClock,
   resolveClock,
   resolveTtl,
+  resolveWaitMs,
 } from '../port/validate.js';
 import { sleep } from './abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
-import { liveName, lockName, recordName, safeID } from './layout.js';
+import { liveName, lockName, recordName, safeID, waitName } from './layout.js';
+import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
 import { formatRecord, parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
+import { whenUnlocked } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
   /** How long an operation waits for another process's transition (one operation, normally
@@ -56,10 +61,34 @@ interface Pending {
   readonly removals: Set<string>;
 }
 
+/** A waiting acquire's place in the id's queue, once it has one. */
+interface WaitLine {
+  readonly owner: string;
+  ticket?: number;
+  fd?: number;
+}
+
+/** One try of a (possibly waiting) acquire: the grant, or why not and what to wait for. */
+type Attempt =
+  | { readonly grant: LeaseGrant }
+  | {
+      readonly refusal: LeaseHeldError;
+      /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
+      readonly watch: string | undefined;
+      /** Clock time (epoch ms) at which to look again regardless (the holder's expiry, a waiter's grace). */
+      readonly until: number | undefined;
+    };
+
 type TakeoverReason = 'free' | 'released' | 'expired' | 'crashed';
 
-const LOCK_RETRY_FIRST_MS = 0.25;
-const LOCK_RETRY_MAX_MS = 20;
+/** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
+const TRANSITION_YIELDS = 3;
+/** How long a free lease stays reserved for a queued waiter that is alive but does not come for
+ * it (stopped, or its event loop blocked) before the next one may go first. */
+const WAITER_GRACE_MAX_MS = 1_000;
+/** Beyond this many queued tickets, dead ones are pruned anywhere in the queue, not just in front. */
+const QUEUE_PRUNE_AT = 16;
+
 
 export class Lease implements SessionLease {
   readonly dir: string;
@@ -72,6 +101,8 @@ export class Lease implements SessionLease {
    * closed by garbage collection, silently dropping the lock. */
   readonly #held = new Map<string, Generation>();
   readonly #pending = new Map<string, Pending>();
+  /** safeID → waiting acquires of this process, woken when this process changes that lease. */
+  readonly #wakers = new Map<string, Set<() => void>>();
   #dirReady = false;
 
   constructor(dir: string, options: FileLeaseOptions = {}) {
@@ -85,33 +116,21 @@ export class Lease implements SessionLease {
     this.#io = (options as { [kIO]?: LeaseIO })[kIO] ?? fileIO;
   }
 
-  async acquire(sessionId: string, owner: string, options?: OperationOptions): Promise<LeaseGrant> {
+  /**
+   * Acquires the lease for `owner`, or throws LeaseHeldError. With `waitMs`, waits (in arrival
+   * order with other waiters) for the holder to release, die or expire.
+   */
+  async acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
     checkSessionId(sessionId);
     checkOwner(owner);
     const signal = operationSignal(options);
-    return this.#transition(sessionId, signal, true, async (safe, now) => {
-      const expiryMs = now + this.ttlMs;
-      checkExpiry(expiryMs);
-      const record = this.#readRecord(safe);
-      const held = this.#held.get(safe);
-      let reason: TakeoverReason;
-      if (record === undefined) reason = 'free';
-      else if (record.owner === '') reason = 'released';
-      // Expired: replaceable even if the old process is alive and still holds its .live.
-      else if (record.expiryMs <= now) reason = 'expired';
-      else if (held?.token === record.token) {
-        // This process holds the live generation: only its own owner may refresh it.
-        if (record.owner !== owner) throw heldError(sessionId, record);
-        await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
-        const grant = grantOf(sessionId, owner, record.token, expiryMs);
-        publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
-        return grant;
-      }
-      // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
-      else if (this.#io.probeLive(join(this.dir, liveName(safe, record.token)))) throw heldError(sessionId, record);
-      else reason = 'crashed';
-      return this.#takeOver(safe, sessionId, owner, record, expiryMs, now, reason);
-    });
+    const waitMs = resolveWaitMs(options?.waitMs);
+    if (waitMs > 0) return this.#acquireWaiting(sessionId, owner, waitMs, signal);
+    const attempt = await this.#transition(sessionId, signal, true, (safe, now, lockFd) =>
+      this.#attempt(safe, sessionId, owner, now, lockFd, undefined),
+    );
+    if ('grant' in attempt) return attempt.grant;
+    throw attempt.refusal;
   }
 
   async renew(grant: LeaseGrant, options?: OperationOptions): Promise<LeaseGrant> {
@@ -155,7 +174,7 @@ export class Lease implements SessionLease {
     const safe = safeID(sessionId);
     // Unknown, stale or already released, and nothing to retry: a no-op that needs no lock.
     if (!this.#holds(safe, owner, token) && !this.#pending.has(safe) && this.#gate.size === 0) return;
-    await this.#transition(sessionId, signal, false, async (safe, now) => {
+    await this.#transition(sessionId, signal, false, async (safe, now, lockFd) => {
       const held = this.#held.get(safe);
       if (held?.token !== token || held.owner !== owner) return;
       const record = this.#readRecord(safe);
@@ -164,16 +183,298 @@ export class Lease implements SessionLease {
         this.#dropGeneration(safe, held);
         return;
       }
+      const ourLive = join(this.dir, liveName(safe, token));
+      const handOff = this.#nextInLine(safe, lockFd, token, now);
       try {
-        await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [join(this.dir, liveName(safe, token))] });
+        if (handOff === undefined) {
+          await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [ourLive] });
+        } else {
+          // Hand the lease straight to the front waiter: its flocked .wait file becomes the new
+          // generation's .live (a rename keeps the inode and so the flock), the record names it.
+          const { waiter, next, queue } = handOff;
+          const live = join(this.dir, liveName(safe, next));
+          const adoptFrom = join(this.dir, waitName(safe, waiter.ticket));
+          await this.#commit(safe, { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId }, { live, adoptFrom, remove: [ourLive] });
+          queue.waiters.shift();
+          queue.freeSince = 0;
+          this.#io.writeLockData(lockFd, formatQueue(queue));
+        }
       } catch (error) {
-        // Tombstone in place but not durable (directory fsync failed): the lease is released all the same.
+        // Record replaced but not durable (directory fsync failed): released all the same.
         if ((error as CommitError).committed) this.#dropGeneration(safe, held);
         throw error;
       }
       this.#dropGeneration(safe, held);
       publish(channels.release, () => ({ lease: this, grant }));
     });
+    this.#wake(safe);
+  }
+
+  /**
+   * The queued waiter a release hands the lease to: the first live one (dead ones are dropped),
+   * with the token it gets. Under the transition lock.
+   */
+  #nextInLine(safe: string, lockFd: number, token: bigint, now: number): { waiter: QueuedWaiter; next: bigint; queue: WaitQueue } | undefined {
+    const queue = parseQueue(this.#io.readLockData(lockFd));
+    if (queue.waiters.length === 0) return undefined;
+    const original = formatQueue(queue);
+    let found: QueuedWaiter | undefined;
+    while (queue.waiters.length > 0) {
+      const front = queue.waiters[0]!;
+      const path = join(this.dir, waitName(safe, front.ticket));
+      if (this.#io.probeLive(path) && now + front.ttlMs <= MAX_EXPIRY_MS) {
+        found = front;
+        break;
+      }
+      queue.waiters.shift(); // its process is gone
+      this.#removeQuietly(path);
+    }
+    const next = nextToken(token, now);
+    if (found === undefined || next === undefined) {
+      if (formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
+      return undefined;
+    }
+    return { waiter: found, next, queue };
+  }
+
+  /**
+   * Acquires and keeps renewing (about every ttlMs/3) until released or lost; `hold.signal`
+   * aborts on loss. `await using hold = await lease.hold(id, owner)` releases at scope end.
+   */
+  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  }
+
+  /** One try: the grant, or the refusal and what to wait for. Runs under the transition lock. */
+  async #attempt(safe: string, sessionId: string, owner: string, now: number, lockFd: number, line: WaitLine | undefined): Promise<Attempt> {
+    const expiryMs = now + this.ttlMs;
+    checkExpiry(expiryMs);
+    const record = this.#readRecord(safe);
+    if (line?.fd !== undefined && record?.owner === owner && this.#io.sameFile(line.fd, join(this.dir, liveName(safe, record.token)))) {
+      return this.#adopt(safe, sessionId, owner, now, record, line.fd, line);
+    }
+    const held = this.#held.get(safe);
+    let reason: TakeoverReason;
+    if (record === undefined) reason = 'free';
+    else if (record.owner === '') reason = 'released';
+    // Expired: replaceable even if the old process is alive and still holds its .live.
+    else if (record.expiryMs <= now) reason = 'expired';
+    else {
+      const live = join(this.dir, liveName(safe, record.token));
+      if (held?.token === record.token) {
+        // This process holds the live generation: only its own owner may refresh it.
+        if (record.owner === owner) {
+          await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
+          const grant = grantOf(sessionId, owner, record.token, expiryMs);
+          publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
+          return { grant };
+        }
+        return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
+      }
+      // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
+      if (this.#io.probeLive(live)) return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
+      reason = 'crashed';
+    }
+
+    // Takeable. Queued waiters go first, in arrival order.
+    const queue = parseQueue(this.#io.readLockData(lockFd));
+    if (queue.waiters.length > 0) {
+      const original = formatQueue(queue);
+      const ahead = this.#waiterAhead(safe, queue, line?.ticket, now);
+      if (ahead !== undefined) {
+        const refusal = new LeaseHeldError(
+          `lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
+          sessionId,
+        );
+        const watch = join(this.dir, waitName(safe, ahead));
+        return this.#refuse(safe, lockFd, now, line, refusal, watch, queue.freeSince + this.#waiterGraceMs, { queue, original });
+      }
+      const mine = queue.waiters.findIndex((w) => w.ticket === line?.ticket);
+      if (mine >= 0) queue.waiters.splice(mine, 1);
+      queue.freeSince = 0;
+      this.#io.writeLockData(lockFd, formatQueue(queue));
+    }
+    // Out of line first: our .wait file must not linger as a lock of this process.
+    this.#leaveLine(safe, line);
+    const grant = await this.#takeOver(safe, sessionId, owner, record, expiryMs, now, reason);
+    return { grant };
+  }
+
+  /** A release handed us the lease while we waited: our .wait file is its .live. */
+  async #adopt(safe: string, sessionId: string, owner: string, now: number, record: LeaseRecord, fd: number, line: WaitLine): Promise<Attempt> {
+    const predecessor = this.#held.get(safe);
+    if (predecessor !== undefined) this.#dropGeneration(safe, predecessor);
+    this.#held.set(safe, { token: record.token, owner, fd });
+    line.fd = undefined;
+    line.ticket = undefined;
+    let expiryMs = record.expiryMs;
+    if (expiryMs <= now) {
+      // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
+      expiryMs = now + this.ttlMs;
+      await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
+    }
+    const grant = grantOf(sessionId, owner, record.token, expiryMs);
+    publish(channels.acquire, () => ({ lease: this, grant, refreshed: false }));
+    publish(channels.takeover, () => ({ lease: this, grant, reason: 'handoff' as const }));
+    return { grant };
+  }
+
+  get #waiterGraceMs(): number {
+    return Math.min(this.ttlMs, WAITER_GRACE_MAX_MS);
+  }
+
+  /**
+   * The live waiter a free lease is reserved for, unless it is `mine`. Drops dead waiters from the
+   * front, and skips one that has not come for the lease within the grace (it rejoins at the back
+   * when it wakes). Changes `queue` in place; the caller writes it back. Under the transition lock.
+   */
+  #waiterAhead(safe: string, queue: WaitQueue, mine: number | undefined, now: number): number | undefined {
+    while (queue.waiters.length > 0) {
+      const front = queue.waiters[0]!.ticket;
+      if (front === mine) return undefined;
+      const path = join(this.dir, waitName(safe, front));
+      if (!this.#io.probeLive(path)) {
+        queue.waiters.shift(); // its process is gone
+        queue.freeSince = 0;
+        this.#removeQuietly(path);
+        continue;
+      }
+      if (queue.freeSince === 0) queue.freeSince = now;
+      if (now - queue.freeSince < this.#waiterGraceMs) return front;
+      queue.waiters.shift(); // alive but not coming: let the next one go
+      queue.freeSince = now;
+    }
+    return undefined;
+  }
+
+  /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. `known` is
+   * the queue as already read (and maybe changed) under this transition, with its text as read. */
+  #refuse(
+    safe: string,
+    lockFd: number,
+    now: number,
+    line: WaitLine | undefined,
+    refusal: LeaseHeldError,
+    watch: string,
+    until: number,
+    known?: { queue: WaitQueue; original: string },
+  ): Attempt {
+    let queue = known?.queue;
+    let original = known?.original;
+    if (line !== undefined) {
+      if (queue === undefined) {
+        queue = parseQueue(this.#io.readLockData(lockFd));
+        original = formatQueue(queue);
+      }
+      if (line.ticket === undefined || !queue.waiters.some((w) => w.ticket === line.ticket)) {
+        // First refusal, or skipped while away: (re)join at the back.
+        this.#leaveLine(safe, line);
+        if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(safe, queue);
+        const waiter = { ticket: nextTicket(queue, now), owner: line.owner, ttlMs: this.ttlMs };
+        queue.waiters.push(waiter);
+        const fits = formatQueue(queue).length <= MAX_QUEUE_TEXT;
+        const fd = fits ? this.#io.lockFile(join(this.dir, waitName(safe, waiter.ticket))) : undefined;
+        if (fd === undefined) queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
+        else Object.assign(line, { ticket: waiter.ticket, fd });
+      }
+    }
+    if (queue !== undefined && formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
+    const place = line?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === line.ticket);
+    if (place > 0) {
+      // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
+      // leaves the line (gave up, or died) — or, once it was handed the lease and its .wait file
+      // became the .live, when it releases: exactly when our turn comes. So a release wakes one
+      // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
+      const ahead = join(this.dir, waitName(safe, queue!.waiters[place - 1]!.ticket));
+      return { refusal, watch: ahead, until: now + this.#waiterGraceMs };
+    }
+    return { refusal, watch, until };
+  }
+
+  #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
+    for (let i = queue.waiters.length - 1; i >= 0; i--) {
+      const path = join(this.dir, waitName(safe, queue.waiters[i]!.ticket));
+      if (!this.#io.probeLive(path)) {
+        queue.waiters.splice(i, 1);
+        this.#removeQuietly(path);
+      }
+    }
+  }
+
+  /** Gives up a place in the queue: the entry goes stale and is pruned by whoever meets it. */
+  #leaveLine(safe: string, line: WaitLine | undefined): void {
+    if (line?.fd === undefined) return;
+    this.#closeOrDefer(safe, line.fd);
+    this.#removeQuietly(join(this.dir, waitName(safe, line.ticket!)));
+    line.fd = undefined;
+    line.ticket = undefined;
+  }
+
+  async #acquireWaiting(sessionId: string, owner: string, waitMs: number, signal: AbortSignal | undefined): Promise<LeaseGrant> {
+    const deadline = performance.now() + waitMs;
+    const safe = safeID(sessionId);
+    const line: WaitLine = { owner };
+    try {
+      for (let idleRounds = 0, lastWatch: string | undefined; ; ) {
+        const attempt = await this.#transition(
+          sessionId,
+          signal,
+          true,
+          (safe, now, lockFd) => this.#attempt(safe, sessionId, owner, now, lockFd, line),
+          deadline,
+        );
+        if ('grant' in attempt) return attempt.grant;
+        // Rounds that end at once on the same watch saw no change: pause a little so we never spin.
+        if (idleRounds > 2) await sleep(Math.min(2 ** idleRounds, 50), signal);
+        const left = deadline - performance.now();
+        if (left <= 0) throw attempt.refusal;
+        const started = performance.now();
+        await this.#waitForChange(safe, attempt, left, signal);
+        idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
+        lastWatch = attempt.watch;
+      }
+    } finally {
+      if (line.fd !== undefined) {
+        this.#leaveLine(safe, line);
+        this.#wake(safe); // whoever queued behind us may be first now
+      }
+    }
+  }
+
+  /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
+   * the lease, the wait runs out, or `signal` aborts (which rejects). */
+  async #waitForChange(
+    safe: string,
+    attempt: Extract<Attempt, { refusal: LeaseHeldError }>,
+    leftMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const round = new AbortController();
+    const wakers = this.#wakers.get(safe) ?? new Set();
+    this.#wakers.set(safe, wakers);
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => (wake = resolve));
+    wakers.add(wake);
+    const onAbort = (): void => round.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
+      const events = [woken, sleep(Math.min(leftMs, untilMs), round.signal).catch(() => {})];
+      if (attempt.watch !== undefined) events.push(whenUnlocked(this.#io, attempt.watch, round.signal));
+      await Promise.race(events);
+      signal?.throwIfAborted();
+    } finally {
+      round.abort();
+      signal?.removeEventListener('abort', onAbort);
+      wakers.delete(wake);
+      if (wakers.size === 0) this.#wakers.delete(safe);
+    }
+  }
+
+  /** Wakes this process's waiting acquires on `safe` to look again. */
+  #wake(safe: string): void {
+    const wakers = this.#wakers.get(safe);
+    if (wakers !== undefined) for (const wake of wakers) wake();
   }
 
   /** Runs `body` with the id's in-process gate and cross-process transition lock held. */
@@ -181,16 +482,17 @@ export class Lease implements SessionLease {
     sessionId: string,
     signal: AbortSignal | undefined,
     failClosed: boolean,
-    body: (safe: string, now: number) => Promise<T>,
+    body: (safe: string, now: number, lockFd: number) => Promise<T>,
+    deadline = performance.now() + this.transitionTimeoutMs,
   ): Promise<T> {
     signal?.throwIfAborted();
     const safe = safeID(sessionId);
     const leave = await this.#gate.enter(safe, signal);
     try {
-      const lockFd = await this.#lockTransition(safe, sessionId, signal);
+      const lockFd = await this.#lockTransition(safe, sessionId, signal, deadline);
       try {
         this.#retryPending(safe, failClosed);
-        return await body(safe, readClock(this.#clock));
+        return await body(safe, readClock(this.#clock), lockFd);
       } finally {
         this.#io.unlockTransition(lockFd);
       }
@@ -199,22 +501,36 @@ export class Lease implements SessionLease {
     }
   }
 
-  async #lockTransition(safe: string, sessionId: string, signal: AbortSignal | undefined): Promise<number> {
+  async #lockTransition(safe: string, sessionId: string, signal: AbortSignal | undefined, deadline: number): Promise<number> {
     const path = join(this.dir, lockName(safe));
-    const deadline = performance.now() + this.transitionTimeoutMs;
-    for (let delay = LOCK_RETRY_FIRST_MS; ; ) {
+    for (let tries = 0; ; tries++) {
       const fd = this.#tryLockTransition(path);
       if (typeof fd === 'number') return fd;
       if (fd === 'replaced') continue; // the lock file was pruned under us: lock the new one
       const left = deadline - performance.now();
       if (left <= 0) {
         throw new LeaseTimeoutError(
-          `the transition lock ${path} was not free within ${this.transitionTimeoutMs} ms: another process is in (or stopped in) an operation on this id`,
+          `the transition lock ${path} was not free in time: another process is in (or stopped in) an operation on this id`,
           sessionId,
         );
       }
-      await sleep(Math.min(delay, left), signal);
-      delay = Math.min(delay * 2, LOCK_RETRY_MAX_MS);
+      // Another process is mid-operation, normally for microseconds: yield a few times, then wait
+      // in the kernel (a watcher thread blocked in flock) for it to finish, bounded by the deadline.
+      if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
+      else await this.#waitForLock(path, left, signal);
+    }
+  }
+
+  async #waitForLock(path: string, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
+    const round = new AbortController();
+    const onAbort = (): void => round.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      await Promise.race([whenUnlocked(this.#io, path, round.signal), sleep(leftMs, round.signal).catch(() => {})]);
+      signal?.throwIfAborted();
+    } finally {
+      round.abort();
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 
@@ -277,6 +593,7 @@ export class Lease implements SessionLease {
     if (record !== undefined && reason !== 'free') {
       publish(channels.takeover, () => ({ lease: this, grant, reason, previous: holderOf(record) }));
     }
+    this.#wake(safe); // local waiters now wait on the new holder
     return grant;
   }
 
@@ -320,6 +637,14 @@ export class Lease implements SessionLease {
     }
   }
 
+  #removeQuietly(path: string): void {
+    try {
+      this.#io.removeFile(path);
+    } catch {
+      // A leftover .wait file of a dead waiter is harmless (nobody holds it); prune takes it later.
+    }
+  }
+
   #pendingFor(safe: string): Pending {
     let pending = this.#pending.get(safe);
     if (pending === undefined) this.#pending.set(safe, (pending = { closes: new Set(), removals: new Set() }));
@@ -349,6 +674,12 @@ export class Lease implements SessionLease {
     }
     if (pending.closes.size === 0 && pending.removals.size === 0) this.#pending.delete(safe);
   }
+}
+
+function yieldToLoop(signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) =>
+    setImmediate(() => (signal?.aborted ? reject(signal.reason) : resolve())),
+  );
 }
 
 function operationSignal(options: OperationOptions | undefined): AbortSignal | undefined {

@@ -5,8 +5,9 @@
  */
 import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../port/errors.js';
 import { channels, publish } from '../port/events.js';
+import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../port/token.js';
-import type { LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
+import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
   checkExpiry,
   checkGrant,
@@ -17,7 +18,9 @@ import {
   readClock,
   resolveClock,
   resolveTtl,
+  resolveWaitMs,
 } from '../port/validate.js';
+import { sleep } from '../flock/abort.js';
 
 interface MemoryRecord {
   /** "" once released. */
@@ -30,6 +33,8 @@ export class MemoryLease implements SessionLease {
   readonly ttlMs: number;
   readonly #clock: () => number;
   readonly #records = new Map<string, MemoryRecord>();
+  /** sessionId → waiting acquires in arrival order; a free lease goes to the first. */
+  readonly #queues = new Map<string, Array<() => void>>();
 
   constructor(options: LeaseOptions = {}) {
     checkOptions(options, 'options');
@@ -37,10 +42,57 @@ export class MemoryLease implements SessionLease {
     this.ttlMs = resolveTtl(options.ttlMs, readClock(this.#clock));
   }
 
-  async acquire(sessionId: string, owner: string, options?: OperationOptions): Promise<LeaseGrant> {
+  async acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
     checkSessionId(sessionId);
     checkOwner(owner);
     checkOperation(options);
+    const waitMs = resolveWaitMs(options?.waitMs);
+    if (waitMs === 0) return this.#tryAcquire(sessionId, owner, false);
+    // Wait in line: woken by a release here, or at the holder's expiry, until waitMs runs out.
+    const deadline = performance.now() + waitMs;
+    const queue = this.#queues.get(sessionId) ?? [];
+    this.#queues.set(sessionId, queue);
+    let wake!: () => void;
+    let woken = new Promise<void>((resolve) => (wake = resolve));
+    const me = (): void => wake();
+    queue.push(me);
+    const signal = options?.signal;
+    const onAbort = (): void => wake(); // the loop then throws the reason
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      for (;;) {
+        try {
+          return this.#tryAcquire(sessionId, owner, queue[0] === me);
+        } catch (error) {
+          if (!(error instanceof LeaseHeldError)) throw error;
+          const left = deadline - performance.now();
+          if (left <= 0) throw error;
+          const record = this.#records.get(sessionId);
+          const untilExpiry = record === undefined || record.owner === '' ? left : record.expiryMs - readClock(this.#clock) + 1;
+          const round = new AbortController();
+          try {
+            await Promise.race([woken, sleep(Math.max(1, Math.min(left, untilExpiry)), round.signal).catch(() => {})]);
+          } finally {
+            round.abort();
+          }
+          signal?.throwIfAborted();
+          woken = new Promise<void>((resolve) => (wake = resolve));
+        }
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      queue.splice(queue.indexOf(me), 1);
+      if (queue.length === 0) this.#queues.delete(sessionId);
+      else queue[0]!(); // the next in line may go now
+    }
+  }
+
+  /** Acquires and keeps renewing until released or lost (see Lease.hold). */
+  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  }
+
+  #tryAcquire(sessionId: string, owner: string, first: boolean): LeaseGrant {
     const now = readClock(this.#clock);
     const expiryMs = now + this.ttlMs;
     checkExpiry(expiryMs);
@@ -53,6 +105,9 @@ export class MemoryLease implements SessionLease {
       const grant = grantOf(sessionId, record);
       publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
       return grant;
+    }
+    if (!first && (this.#queues.get(sessionId)?.length ?? 0) > 0) {
+      throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter`, sessionId);
     }
     const token = nextToken(record?.token ?? 0n, now);
     if (token === undefined) {
@@ -99,6 +154,7 @@ export class MemoryLease implements SessionLease {
     record.owner = '';
     record.expiryMs = readClock(this.#clock);
     publish(channels.release, () => ({ lease: this, grant }));
+    this.#queues.get(grant.sessionId)?.[0]?.();
   }
 }
 

@@ -39,6 +39,14 @@ export class LeaseUnsupportedError extends LeaseError {
   readonly code = 'ELEASEUNSUPPORTED';
 }
 
+/** A held lease's expiry passed before a renew could succeed (renew kept failing transiently). */
+export class LeaseExpiredError extends LeaseError {
+  readonly code = 'ELEASEEXPIRED';
+  constructor(message: string, readonly sessionId: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
 /** The per-id transition lock was not obtained in time (a wedged or suspended process holds it). */
 export class LeaseTimeoutError extends LeaseError {
   readonly code = 'ELEASETIMEOUT';

@@ -16,9 +16,10 @@ export interface AcquireMessage {
 export interface TakeoverMessage {
   readonly lease: SessionLease;
   readonly grant: LeaseGrant;
-  /** Why the previous generation could be replaced. */
-  readonly reason: 'crashed' | 'expired' | 'released';
-  readonly previous: LeaseHolder;
+  /** Why the previous generation could be replaced ('handoff': a release handed it to this waiter). */
+  readonly reason: 'crashed' | 'expired' | 'released' | 'handoff';
+  /** The replaced holder (absent on a hand-off, which only the releaser saw). */
+  readonly previous?: LeaseHolder | undefined;
 }
 export interface RenewMessage {
   readonly lease: SessionLease;

@@ -23,8 +23,16 @@ export interface OperationOptions {
   readonly signal?: AbortSignal | undefined;
 }
 
+export interface AcquireOptions extends OperationOptions {
+  /**
+   * Wait up to this many ms (Infinity: until `signal` aborts) for the holder to release, die or
+   * expire, instead of failing at once; waiters are served in arrival order. Default 0.
+   */
+  readonly waitMs?: number | undefined;
+}
+
 export interface SessionLease {
-  acquire(sessionId: string, owner: string, options?: OperationOptions): Promise<LeaseGrant>;
+  acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant>;
   renew(grant: LeaseGrant, options?: OperationOptions): Promise<LeaseGrant>;
   release(grant: LeaseGrant, options?: OperationOptions): Promise<void>;
 }

@@ -52,6 +52,14 @@ export function checkPositiveMs(value: unknown, what: string): asserts value is 
   if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${what} must be a finite positive number, got ${value}`);
 }
 
+/** A wait: absent means 0 (do not wait); Infinity waits until aborted. */
+export function resolveWaitMs(value: unknown): number {
+  if (value === undefined) return 0;
+  if (typeof value !== 'number') throw new TypeError('waitMs must be a number');
+  if (Number.isNaN(value) || value < 0) throw new RangeError(`waitMs must be 0 or more, got ${value}`);
+  return value;
+}
+
 /** Missing or non-positive means the default (the Go original's rule); NaN, Infinity or an
  * expiry past year 9999 is a RangeError. */
 export function resolveTtl(value: unknown, now: number): number {

@@ -14,6 +14,7 @@ export interface AgentGrant {
 }
 export interface AgentReply {
   ok: boolean;
+  at?: number;
   code?: string;
   message?: string;
   grant?: AgentGrant;
@@ -26,6 +27,9 @@ export class LeaseAgent {
   readonly exited: Promise<[number | null, NodeJS.Signals | null]>;
   readonly #replies: AgentReply[] = [];
   readonly #waiting: Array<(reply: AgentReply) => void> = [];
+  /** Unsolicited lines (a hold's renew/reclaim/lost), in order. */
+  readonly events: Array<{ event: string; code?: string; grant?: AgentGrant; aborted?: boolean }> = [];
+  readonly #eventWaiters: Array<() => void> = [];
   stderr = '';
 
   private constructor(dir: string, ttlMs: number | undefined, options: SpawnOptions) {
@@ -34,7 +38,13 @@ export class LeaseAgent {
     this.exited = once(this.child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
     this.child.stderr!.on('data', (chunk: Buffer) => (this.stderr += chunk.toString()));
     createInterface({ input: this.child.stdout! }).on('line', (line) => {
-      const reply = JSON.parse(line) as AgentReply;
+      const parsed = JSON.parse(line) as AgentReply & { event?: string };
+      if (parsed.event !== undefined) {
+        this.events.push(parsed as (typeof this.events)[number]);
+        for (const wake of this.#eventWaiters.splice(0)) wake();
+        return;
+      }
+      const reply = parsed;
       const waiter = this.#waiting.shift();
       if (waiter) waiter(reply);
       else this.#replies.push(reply);
@@ -67,10 +77,19 @@ export class LeaseAgent {
     return this.#next();
   }
 
-  async acquire(id: string, owner: string): Promise<AgentGrant> {
-    const reply = await this.call({ op: 'acquire', id, owner });
+  async acquire(id: string, owner: string, waitMs?: number): Promise<AgentGrant> {
+    const reply = await this.call({ op: 'acquire', id, owner, waitMs });
     if (!reply.ok) throw Object.assign(new Error(reply.message), { code: reply.code });
     return reply.grant!;
+  }
+
+  /** Resolves once an event line matching `name` has arrived (past or future). */
+  async event(name: string): Promise<(typeof this.events)[number]> {
+    for (;;) {
+      const found = this.events.find((e) => e.event === name);
+      if (found) return found;
+      await new Promise<void>((resolve) => this.#eventWaiters.push(resolve));
+    }
   }
 
   kill(signal: NodeJS.Signals = 'SIGKILL'): void {

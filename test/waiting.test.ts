@@ -1,0 +1,333 @@
+// The waiting acquire and the self-renewing hold, between real processes: woken by a release or
+// a crash (no polling), takeover at an alive holder's expiry, FIFO hand-off, timeouts and aborts
+// that leave no trace, a stopped or dead waiter never blocking the queue, and holds that renew,
+// reclaim after a suspension, and abort their signal on a real loss.
+import diagnostics from 'node:diagnostics_channel';
+import fs from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, test } from 'vitest';
+import { faults } from '../src/flock/io.js';
+import { Lease } from '../src/flock/lease.js';
+import { MemoryLease } from '../src/memory/memory-lease.js';
+import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
+import type { LeaseGrant } from '../src/port/types.js';
+import { LeaseAgent } from './helpers/agent.js';
+import { freshDir } from './helpers/dirs.js';
+import { leaseFiles, readRecordFile } from './helpers/lease-files.js';
+
+afterEach(() => faults.clear());
+
+const now = (): number => performance.timeOrigin + performance.now();
+const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
+const queueText = (dir: string, id: string): string => fs.readFileSync(leaseFiles(dir, id).lock, 'utf8');
+
+async function until(condition: () => boolean, what: string, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+describe('waiting acquire', () => {
+  test('wakes within milliseconds of a release by another process', async () => {
+    const dir = freshDir('/dev/shm');
+    const holder = await LeaseAgent.start(dir, 30_000);
+    const held = await holder.acquire('s1', 'alice');
+    const waiting = new Lease(dir).acquire('s1', 'bob', { waitMs: 10_000 });
+    await until(() => waitFiles(dir).length === 1, 'bob to queue');
+    const released = await holder.call({ op: 'release' });
+    expect(released.ok).toBe(true);
+    const releasedAt = now();
+    const grant = await waiting;
+    const wakeMs = now() - releasedAt;
+    expect(wakeMs).toBeLessThan(100); // tens of ms at most, on a loaded box; ~1 ms when quiet
+    expect(grant.token).toBeGreaterThan(BigInt(held.token));
+    expect(waitFiles(dir)).toEqual([]);
+  });
+
+  test('detects a crashed holder at once, without polling while it waits', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'alice');
+    const cpuBefore = process.cpuUsage();
+    const waiting = new Lease(dir).acquire('s1', 'bob', { waitMs: 20_000 });
+    await sleep(500);
+    const cpu = process.cpuUsage(cpuBefore);
+    expect((cpu.user + cpu.system) / 1000).toBeLessThan(100); // half a second of waiting costs ~nothing
+    const killedAt = now();
+    holder.kill('SIGKILL');
+    await waiting;
+    expect(now() - killedAt).toBeLessThan(1_000); // the TTL is 30 s
+  });
+
+  test('takes over a holder that is alive but stopped at its expiry, not before', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 400);
+    const held = await holder.acquire('s1', 'alice');
+    holder.kill('SIGSTOP');
+    try {
+      const grant = await new Lease(dir, { ttlMs: 400 }).acquire('s1', 'bob', { waitMs: 10_000 });
+      const at = Date.now();
+      expect(at).toBeGreaterThanOrEqual(held.expiry);
+      expect(at - held.expiry).toBeLessThan(1_000);
+      expect(grant.token).toBeGreaterThan(BigInt(held.token));
+    } finally {
+      holder.kill('SIGCONT');
+    }
+  });
+
+  test('runs out after waitMs with LeaseHeldError naming the holder, and leaves no trace', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'alice');
+    const started = Date.now();
+    const error = await new Lease(dir).acquire('s1', 'bob', { waitMs: 200 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseHeldError);
+    expect(error).toMatchObject({ holder: { owner: 'alice' } });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(195);
+    expect(waitFiles(dir)).toEqual([]);
+  });
+
+  test('an abort rejects with the reason and gives up its place in line', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'alice');
+    const controller = new AbortController();
+    const waiting = new Lease(dir).acquire('s1', 'bob', { waitMs: 10_000, signal: controller.signal });
+    await until(() => waitFiles(dir).length === 1, 'bob to queue');
+    controller.abort(new Error('no longer needed'));
+    await expect(waiting).rejects.toThrow('no longer needed');
+    expect(waitFiles(dir)).toEqual([]);
+    // the stale queue entry is dropped by the next one who meets it
+    await holder.call({ op: 'release' });
+    expect((await new Lease(dir).acquire('s1', 'carol')).owner).toBe('carol');
+    expect(queueText(dir, 's1')).toBe('');
+  });
+
+  test('waiters get the lease in arrival order, handed over on each release', async () => {
+    const dir = freshDir('/dev/shm');
+    const holder = await LeaseAgent.start(dir, 30_000);
+    const first = await holder.acquire('s1', 'holder');
+    const waiters: LeaseAgent[] = [];
+    const pending: Array<Promise<{ index: number; token: bigint }>> = [];
+    for (let index = 0; index < 4; index++) {
+      const agent = await LeaseAgent.start(dir, 30_000);
+      waiters.push(agent);
+      pending.push(agent.acquire('s1', `waiter-${index}`, 20_000).then((g) => ({ index, token: BigInt(g.token) })));
+      await until(() => waitFiles(dir).length === index + 1, `waiter ${index} to queue`);
+    }
+    const order: number[] = [];
+    let previous = BigInt(first.token);
+    await holder.call({ op: 'release' });
+    for (let turn = 0; turn < 4; turn++) {
+      const next = await Promise.race(pending.filter((_, i) => !order.includes(i)));
+      order.push(next.index);
+      expect(next.token).toBeGreaterThan(previous);
+      previous = next.token;
+      expect(readRecordFile(dir, 's1').owner).toBe(`waiter-${next.index}`);
+      await waiters[next.index]!.call({ op: 'release' });
+    }
+    expect(order).toEqual([0, 1, 2, 3]);
+    expect(waitFiles(dir)).toEqual([]);
+  });
+
+  test('a dead waiter is skipped, not waited for', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'holder');
+    const doomed = await LeaseAgent.start(dir, 30_000);
+    void doomed.call({ op: 'acquire', id: 's1', owner: 'doomed', waitMs: 20_000 }).catch(() => {});
+    await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
+    const survivor = new Lease(dir).acquire('s1', 'survivor', { waitMs: 20_000 });
+    await until(() => waitFiles(dir).length === 2, 'the second waiter to queue');
+    doomed.kill('SIGKILL');
+    await doomed.exited;
+    await holder.call({ op: 'release' });
+    expect((await survivor).owner).toBe('survivor');
+  });
+
+  test('a free lease waits for a stopped front waiter only for a grace, then the next may take it', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 300);
+    await holder.acquire('s1', 'holder');
+    const stopped = await LeaseAgent.start(dir, 300);
+    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
+    await until(() => waitFiles(dir).length === 1, 'the waiter to queue');
+    stopped.kill('SIGSTOP');
+    try {
+      holder.kill('SIGKILL'); // a crash: nobody hands the lease over, so it is free but reserved
+      await holder.exited;
+      const lease = new Lease(dir, { ttlMs: 300 });
+      const refused = await lease.acquire('s1', 'eager').catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LeaseHeldError);
+      expect((refused as Error).message).toContain('reserved for a queued waiter');
+      const started = Date.now();
+      const grant = await lease.acquire('s1', 'eager', { waitMs: 5_000 });
+      expect(grant.owner).toBe('eager');
+      expect(Date.now() - started).toBeLessThan(2_000); // the grace is min(ttl, 1 s)
+    } finally {
+      stopped.kill('SIGCONT');
+    }
+  });
+
+  test('a release hands the lease to a stopped waiter, which then holds it until its expiry', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'holder');
+    const stopped = await LeaseAgent.start(dir, 400);
+    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
+    await until(() => waitFiles(dir).length === 1, 'the waiter to queue');
+    stopped.kill('SIGSTOP');
+    try {
+      await holder.call({ op: 'release' });
+      const record = readRecordFile(dir, 's1');
+      expect(record.owner).toBe('stopped'); // handed over while asleep: its flock guards it
+      await expect(new Lease(dir).acquire('s1', 'eager')).rejects.toBeInstanceOf(LeaseHeldError);
+      const grant = await new Lease(dir).acquire('s1', 'eager', { waitMs: 5_000 });
+      expect(Date.now()).toBeGreaterThanOrEqual(record.expiryMs);
+      expect(grant.token).toBeGreaterThan(record.token);
+    } finally {
+      stopped.kill('SIGCONT');
+    }
+  });
+
+  test('waiters of one process queue in order too, behind a holder of the same process', async () => {
+    const dir = freshDir();
+    const lease = new Lease(dir);
+    const held = await lease.acquire('s1', 'holder');
+    const order: string[] = [];
+    const waiters = ['w1', 'w2', 'w3'].map((owner) => lease.acquire('s1', owner, { waitMs: 10_000 }).then((g) => (order.push(owner), g)));
+    await until(() => waitFiles(dir).length === 3, 'three waiters');
+    await lease.release(held);
+    for (let i = 0; i < 3; i++) {
+      await until(() => order.length === i + 1, `waiter ${i + 1}`);
+      await lease.release(await waiters[i]!);
+    }
+    expect(order).toEqual(['w1', 'w2', 'w3']);
+  });
+
+  test('MemoryLease waits the same way: in order, woken by release, bounded by waitMs', async () => {
+    const lease = new MemoryLease({ ttlMs: 30_000 });
+    const held = await lease.acquire('s1', 'holder');
+    const order: string[] = [];
+    const a = lease.acquire('s1', 'a', { waitMs: 5_000 }).then((g) => (order.push('a'), g));
+    const b = lease.acquire('s1', 'b', { waitMs: 5_000 }).then((g) => (order.push('b'), g));
+    await expect(lease.acquire('s1', 'c', { waitMs: 50 })).rejects.toBeInstanceOf(LeaseHeldError);
+    await lease.release(held);
+    await lease.release(await a);
+    await b;
+    expect(order).toEqual(['a', 'b']);
+  });
+
+  test('bad waitMs values are refused before anything happens', async () => {
+    const lease = new Lease(freshDir());
+    await expect(lease.acquire('s1', 'a', { waitMs: -1 })).rejects.toBeInstanceOf(RangeError);
+    await expect(lease.acquire('s1', 'a', { waitMs: Number.NaN })).rejects.toBeInstanceOf(RangeError);
+    await expect(lease.acquire('s1', 'a', { waitMs: '1s' as unknown as number })).rejects.toBeInstanceOf(TypeError);
+  });
+});
+
+describe('hold', () => {
+  test('renews about every TTL/3 and releases at the end of an `await using` scope', async () => {
+    const dir = freshDir();
+    const lease = new Lease(dir, { ttlMs: 300 });
+    const renewed: LeaseGrant[] = [];
+    const onRenew = ({ grant }: { grant: LeaseGrant }): void => void renewed.push(grant);
+    diagnostics.subscribe('flocklease:renew', onRenew as (message: unknown) => void);
+    let token: bigint;
+    try {
+      await using hold = await lease.hold('s1', 'alice');
+      token = hold.grant.token;
+      await sleep(750);
+      expect(renewed.length).toBeGreaterThanOrEqual(2);
+      expect(renewed.length).toBeLessThanOrEqual(8);
+      expect(renewed.every((g) => g.token === token)).toBe(true);
+      expect(hold.grant.expiry.getTime()).toBeGreaterThan(Date.now());
+      expect(hold.signal.aborted).toBe(false);
+    } finally {
+      diagnostics.unsubscribe('flocklease:renew', onRenew as (message: unknown) => void);
+    }
+    expect(readRecordFile(dir, 's1')).toMatchObject({ owner: '', token: token! });
+  });
+
+  test('reclaims the lease after a SIGSTOP past its TTL when nobody took it', async () => {
+    const dir = freshDir();
+    const agent = await LeaseAgent.start(dir, 300);
+    const { grant } = await agent.call({ op: 'hold', id: 's1', owner: 'alice' });
+    agent.kill('SIGSTOP');
+    await sleep(700);
+    agent.kill('SIGCONT');
+    const reclaim = await agent.event('reclaim');
+    expect(reclaim.grant!.token).toBe(grant!.token);
+    expect(agent.events.some((e) => e.event === 'lost')).toBe(false);
+    await expect(new Lease(dir).acquire('s1', 'bob')).rejects.toBeInstanceOf(LeaseHeldError);
+  });
+
+  test('aborts its signal with LeaseHeldError on a real loss', async () => {
+    const dir = freshDir();
+    const agent = await LeaseAgent.start(dir, 300);
+    await agent.call({ op: 'hold', id: 's1', owner: 'alice' });
+    agent.kill('SIGSTOP');
+    await sleep(400);
+    const taken = await new Lease(dir, { ttlMs: 30_000 }).acquire('s1', 'bob'); // expired: taken over
+    agent.kill('SIGCONT');
+    const lost = await agent.event('lost');
+    expect(lost).toMatchObject({ code: 'ELEASEHELD', aborted: true });
+    expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'bob', token: taken.token });
+  });
+
+  test('retries a transient renew failure, and loses the lease with ELEASEEXPIRED only past the expiry', async () => {
+    const lease = new Lease(freshDir(), { ttlMs: 300 });
+    const hold = await lease.hold('s1', 'alice');
+    faults.fail('temp.write', 'EIO', 2); // two failed renews, then fine
+    await sleep(450);
+    expect(hold.lost).toBe(false);
+    expect(hold.grant.expiry.getTime()).toBeGreaterThan(Date.now());
+    let lostWith: unknown;
+    const lostAt = new Promise<void>((resolve) => hold.signal.addEventListener('abort', () => resolve()));
+    hold.signal.addEventListener('abort', () => (lostWith = hold.signal.reason));
+    const expiry = hold.grant.expiry.getTime();
+    faults.fail('temp.write', 'EIO', -1); // an outage
+    await lostAt;
+    expect(Date.now()).toBeGreaterThanOrEqual(expiry);
+    expect(lostWith).toBeInstanceOf(LeaseExpiredError);
+    expect(lostWith).toMatchObject({ code: 'ELEASEEXPIRED' });
+    faults.clear();
+    await hold.release(); // a no-op once lost
+  });
+
+  test('an abort of the parent signal releases the hold', async () => {
+    const dir = freshDir();
+    const controller = new AbortController();
+    const hold = await new Lease(dir).hold('s1', 'alice', { signal: controller.signal });
+    controller.abort();
+    await until(() => readRecordFile(dir, 's1').owner === '', 'the release');
+    expect(hold.signal.aborted).toBe(true);
+    expect(hold.lost).toBe(false);
+  });
+
+  test('works over MemoryLease too', async () => {
+    const lease = new MemoryLease({ ttlMs: 150 });
+    const hold = await lease.hold('s1', 'alice');
+    await sleep(400);
+    await expect(lease.acquire('s1', 'bob')).rejects.toBeInstanceOf(LeaseHeldError);
+    await hold.release();
+    expect((await lease.acquire('s1', 'bob')).owner).toBe('bob');
+  });
+});
+
+test('waiting and holding leave only the files a lease needs', async () => {
+  const dir = freshDir();
+  const lease = new Lease(dir);
+  const hold = await lease.hold('s1', 'alice');
+  const waiter = lease.acquire('s1', 'bob', { waitMs: 5_000 });
+  await until(() => waitFiles(dir).length === 1, 'bob to queue');
+  await hold.release();
+  const grant = await waiter;
+  await lease.release(grant);
+  const names = fs.readdirSync(dir).sort();
+  expect(names).toEqual([`${leaseFiles(dir, 's1').safe}.lease.json`, `${leaseFiles(dir, 's1').safe}.lock`]);
+  expect(fs.statSync(join(dir, names[1]!)).size).toBe(0); // the queue is empty again
+});
