@@ -430,6 +430,8 @@ export class Lease implements SessionLease {
         if (left <= 0) throw attempt.refusal;
         const started = performance.now();
         await this.#waitForChange(safe, attempt, left, signal);
+        const adopted = await this.#adoptHandOff(safe, sessionId, owner, line, signal);
+        if (adopted !== undefined) return adopted;
         idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
         lastWatch = attempt.watch;
       }
@@ -438,6 +440,26 @@ export class Lease implements SessionLease {
         this.#leaveLine(safe, line);
         this.#wake(safe); // whoever queued behind us may be first now
       }
+    }
+  }
+
+  /**
+   * The fast path after a wake-up: if a release handed us the lease, take it without the transition
+   * lock — the record is replaced atomically, and our own flock on the handed-over file is what
+   * keeps everyone else off an unexpired lease. (Expired, or anything else: the locked path.)
+   */
+  async #adoptHandOff(safe: string, sessionId: string, owner: string, line: WaitLine, signal: AbortSignal | undefined): Promise<LeaseGrant | undefined> {
+    if (line.fd === undefined) return undefined;
+    const leave = await this.#gate.enter(safe, signal);
+    try {
+      const record = this.#readRecord(safe);
+      const now = readClock(this.#clock);
+      if (line.fd === undefined || record?.owner !== owner || record.expiryMs <= now) return undefined;
+      if (!this.#io.sameFile(line.fd, join(this.dir, liveName(safe, record.token)))) return undefined;
+      const attempt = await this.#adopt(safe, sessionId, owner, now, record, line.fd, line);
+      return 'grant' in attempt ? attempt.grant : undefined;
+    } finally {
+      leave();
     }
   }
 
