@@ -562,3 +562,20 @@ describe('diagnostics_channel events', () => {
     expect(seen[8]![1]).toMatchObject({ lease: bob, sessionId: 's1', token: b.token, holder: { owner: 'carol' } });
   });
 });
+
+describe('the event loop', () => {
+  test('is not blocked while a record is fsynced on disk: the commit runs on a worker thread', async () => {
+    const l = new Lease(freshDir(), { ttlMs: TTL }); // /tmp: a disk file system, so commits go off-thread
+    await l.release(await l.acquire('warm-up', 'alice'));
+    faults.stall('temp.fsync', 200); // a slow disk: the fsync takes 200 ms
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 5);
+    const started = performance.now();
+    const grant = await l.acquire('s1', 'alice');
+    const took = performance.now() - started;
+    clearInterval(ticker);
+    expect(took).toBeGreaterThanOrEqual(195);
+    expect(ticks).toBeGreaterThanOrEqual(10); // ~40 if the loop ran freely, 0 if the fsync blocked it
+    expect(grant.owner).toBe('alice');
+  });
+});
