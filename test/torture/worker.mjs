@@ -53,7 +53,7 @@ const random = (lo, hi) => lo + Math.random() * (hi - lo);
 
 // Skewed popularity: the first id is hot (constant takeovers), the last one is quiet (a holder
 // suspended past its expiry often finds nobody took it: the reclaim path).
-const weights = ids.map((_, i) => 1 / 2 ** i);
+const weights = ids.map((_, i) => 1 / 4 ** i);
 const totalWeight = weights.reduce((a, b) => a + b, 0);
 function pickId() {
   let r = Math.random() * totalWeight;
