@@ -150,6 +150,17 @@ describe('legal histories pass', () => {
     expect(r.figures).toMatchObject({ refreshes: 1, takeovers: 1 });
   });
 
+  test('a same-owner re-acquire while held extends the grant; one after the expiry is a new grant with a greater token', () => {
+    const r = only(
+      history({
+        [A]: [acquire('s', 10, 0, 1, 300, 'a'), acquire('s', 10, 100, 101, 401, 'a'), acquire('s', 20, 500, 501, 801, 'a'), release('s', 20, 600)],
+        [B]: [acquire('s', 30, 600, 602, 902)],
+      }),
+    );
+    expect(r.violations).toEqual([]);
+    expect(r.figures).toMatchObject({ refreshes: 1, takeovers: 3 });
+  });
+
   test('distinct ids are independent: equal tokens and overlapping holders on two ids are fine', () => {
     const r = only(history({ [A]: [acquire('s1', 10, 0, 1, 300)], [B]: [acquire('s2', 10, 0, 1, 300)] }));
     expect(r.violations).toEqual([]);
@@ -185,6 +196,11 @@ describe('each property: a history that breaks it is caught', () => {
 
   test('P1: a reclaim that succeeded although a successor had taken over', () => {
     const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), renew('s', 10, 400, 401, 701)], [B]: [acquire('s', 20, 300, 305, 605)] }));
+    expect(r.properties).toEqual(['P1']);
+  });
+
+  test('P1: a refresh that really extended the lease: a successor inside the extension is caught', () => {
+    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300, 'a'), acquire('s', 10, 100, 101, 401, 'a')], [B]: [acquire('s', 20, 300, 350, 650)] }));
     expect(r.properties).toEqual(['P1']);
   });
 

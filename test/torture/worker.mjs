@@ -15,7 +15,9 @@
 //
 // While it holds a lease it writes to the resource every few ms WITHOUT checking its expiry first
 // — on purpose: a worker suspended past its expiry wakes up and writes with its old token, and the
-// resource must fence it out once a successor has written. It renews every ttl/3.
+// resource must fence it out once a successor has written. It renews every ttl/3 (one time in five
+// by re-acquiring: the same-owner refresh). A renew (or re-acquire) refused with ELEASEHELD is
+// logged as a loss.
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -99,9 +101,17 @@ async function hold(grant) {
     }
     const begin = Date.now();
     try {
-      const renewed = await lease.renew(grant);
-      log({ ev: 'renew', id, token: String(renewed.token), held: String(grant.token), expiry: renewed.expiry.getTime(), begin, at: Date.now() });
-      grant = renewed;
+      if (Math.random() < 0.2) {
+        // Sometimes extend it by re-acquiring instead: a same-owner refresh (same token) while it
+        // is ours and unexpired, a takeover with a new token if it expired and nobody took it.
+        const again = await lease.acquire(id, owner);
+        log({ ev: 'acquire', id, token: String(again.token), owner, expiry: again.expiry.getTime(), begin, at: Date.now(), refresh: true });
+        grant = again;
+      } else {
+        const renewed = await lease.renew(grant);
+        log({ ev: 'renew', id, token: String(renewed.token), held: String(grant.token), expiry: renewed.expiry.getTime(), begin, at: Date.now() });
+        grant = renewed;
+      }
       lastRenew = Date.now();
       if (stopping || Date.now() >= until) return grant;
     } catch (error) {
