@@ -109,10 +109,10 @@ describe.each(filesystems)('on %s', (_fs, root) => {
       for (const token of state.liveTokens) expect(await isFlocked(files.live(token)), `${step}: a dead process's .live`).toBe(false);
 
       // Another process acquires at once, from the real record, with a greater token.
-      const lease = new Lease(dir, { ttlMs: TTL, transitionTimeoutMs: 2_000 });
+      const lease = new Lease(dir, { ttlMs: TTL, transitionTimeoutMs: 5_000 });
       const started = performance.now();
       const grant = await lease.acquire('s1', 'bob');
-      expect(performance.now() - started, step).toBeLessThan(2_000);
+      expect(performance.now() - started, step).toBeLessThan(5_000); // the dead holder's flocks are gone: no TTL wait
       for (const token of tokens) expect(grant.token, `${step}: new token vs ${token}`).toBeGreaterThan(token);
       const takeover = takeovers.get(`${lease.dir}:${grant.token}`);
       if (state.record !== undefined) {

@@ -57,11 +57,10 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     expect(reply).toMatchObject({ ok: false, code: 'ELEASETIMEOUT', name: 'LeaseTimeoutError' });
     expect(reply.settled - reply.started).toBeGreaterThanOrEqual(SHORT - 5);
     expect(reply.settled - reply.started).toBeLessThan(SHORT + 5_000);
-    // ...while other ids are not held up at all.
-    const other = await competitor.must({ op: 'acquire', id: 's2', owner: 'bob' });
+    // ...while other ids are not held up at all (with the same short timeout, every call succeeds).
+    await competitor.must({ op: 'acquire', id: 's2', owner: 'bob' });
     await competitor.must({ op: 'renew', id: 's2' });
     await competitor.must({ op: 'release', id: 's2' });
-    expect(other.settled - other.started).toBeLessThan(SHORT);
     // An AbortSignal ends the wait with its reason, long before the transition timeout would.
     const aborted = await patient.call({ op: 'acquire', id: 's1', owner: 'carol', abortAfterMs: 100 });
     expect(aborted).toMatchObject({ ok: false, code: 'EGAVEUP', message: 'the caller gave up' });
