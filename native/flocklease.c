@@ -85,9 +85,24 @@ static int fault_at(const char *step) {
 // Errors shaped like Node's own fs errors: message "CODE: description, syscall 'path'" and
 // properties code, errno (negative, as libuv reports it), syscall, path.
 
+// libuv names only the errnos it maps; for the rest uv_err_name gives "Unknown system error -N",
+// which no caller can match on (and the lease's own ENOLCK → LeaseUnsupportedError mapping never
+// fired). Name the ones a lease directory can meet: no locks on this fs (NFS without lockd), disk
+// quota full, a stale NFS handle, a lock deadlock.
+static const char *errno_code(int err) {
+  switch (err) {
+    case ENOLCK: return "ENOLCK";
+    case EDQUOT: return "EDQUOT";
+    case ESTALE: return "ESTALE";
+    case EDEADLK: return "EDEADLK";
+    default: return NULL;
+  }
+}
+
 static napi_value make_error(napi_env env, int err, const char *syscall, const char *path) {
-  const char *code = err == FTYPE_ERROR ? "EFTYPE" : uv_err_name(-err);
-  const char *desc = err == FTYPE_ERROR ? "not a regular file" : uv_strerror(-err);
+  const char *named = err == FTYPE_ERROR ? NULL : errno_code(err);
+  const char *code = err == FTYPE_ERROR ? "EFTYPE" : named ? named : uv_err_name(-err);
+  const char *desc = err == FTYPE_ERROR ? "not a regular file" : named ? strerror(err) : uv_strerror(-err);
   char message[4096 + 256];
   snprintf(message, sizeof message, "%s: %s, %s '%s'", code, desc, syscall, path ? path : "");
   napi_value js_message, js_code, error, value;

@@ -1,0 +1,191 @@
+// The contention run: N worker processes (worker.mjs) compete for a few ids while a nemesis
+// SIGKILLs (and respawns) and SIGSTOPs/SIGCONTs them; then the independent checker reads the logs.
+// Used by contention.test.ts (bounded) and soak.mjs (long). Imports nothing from the lease.
+//
+// The nemesis logs every signal with the time taken just BEFORE it is sent (so a kill time is never
+// later than the death it causes). Half of its victims are chosen as the current holder of an id
+// (read from the lease record's owner, `w<slot>-<pid>`): a targeted SIGSTOP lasts 1.2–3 TTLs, so a
+// holder is suspended past its expiry, a competitor takes over, and the holder wakes up to a
+// renew that must fail and a write the resource must fence out. Other suspensions are short and
+// random (often in the middle of a transition, holding the transition lock).
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { check, parseLines } from './checker.mjs';
+import { readResource } from './resource.mjs';
+
+const WORKER = fileURLToPath(new URL('./worker.mjs', import.meta.url));
+
+const DEFAULTS = {
+  seconds: 10,
+  workers: 8,
+  ids: 4,
+  ttlMs: 300,
+  transitionTimeoutMs: 150,
+  holdMaxMs: 400,
+  pauseMaxMs: 30,
+  actionEveryMs: [60, 250],
+  maxStopped: 3,
+};
+
+/**
+ * Runs one contention round in a fresh directory under `root`.
+ * @param {import('./contention.d.mts').ContentionOptions} options
+ * @returns {Promise<import('./contention.d.mts').ContentionResult>}
+ */
+export async function runContention(options) {
+  const o = { ...DEFAULTS, ...options };
+  const runDir = fs.mkdtempSync(join(o.root, 'flocklease-torture-'));
+  const leaseDir = join(runDir, 'leases');
+  const logDir = join(runDir, 'logs');
+  const resourceDir = join(runDir, 'resource');
+  const stopFile = join(runDir, 'stop');
+  fs.mkdirSync(logDir, { recursive: true });
+  const ids = Array.from({ length: o.ids }, (_, i) => `session-${i}`);
+  const nemesisLog = [];
+  const nemesisFd = fs.openSync(join(runDir, 'nemesis.log'), 'a');
+  const record = (event) => {
+    nemesisLog.push(event);
+    fs.writeSync(nemesisFd, `${JSON.stringify(event)}\n`);
+  };
+  const random = (lo, hi) => lo + Math.random() * (hi - lo);
+
+  /** slot → live worker */
+  const slots = new Map();
+  /** pid → worker (also dead ones, until they are reaped) */
+  const byPid = new Map();
+  const exits = [];
+
+  function startWorker(slot) {
+    const config = {
+      leaseDir,
+      logDir,
+      resourceDir,
+      stopFile,
+      slot,
+      ids,
+      ttlMs: o.ttlMs,
+      transitionTimeoutMs: o.transitionTimeoutMs,
+      holdMaxMs: o.holdMaxMs,
+      pauseMaxMs: o.pauseMaxMs,
+      mutant: o.mutant,
+    };
+    const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const worker = { slot, child, pid: child.pid, stopped: false, killed: false, stderr: '' };
+    child.stderr.on('data', (chunk) => (worker.stderr = (worker.stderr + chunk).slice(-4000)));
+    worker.exited = once(child, 'exit').then(([code, signal]) => {
+      record({ ev: 'exit', pid: worker.pid, slot, code, signal, at: Date.now(), ...(code !== 0 && !worker.killed && { stderr: worker.stderr }) });
+    });
+    exits.push(worker.exited);
+    record({ ev: 'spawn', pid: worker.pid, slot, at: Date.now() });
+    slots.set(slot, worker);
+    byPid.set(worker.pid, worker);
+    return worker;
+  }
+
+  function kill(worker) {
+    worker.killed = true;
+    record({ ev: 'kill', pid: worker.pid, slot: worker.slot, at: Date.now() });
+    worker.child.kill('SIGKILL');
+  }
+
+  function stop(worker) {
+    worker.stopped = true;
+    record({ ev: 'stop', pid: worker.pid, slot: worker.slot, at: Date.now() });
+    worker.child.kill('SIGSTOP');
+  }
+
+  function cont(worker) {
+    if (!worker.stopped) return;
+    worker.stopped = false;
+    if (worker.killed) return;
+    record({ ev: 'cont', pid: worker.pid, slot: worker.slot, at: Date.now() });
+    worker.child.kill('SIGCONT');
+  }
+
+  /** The live worker that the record of `id` names, if any. */
+  function holderOf(id) {
+    let text;
+    try {
+      const safe = fs.readdirSync(leaseDir).find((name) => name.startsWith(`${id}-`) && name.endsWith('.lease.json'));
+      if (safe === undefined) return undefined;
+      text = fs.readFileSync(join(leaseDir, safe), 'utf8');
+    } catch {
+      return undefined;
+    }
+    const match = /"owner":"w\d+-(\d+)"/.exec(text);
+    const worker = match && byPid.get(Number(match[1]));
+    return worker && !worker.killed ? worker : undefined;
+  }
+
+  const live = () => [...slots.values()].filter((w) => !w.killed);
+  const pick = (list) => list[Math.floor(Math.random() * list.length)];
+
+  for (let slot = 0; slot < o.workers; slot++) startWorker(slot);
+  const pendingConts = new Set();
+  const deadline = Date.now() + o.seconds * 1000;
+  while (Date.now() < deadline) {
+    await sleep(random(o.actionEveryMs[0], o.actionEveryMs[1]));
+    const roll = Math.random();
+    if (roll < 0.3) {
+      // SIGKILL: half the time the holder of an id, else anyone.
+      const victim = (Math.random() < 0.5 && holderOf(pick(ids))) || pick(live());
+      kill(victim);
+      await victim.exited;
+      startWorker(victim.slot); // the slot lives on as a new process
+    } else if (roll < 0.8) {
+      // SIGSTOP: a holder past its expiry (1.2–3 TTLs), or anyone briefly (often mid-transition).
+      const long = roll < 0.55;
+      const victim = long ? holderOf(pick(ids)) : pick(live());
+      if (victim === undefined || victim.stopped || live().filter((w) => w.stopped).length >= o.maxStopped) continue;
+      const ms = long ? random(1.2, 3) * o.ttlMs : random(5, 150);
+      stop(victim);
+      const timer = sleep(ms).then(() => {
+        cont(victim);
+        pendingConts.delete(timer);
+      });
+      pendingConts.add(timer);
+    }
+  }
+  // Wind down: wake everyone, ask them to release and exit, reap.
+  for (const worker of byPid.values()) cont(worker);
+  await Promise.all(pendingConts);
+  fs.writeFileSync(stopFile, '');
+  const reaped = await Promise.race([Promise.all(exits).then(() => true), sleep(15_000).then(() => false)]);
+  if (!reaped) {
+    for (const worker of live()) if (worker.child.exitCode === null && worker.child.signalCode === null) kill(worker);
+    await Promise.all(exits);
+  }
+  fs.closeSync(nemesisFd);
+
+  const history = loadHistory(runDir);
+  const result = check(history);
+  return { runDir, history, ...result };
+}
+
+/** Reads a run directory back into a history for the checker. */
+export function loadHistory(runDir) {
+  const logDir = join(runDir, 'logs');
+  const workers = [];
+  for (const name of fs.readdirSync(logDir).sort()) {
+    const match = /^w(\d+)-(\d+)\.log$/.exec(name);
+    if (!match) continue;
+    const events = parseLines(fs.readFileSync(join(logDir, name), 'utf8'), name);
+    workers.push({ pid: Number(match[2]), slot: Number(match[1]), events });
+  }
+  const nemesis = parseLines(fs.readFileSync(join(runDir, 'nemesis.log'), 'utf8'), 'nemesis.log');
+  const resource = readResource(join(runDir, 'resource'));
+  const records = {};
+  const leaseDir = join(runDir, 'leases');
+  if (fs.existsSync(leaseDir)) {
+    for (const name of fs.readdirSync(leaseDir)) {
+      if (!name.endsWith('.lease.json')) continue;
+      const record = JSON.parse(fs.readFileSync(join(leaseDir, name), 'utf8').replace(/"token":(\d+)/, '"token":"$1"'));
+      if (typeof record.session === 'string') records[record.session] = { owner: record.owner, token: record.token };
+    }
+  }
+  return { workers, nemesis, resource, records };
+}
