@@ -193,6 +193,23 @@ describe('waiting acquire', () => {
     }
   });
 
+  test('a release whose front waiter just gave up hands the lease to the next one instead of failing', async () => {
+    const dir = freshDir();
+    const holder = new Lease(dir);
+    const held = await holder.acquire('s1', 'holder');
+    const first = new Lease(dir).acquire('s1', 'first', { waitMs: 10_000 });
+    await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
+    const secondLease = new Lease(dir);
+    const second = secondLease.acquire('s1', 'second', { waitMs: 10_000 });
+    await until(() => waitFiles(dir).length === 2, 'the second waiter to queue');
+    // As if the first waiter removed its .wait file between the releaser's probe and its rename.
+    faults.fail('adopt.rename', 'ENOENT');
+    await holder.release(held); // resolves: no ENOENT escapes
+    expect(readRecordFile(dir, 's1').owner).toBe('second');
+    await secondLease.release(await second);
+    expect((await first).owner).toBe('first'); // it rejoined the line and got the next turn
+  });
+
   test('waiters of one process queue in order too, behind a holder of the same process', async () => {
     const dir = freshDir();
     const lease = new Lease(dir);

@@ -184,20 +184,32 @@ export class Lease implements SessionLease {
         return;
       }
       const ourLive = join(this.dir, liveName(safe, token));
-      const handOff = this.#nextInLine(safe, lockFd, token, now);
       try {
-        if (handOff === undefined) {
-          await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [ourLive] });
-        } else {
+        for (;;) {
+          const handOff = this.#nextInLine(safe, lockFd, token, now);
+          if (handOff === undefined) {
+            await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [ourLive] });
+            break;
+          }
           // Hand the lease straight to the front waiter: its flocked .wait file becomes the new
           // generation's .live (a rename keeps the inode and so the flock), the record names it.
           const { waiter, next, queue } = handOff;
           const live = join(this.dir, liveName(safe, next));
           const adoptFrom = join(this.dir, waitName(safe, waiter.ticket));
-          await this.#commit(safe, { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId }, { live, adoptFrom, remove: [ourLive] });
           queue.waiters.shift();
           queue.freeSince = 0;
+          try {
+            await this.#commit(safe, { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId }, { live, adoptFrom, remove: [ourLive] });
+          } catch (error) {
+            const failure = error as CommitError;
+            // The waiter gave up just now (it removes its .wait file without our lock): nothing
+            // changed, so hand to the next one in line instead.
+            if (failure.committed || failure.code !== 'ENOENT' || failure.path !== adoptFrom) throw error;
+            this.#io.writeLockData(lockFd, formatQueue(queue));
+            continue;
+          }
           this.#io.writeLockData(lockFd, formatQueue(queue));
+          break;
         }
       } catch (error) {
         // Record replaced but not durable (directory fsync failed): released all the same.

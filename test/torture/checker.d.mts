@@ -53,6 +53,8 @@ export interface Figures {
   staleRejected: number;
   lateAccepted: number;
   killTakeovers: number;
+  /** Acquires that were handed the lease by a release while waiting. */
+  handoffs: number;
   killTakeoverP50Ms: number | undefined;
   killTakeoverP99Ms: number | undefined;
   violations: number;

@@ -106,6 +106,7 @@ export function check(history) {
     staleRejected: 0,
     lateAccepted: 0,
     killTakeovers: 0,
+    handoffs: 0,
     killTakeoverP50Ms: undefined,
     killTakeoverP99Ms: undefined,
     violations: 0,
@@ -155,6 +156,7 @@ export function check(history) {
         case 'acquire': {
           figures.acquires++;
           figures.transitions++;
+          if (e.handoff) figures.handoffs++;
           const token = BigInt(e.token);
           const k = key(e.id, token);
           const existing = gens.get(k);
@@ -398,7 +400,7 @@ export function formatFigures(f) {
   const ms = (x) => (x === undefined ? '-' : `${x.toFixed(x < 10 ? 2 : 0)} ms`);
   return [
     `processes ${f.processes}`,
-    `transitions ${f.transitions} (acquires ${f.acquires}: ${f.takeovers} grants + ${f.refreshes} refreshes; renews ${f.renews}, reclaims ${f.reclaims}; releases ${f.releases})`,
+    `transitions ${f.transitions} (acquires ${f.acquires}: ${f.takeovers} grants (${f.handoffs} by hand-off) + ${f.refreshes} refreshes; renews ${f.renews}, reclaims ${f.reclaims}; releases ${f.releases})`,
     `losses ${f.losses}`,
     `kills ${f.kills}`,
     `suspensions ${f.suspensions}`,

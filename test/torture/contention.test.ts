@@ -24,6 +24,7 @@ describe.each(filesystems)('on %s', (fsName, root) => {
     expect(result.figures.kills).toBeGreaterThanOrEqual(5);
     expect(result.figures.suspensions).toBeGreaterThanOrEqual(5);
     expect(result.figures.killTakeovers).toBeGreaterThanOrEqual(1);
+    expect(result.figures.handoffs).toBeGreaterThanOrEqual(1); // waiting acquires were handed leases
     expect(result.figures.losses).toBeGreaterThanOrEqual(1);
     expect(result.figures.staleRejected).toBeGreaterThanOrEqual(1);
     expect(result.figures.writesAccepted).toBeGreaterThan(100);

@@ -101,7 +101,7 @@ async function probeTakeovers(root, count) {
 
 const percentile = (sorted, p) => (sorted.length === 0 ? undefined : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]);
 const ms = (x) => (x === undefined ? '-' : `${x.toFixed(2)} ms`);
-const SUMMED = ['processes', 'transitions', 'acquires', 'takeovers', 'refreshes', 'renews', 'reclaims', 'releases', 'losses', 'kills', 'suspensions', 'writesAccepted', 'writesRejected', 'staleRejected', 'lateAccepted', 'killTakeovers', 'violations'];
+const SUMMED = ['processes', 'transitions', 'acquires', 'takeovers', 'refreshes', 'renews', 'reclaims', 'releases', 'losses', 'kills', 'suspensions', 'writesAccepted', 'writesRejected', 'staleRejected', 'lateAccepted', 'killTakeovers', 'handoffs', 'violations'];
 
 const o = options(process.argv.slice(2));
 const started = Date.now();

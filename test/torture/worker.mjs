@@ -18,6 +18,7 @@
 // resource must fence it out once a successor has written. It renews every ttl/3 (one time in five
 // by re-acquiring: the same-owner refresh). A renew (or re-acquire) refused with ELEASEHELD is
 // logged as a loss.
+import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -67,6 +68,11 @@ let stopping = false;
 const stopCheck = setInterval(() => (stopping ||= fs.existsSync(stopFile)), 20);
 
 const stats = { busy: 0, timeouts: 0, skippedWrites: 0 };
+// Grants that came by hand-off (a release gave this waiter the lease), by `${id}/${token}`.
+const handedOver = new Set();
+diagnostics.subscribe('flocklease:takeover', ({ grant, reason }) => {
+  if (reason === 'handoff') handedOver.add(`${grant.sessionId}/${grant.token}`);
+});
 let seq = 0;
 
 function unexpected(op, id, error) {
@@ -150,8 +156,12 @@ while (!stopping) {
   const begin = Date.now();
   let grant;
   try {
-    grant = await lease.acquire(id, owner);
-    log({ ev: 'acquire', id, token: String(grant.token), owner, expiry: grant.expiry.getTime(), begin, at: Date.now() });
+    // Half the acquires wait in line (up to two TTLs), so hand-offs between processes — a release
+    // renaming the front waiter's .wait file to the new .live — happen under the same kills and stops.
+    const waitMs = Math.random() < 0.5 ? 0 : random(1, 2 * ttlMs);
+    grant = await lease.acquire(id, owner, { waitMs });
+    const handoff = handedOver.delete(`${id}/${grant.token}`);
+    log({ ev: 'acquire', id, token: String(grant.token), owner, expiry: grant.expiry.getTime(), begin, at: Date.now(), waited: waitMs > 0, handoff });
   } catch (error) {
     if (error?.code === 'ELEASEHELD') stats.busy++;
     else if (error?.code === 'ELEASETIMEOUT') stats.timeouts++;
