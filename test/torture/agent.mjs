@@ -52,8 +52,8 @@ function signalFor(command) {
 }
 
 const ops = {
-  async acquire({ id, owner, ...command }) {
-    const grant = await lease.acquire(id, owner, { signal: signalFor(command) });
+  async acquire({ id, owner, waitMs, ...command }) {
+    const grant = await lease.acquire(id, owner, { waitMs, signal: signalFor(command) });
     grants.set(id, grant);
     return { grant: show(grant) };
   },

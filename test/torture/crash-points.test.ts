@@ -59,8 +59,8 @@ async function pool<T>(items: T[], width: number, task: (item: T) => Promise<voi
 
 const takeovers = new Map<string, { previous: bigint; reason: string }>();
 diagnostics.subscribe('flocklease:takeover', (message) => {
-  const { lease, grant, previous, reason } = message as { lease: Lease; grant: { token: bigint }; previous: { token: bigint }; reason: string };
-  takeovers.set(`${lease.dir}:${grant.token}`, { previous: previous.token, reason });
+  const { lease, grant, previous, reason } = message as { lease: Lease; grant: { token: bigint }; previous?: { token: bigint }; reason: string };
+  if (previous !== undefined) takeovers.set(`${lease.dir}:${grant.token}`, { previous: previous.token, reason });
 });
 
 describe.each(filesystems)('on %s', (_fs, root) => {
@@ -129,6 +129,66 @@ describe.each(filesystems)('on %s', (_fs, root) => {
       expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token: grant.token });
       const next = await new Lease(dir, { ttlMs: TTL }).acquire('s1', 'carol');
       expect(next.token).toBeGreaterThan(grant.token);
+    });
+  });
+});
+
+// The hand-off: the holder releases while another process waits in line, so the release renames
+// the waiter's flocked .wait file to the new generation's .live and writes the record naming it.
+// SIGKILL the releaser before each of those steps: whatever the step, the waiter must end up
+// holding the lease at once (by adopting the hand-off if the record was written, else by taking
+// over from the dead releaser), with a token greater than every token issued or attempted.
+const HANDOFF_STEPS = [...LOCK, 'read.read', 'probe.open', 'probe.flock', 'adopt.rename', ...WRITE, ...DURABLE, 'unlink', 'commit.done', 'close'];
+
+describe.each(filesystems)('on %s', (_fs, root) => {
+  test('SIGKILL at every step of a release that hands the lease to a waiter: the waiter gets it at once', async () => {
+    await pool(HANDOFF_STEPS, 3, async (step) => {
+      const dir = freshDir(root);
+      const files = leaseFiles(dir, 's1');
+      const agent = await Agent.start(dir, { ttlMs: TTL });
+      const tokens = [BigInt((await agent.acquire('s1', 'alice')).token)];
+      const waiter = await Agent.start(dir, { ttlMs: TTL });
+      const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
+      const queued = Date.now() + 5_000;
+      // Queued, and out of its transition (a stop inside one would hold the lock the release needs).
+      while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(files.lock))) {
+        if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      // Stop the waiter while the releaser dies and we look at what it left: only its files count.
+      waiter.child.kill('SIGSTOP');
+
+      await agent.must({ op: 'fault', action: 'kill', step });
+      const reply = await agent.call({ op: 'release', id: 's1' });
+      expect(reply, `${step}: the child should have died at the step, not answered ${JSON.stringify(reply)}`).toMatchObject({ code: 'EAGENTEXITED' });
+      expect((await agent.exited).signal, step).toBe('SIGKILL');
+
+      const state = dirState(dir, files.safe);
+      expect(state.unknown, step).toEqual([]);
+      if (state.record) tokens.push(state.record.token);
+      tokens.push(...state.liveTokens);
+      for (const name of state.temps) {
+        const bytes = fs.readFileSync(join(dir, name));
+        if (bytes.length > 0) tokens.push(parseRecord(bytes).token);
+      }
+      const handedOver = state.record?.owner === 'bob'; // the releaser died after writing the hand-off
+
+      const started = performance.now();
+      waiter.child.kill('SIGCONT');
+      const granted = await waiting;
+      expect(granted, step).toMatchObject({ ok: true, grant: { owner: 'bob' } });
+      expect(performance.now() - started, step).toBeLessThan(5_000); // never the TTL (a minute)
+      const token = BigInt(granted.grant!.token);
+      for (const seen of tokens) {
+        // Adopting the hand-off keeps the token the releaser wrote; any other way takes a greater one.
+        if (handedOver && seen === state.record!.token) expect(token, step).toBe(seen);
+        else expect(token, `${step}: new token vs ${seen}`).toBeGreaterThan(seen);
+      }
+      expect(await isFlocked(files.live(token)), step).toBe(true);
+      expect(fs.readdirSync(dir).filter((name) => name.endsWith('.wait')), step).toEqual([]);
+      await waiter.must({ op: 'renew', id: 's1' });
+      await waiter.must({ op: 'release', id: 's1' });
+      expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token });
     });
   });
 });
