@@ -5,12 +5,13 @@ import type { Inspection, LeaseRow, Leftover, PruneResult } from '../flock/opera
 export function relative(atMs: number, nowMs: number): string {
   const delta = atMs - nowMs;
   if (Math.round(delta) === 0) return 'now';
-  const span = Math.abs(delta) < 1000 ? `${Math.round(Math.abs(delta))}ms` : compact(Math.abs(delta));
+  const span = compact(Math.abs(delta));
   return delta > 0 ? `in ${span}` : `${span} ago`;
 }
 
-/** 25s, 3m12s, 2h5m, 3d4h (rounded to the unit shown). */
+/** 300ms, 25s, 3m12s, 2h05m, 3d4h (rounded to the unit shown). */
 export function compact(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
   const s = Math.round(ms / 1000);
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m${pad(s % 60)}s`;

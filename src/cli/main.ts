@@ -69,12 +69,13 @@ const EXIT_CODES_HELP = `
 Exit codes:
   0   success
   64  usage error (bad flags or durations)
-  65  corrupt data (a lease record that cannot be read: see \`flocklease repair\`)
-  75  the lease is held by someone else, or its transition lock stayed busy: try again later
+  65  corrupt data: a lease record that cannot be read (see \`flocklease repair\`)
+  75  the lease is held by someone else, or its transition lock stayed busy:
+      try again later
   79  run: the lease was lost while the command ran (the command was terminated)
   1   any other failure (an I/O error, a missing directory...)
-  run also exits with the command's own status: its exit code, 128+n if signal n killed it,
-  126 if it could not be executed, 127 if it was not found.`;
+  run also exits with the command's own status: its exit code, 128+n if
+  signal n killed it, 126 if it could not be executed, 127 if not found.`;
 
 const DURATIONS_HELP = `Durations: 500ms, 30s, 5m, 2h (a bare number is milliseconds).`;
 
@@ -117,19 +118,21 @@ Examples:
       `List every lease in <dir>, one row each, and the leftover files.
 
 States:
-  held      unexpired, and its holder process holds the generation's liveness flock
-  crashed   unexpired, but nobody holds its liveness flock: the holder died, the next acquire takes over
-  expired   past its expiry: the next acquire takes over (a holder still running reclaims it on renew
-            if nobody did)
+  held      unexpired, and its holder process holds its liveness flock
+  crashed   unexpired, but nobody holds its liveness flock: the holder died;
+            the next acquire takes over
+  expired   past its expiry: the next acquire takes over (a holder still
+            running reclaims it on renew if nobody did)
   released  a tombstone left by a release
   corrupt   the record cannot be read: acquires fail until \`flocklease repair\`
 
-PID is the holder's process, from /proc/locks (Linux), where the kernel tells. WAITERS counts the
-processes queued for the lease. Leftovers are files no lease needs (prune removes them) and corrupt
-copies kept by repair.
+PID is the holder's process, from /proc/locks (Linux), where the kernel tells.
+WAITERS counts the processes queued for the lease. Leftovers are files no
+lease needs (prune removes them) and corrupt copies kept by repair.
 
-Inspect reads only: it creates no file and takes no lock a lease operation could notice (the
-current generation's liveness file is probed with a shared, non-blocking flock, as acquire does).`,
+Inspect reads only: it creates no file and takes no lock a lease operation
+could notice (the current generation's liveness file is probed with a shared,
+non-blocking flock, as acquire does).`,
     )
     .argument('<dir>', 'the lease directory')
     .option('--json', 'print a JSON array: one object per lease and per leftover, all with the same fields (token as a string)')
@@ -140,11 +143,11 @@ current generation's liveness file is probed with a shared, non-blocking flock, 
       `
 Examples:
   $ flocklease inspect /run/myapp/leases
-  ID          STATE     OWNER         TOKEN             EXPIRY                         PID   WAITERS  NOTE
-  nightly     held      build-7-4515  1781263354231000  2026-06-12T10:22:33Z (in 25s)  4515  1
-  session-42  crashed   agent-b       1781263350118000  2026-06-12T10:22:40Z (in 32s)  -     0        holder died: the next acquire takes over
+  ID              STATE    OWNER    TOKEN             EXPIRY                           PID    WAITERS  NOTE
+  nightly-report  held     build-7  1795949057001000  2026-11-29T10:44:57Z (in 29s)    12114  1
+  session-42      crashed  agent-b  1795949057761000  2026-11-29T10:49:17Z (in 4m50s)  -      0        holder died: the next acquire takes over
 
-  $ flocklease inspect /run/myapp/leases --id nightly --json | jq -r '.[0].state'
+  $ flocklease inspect /run/myapp/leases --id nightly-report --json | jq -r '.[0].state'
   held`,
     )
     .action((dir: string, opts: { json?: boolean; id?: string; verbose?: boolean }) => {
@@ -159,36 +162,40 @@ Examples:
     .command('run')
     .summary('run a command while holding a lease (the lease-aware flock(1))')
     .description(
-      `Acquire the lease <id> in <dir> (waiting up to --wait if it is held), run the command with the
-grant in its environment, renew the lease while the command runs, release it when the command
-exits, and exit with the command's status.
+      `Acquire the lease <id> in <dir> (waiting up to --wait if it is held), run the
+command with the grant in its environment, renew the lease while the command
+runs, release it when the command exits, and exit with the command's status.
 
-If the lease is lost while the command runs (an operator broke it, or it expired while renewals
-kept failing and someone took it over), the command gets SIGTERM, SIGKILL after --kill-after, and
-run exits ${EXIT_LOST}. The lease is also checked once more when the command ends: if it was lost by
-then, run exits ${EXIT_LOST} rather than the command's status.
+If the lease is lost while the command runs (an operator broke it, or it
+expired while renewals kept failing and someone took it over), the command
+gets SIGTERM, SIGKILL after --kill-after, and run exits ${EXIT_LOST}. The
+lease is also checked once more when the command ends: if it was lost by then,
+run exits ${EXIT_LOST} rather than the command's status.
 
-The command runs in its own process group, so signals (and, on loss, SIGTERM/SIGKILL) reach
-everything it started. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
-forwarded to that group. With --foreground the command stays in the terminal's process group
-(for interactive commands that need the terminal): signals then go to the command alone, and a
-Ctrl-C or Ctrl-\\ typed at the terminal reaches it directly (run does not pass it on twice).
+The command runs in its own process group, so signals (and, on loss,
+SIGTERM/SIGKILL) reach everything it started. SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are forwarded to that group. With
+--foreground the command stays in the terminal's process group (for
+interactive commands that need the terminal): signals then go to the command
+alone, and a Ctrl-C or Ctrl-\\ typed at the terminal reaches it directly (run
+does not pass it on twice).
 
 Environment of the command:
   FLOCKLEASE_DIR      the lease directory (absolute)
   FLOCKLEASE_SESSION  the session id
   FLOCKLEASE_OWNER    the owner
   FLOCKLEASE_TOKEN    the fencing token (decimal; pass it to what you guard)
-  FLOCKLEASE_EXPIRY   the expiry at the start (RFC 3339); the lease is renewed every TTL/3
+  FLOCKLEASE_EXPIRY   the expiry at the start (RFC 3339); renewed every TTL/3
   FLOCKLEASE_TTL_MS   the lease length in milliseconds
 
-If run itself is killed with SIGKILL, the kernel frees the lease at once (the next acquire takes
-over) but cannot stop the command: supervise run so that its whole group is stopped with it
-(e.g. systemd's default KillMode=control-group).`,
+If run itself is killed with SIGKILL, the kernel frees the lease at once (the
+next acquire takes over) but cannot stop the command: supervise run so that
+its whole group is stopped with it (e.g. systemd's default
+KillMode=control-group).`,
     )
-    .requiredOption('--dir <dir>', 'the lease directory (created if missing, mode 0700)', nonEmpty('--dir'))
-    .requiredOption('--id <id>', 'the session id to lease', nonEmpty('--id'))
-    .option('--owner <owner>', 'the owner to record', nonEmpty('--owner'), `${hostname()}-${process.pid}`)
+    .option('--dir <dir>', 'the lease directory, created if missing (mode 0700) (required)', nonEmpty('--dir'))
+    .option('--id <id>', 'the session id to lease (required)', nonEmpty('--id'))
+    .option('--owner <owner>', 'the owner to record (default: <hostname>-<pid of run>)', nonEmpty('--owner'))
     .addOption(new Option('--ttl <duration>', 'lease length; renewed every ttl/3').default(30_000, '30s').argParser(positiveDuration))
     .addOption(
       new Option('--wait <duration>', 'wait this long for a held lease (in arrival order with other waiters); "forever" waits until interrupted')
@@ -206,30 +213,33 @@ over) but cannot stop the command: supervise run so that its whole group is stop
       `
 ${DURATIONS_HELP}
 
-Exit codes: the command's status (128+n if signal n killed it; 126/127 if it could not be
-started), ${EXIT_HELD} if the lease is held and was not obtained in time (one line on stderr names the
-holder), ${EXIT_LOST} if the lease was lost while the command ran, 64 for a usage error.
+Exit codes: the command's status (128+n if signal n killed it; 126/127 if it
+could not be started); ${EXIT_HELD} if the lease is held and was not obtained in
+time (one line on stderr names the holder); ${EXIT_LOST} if the lease was lost
+while the command ran; 64 for a usage error.
 
 Examples:
   $ flocklease run --dir /run/myapp/leases --id nightly-report -- ./report.sh --full
   $ flocklease run --dir /run/myapp/leases --id nightly-report --wait 5m --ttl 1m -- ./report.sh
   $ flocklease run --dir /run/myapp/leases --id db-migrate -- sh -c 'migrate --fencing-token "$FLOCKLEASE_TOKEN"'
   $ flocklease run --dir /run/myapp/leases --id nightly-report -- ./report.sh
-  flocklease: lease "nightly-report" is held by build-7-4515 (pid 4515, token 1781263354231000, expires 2026-06-12T10:22:33Z, in 25s)
+  flocklease: lease "nightly-report" is held by build-7 (pid 12114, token 1795949057001000, expires 2026-11-29T10:44:47Z, in 25s)
   $ echo $?
   75`,
     )
     .action(
       async (
         command: string[],
-        opts: { dir: string; id: string; owner: string; ttl: number; wait: number; killAfter: number; foreground?: boolean; verbose?: boolean },
+        opts: { dir?: string; id?: string; owner?: string; ttl: number; wait: number; killAfter: number; foreground?: boolean; verbose?: boolean },
       ) => {
         result.verbose ||= opts.verbose === true;
+        const dir = required(opts.dir, '--dir <dir>');
+        const id = required(opts.id, '--id <id>');
         result.code = await runCommand(
           {
-            dir: opts.dir,
-            id: opts.id,
-            owner: opts.owner,
+            dir,
+            id,
+            owner: opts.owner ?? `${hostname()}-${process.pid}`,
             ttlMs: opts.ttl,
             waitMs: opts.wait,
             killAfterMs: opts.killAfter,
@@ -247,25 +257,27 @@ Examples:
     .summary('remove old released records and leftover files, never a live lease')
     .description(
       `Remove what finished leases left behind in <dir>:
-  - released records whose release is at least --older-than ago (and expired records whose
-    holder is gone, at least --older-than past their expiry);
+  - released records whose release is at least --older-than ago (and expired
+    records whose holder is gone, at least --older-than past their expiry);
   - liveness (.live) and waiter (.wait) files that no process holds;
   - temp files of interrupted record writes;
   - the .lock file of an id that has nothing else left.
 
-Each id is pruned under its transition lock, as a lease operation; the .lock file goes last,
-while still locked (a process that opened it just before sees the path no longer names the file
-it locked, and retries). Never removed: a held, crashed-but-unexpired or expired-but-running
-lease, an id with queued waiters, a corrupt record (see repair), a corrupt copy kept by repair.
+Each id is pruned under its transition lock, as a lease operation; the .lock
+file goes last, while still locked (a process that opened it just before sees
+the path no longer names the file it locked, and retries). Never removed: a
+held, crashed-but-unexpired or expired-but-running lease, an id with queued
+waiters, a corrupt record (see repair), a corrupt copy kept by repair.
 
-Fencing tokens stay monotone after a prune: a takeover with no record issues max(1, wall-clock
-microseconds), and prune removes a record only when the clock is already past its token. They
-would go backwards only if the clock were stepped back by more than --older-than (the default
-keeps a day of margin). Do not prune a directory that the Go original also uses: it takes over
-with token = previous + 1.
+Fencing tokens stay monotone after a prune: a takeover with no record issues
+max(1, wall-clock microseconds), and prune removes a record only when the
+clock is already past its token. They would go backwards only if the clock
+were stepped back by more than --older-than (the default keeps a day of
+margin). Do not prune a directory that the Go original also uses: it takes
+over with token = previous + 1.
 
---dry-run reads the directory without taking any lock (taking one could create a .lock file)
-and prints what a prune would remove right now.`,
+--dry-run reads the directory without taking any lock (taking one could create
+a .lock file) and prints what a prune would remove right now.`,
     )
     .argument('<dir>', 'the lease directory')
     .addOption(
@@ -285,9 +297,9 @@ ${DURATIONS_HELP}
 
 Examples:
   $ flocklease prune /run/myapp/leases --dry-run
-  would remove job-1-6b86b273ff34fce1.lease.json  (record: released 26h12m ago)
-  would remove job-1-6b86b273ff34fce1.lock  (lock: its record was pruned)
-  Dry run: would remove 2 files (1 record); 0 ids left alone.
+  would remove session-7-cef8bce549cdc050.lease.json.31337-0000002a.tmp  (temp: an interrupted record write)
+  left alone nightly-report: 1 queued waiter
+  Dry run: would remove 1 file (0 records); 1 id left alone.
   $ flocklease prune /run/myapp/leases --older-than 1h`,
     )
     .action(async (dir: string, opts: { olderThan: number; dryRun?: boolean; id?: string; json?: boolean; lockTimeout: number; verbose?: boolean }) => {
@@ -301,29 +313,31 @@ Examples:
     .command('repair')
     .summary('replace a corrupt record with a tombstone (keeping a copy)')
     .description(
-      `Replace the corrupt record of <id> (unparsable, or a symlink or other non-regular file) with a
-tombstone whose token is greater than every token still visible for the id (the takeover rule:
-max(largest + 1, wall-clock microseconds)), so the next acquire takes over with a greater token
-still. The corrupt file is kept next to it as <safeID>.corrupt-<UTC time> (inspect lists it,
-prune leaves it: delete it when you are done with it). A holder that is still running loses
-the lease at its next renew. A healthy or missing record is left alone (exit 0).`,
+      `Replace the corrupt record of <id> (unparsable, or a symlink or other
+non-regular file) with a tombstone whose token is greater than every token
+still visible for the id (the takeover rule: max(largest + 1, wall-clock
+microseconds)), so the next acquire takes over with a greater token still. The
+corrupt file is kept next to it as <safeID>.corrupt-<UTC time> (inspect lists
+it, prune leaves it: delete it when you are done with it). A holder that is
+still running loses the lease at its next renew. A healthy or missing record
+is left alone (exit 0).`,
     )
     .argument('<dir>', 'the lease directory')
-    .requiredOption('--id <id>', 'the session id whose record to repair', nonEmpty('--id'))
+    .option('--id <id>', 'the session id whose record to repair (required)', nonEmpty('--id'))
     .addOption(lockTimeout)
     .addOption(verbose)
     .addHelpText(
       'after',
       `
 Examples:
-  $ flocklease repair /run/myapp/leases --id session-42
-  repaired "session-42": record is not valid JSON: Unexpected end of JSON input
-  kept the corrupt record as session-42-a3a7e1c6f4b1d2e5.corrupt-20260612T102233123Z
-  wrote a tombstone with token 1781263354231000: the next acquire takes over`,
+  $ flocklease repair /run/myapp/leases --id session-13
+  repaired "session-13": record is not valid JSON: expected } at offset 32
+  kept the corrupt record as session-13-85000fd0b18dea2c.corrupt-20261129T104430150Z
+  wrote a tombstone with token 1795949070150000: the next acquire takes over`,
     )
-    .action(async (dir: string, opts: { id: string; lockTimeout: number; verbose?: boolean }) => {
+    .action(async (dir: string, opts: { id?: string; lockTimeout: number; verbose?: boolean }) => {
       result.verbose ||= opts.verbose === true;
-      const repaired = await repairLease(dir, opts.id, { lockTimeoutMs: opts.lockTimeout });
+      const repaired = await repairLease(dir, required(opts.id, '--id <id>'), { lockTimeoutMs: opts.lockTimeout });
       const id = JSON.stringify(opts.id);
       if (repaired.status === 'healthy') io.stdout(`${id}: the record is not corrupt; nothing to repair\n`);
       else if (repaired.status === 'missing') io.stdout(`${id}: no record; nothing to repair\n`);
@@ -343,17 +357,18 @@ Examples:
     .command('release')
     .summary('break a lease (break-glass, needs --force)')
     .description(
-      `Break the lease <id>: write a tombstone with a new, greater token under the transition lock
-and remove the holder's liveness file. The holder, if still running, loses the lease at its next
-renew (its hold aborts; \`flocklease run\` terminates its command and exits ${EXIT_LOST}); the next
-acquire takes over with a greater token. Queued waiters take it once the old holder lets go, or
-at its old expiry at the latest.
+      `Break the lease <id>: write a tombstone with a new, greater token under the
+transition lock and remove the holder's liveness file. The holder, if still
+running, loses the lease at its next renew (its hold aborts; \`flocklease
+run\` terminates its command and exits ${EXIT_LOST}); the next acquire takes
+over with a greater token. Queued waiters take it once the old holder lets go,
+or at its old expiry at the latest.
 
-This is break-glass for an operator: a program releases its own lease through the library (or by
-letting \`flocklease run\` end), so --force is required.`,
+This is break-glass for an operator: a program releases its own lease through
+the library (or by letting \`flocklease run\` end), so --force is required.`,
     )
     .argument('<dir>', 'the lease directory')
-    .requiredOption('--id <id>', 'the session id whose lease to break', nonEmpty('--id'))
+    .option('--id <id>', 'the session id whose lease to break (required)', nonEmpty('--id'))
     .option('--force', 'yes, break it')
     .addOption(lockTimeout)
     .addOption(verbose)
@@ -361,19 +376,20 @@ letting \`flocklease run\` end), so --force is required.`,
       'after',
       `
 Examples:
-  $ flocklease release /run/myapp/leases --id session-42 --force
-  broke "session-42": it was held by agent-b (pid 4515, token 1781263350118000, expires 2026-06-12T10:22:40Z)
-  tombstone token 1781263354231000: the holder loses the lease at its next renew`,
+  $ flocklease release /run/myapp/leases --id nightly-report --force
+  broke "nightly-report": it was held by build-7 (pid 12114, token 1795949057001000, expires 2026-11-29T10:44:57Z, in 29s)
+  tombstone token 1795949068125000: the holder loses the lease at its next renew`,
     )
-    .action(async (dir: string, opts: { id: string; force?: boolean; lockTimeout: number; verbose?: boolean }) => {
+    .action(async (dir: string, opts: { id?: string; force?: boolean; lockTimeout: number; verbose?: boolean }) => {
       result.verbose ||= opts.verbose === true;
+      const target = required(opts.id, '--id <id>');
       if (!opts.force) {
         throw new UsageError(
           `release needs --force: it breaks a lease that another process may be using (it loses the lease at its next renew). ` +
-            `To look first: flocklease inspect ${dir} --id ${shellQuote(opts.id)}`,
+            `To look first: flocklease inspect ${shellQuote(dir)} --id ${shellQuote(target)}`,
         );
       }
-      const released = await forceRelease(dir, opts.id, { lockTimeoutMs: opts.lockTimeout });
+      const released = await forceRelease(dir, target, { lockTimeoutMs: opts.lockTimeout });
       const id = JSON.stringify(opts.id);
       if (released.status === 'missing') io.stdout(`${id}: no record; nothing to release\n`);
       else if (released.status === 'already-released') io.stdout(`${id}: already released (token ${released.token}); nothing to do\n`);
@@ -390,6 +406,13 @@ Examples:
     });
 
   return cli;
+}
+
+/** Options the command cannot do without. (Checked here, not with commander's requiredOption, so
+ * that an unknown option is reported as such rather than as a missing required one.) */
+function required(value: string | undefined, flag: string): string {
+  if (value === undefined) throw new UsageError(`required option '${flag}' not specified (add --help for usage)`);
+  return value;
 }
 
 function shellQuote(text: string): string {

@@ -82,7 +82,8 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
   const onLost = (reason: LeaseError): void => {
     lost = reason;
     if (child === undefined || exited || child.pid === undefined) return;
-    out.say(`lost the lease on ${JSON.stringify(id)}: ${reason.message}; terminating the command (SIGTERM, SIGKILL after ${compact(options.killAfterMs)})`);
+    // The reason names the lease: 'lease "x" was lost: ...' or 'lease "x" expired before it could be renewed: ...'.
+    out.say(`${reason.message}; terminating the command (SIGTERM, SIGKILL after ${compact(options.killAfterMs)})`);
     signal('SIGTERM');
     killTimer = setTimeout(() => {
       out.say(`the command did not exit within ${compact(options.killAfterMs)} of SIGTERM: SIGKILL`);
