@@ -1,7 +1,10 @@
 // `flocklease run`: the command runs under the lease, its status is run's status, signals are
 // forwarded, a loss terminates it (exit 79), --wait waits, a held lease exits 75 naming the holder.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
@@ -9,7 +12,7 @@ import { inspectLeaseDir } from '../../src/flock/operator.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
 import { readRecordFile } from '../helpers/lease-files.js';
-import { alive, cli, CliProcess, until } from './cli.js';
+import { alive, BIN, cli, CliProcess, until } from './cli.js';
 
 const CHILD = fileURLToPath(new URL('./fixtures/child.mjs', import.meta.url));
 const node = process.execPath;
@@ -76,6 +79,34 @@ describe('flocklease run', () => {
     expect(result.code).toBe(42); // the command's own exit status on SIGTERM
     expect(result.stdout.match(/got SIG\w+/g)).toEqual(['got SIGUSR1', 'got SIGUSR2', 'got SIGHUP', 'got SIGINT', 'got SIGQUIT', 'got SIGTERM']);
     expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]!.state).toBe('released');
+  });
+
+  test.each([
+    ['in its own process group (the default)', []],
+    ['with --foreground', ['--foreground']],
+  ])('a Ctrl-C typed at a terminal reaches the command exactly once, %s', async (_name, flags) => {
+    // A real terminal: `script` runs run under a pseudo-terminal whose input we type into.
+    const dir = freshDir();
+    const command = [node, BIN, ...runArgs(dir, 'job', ...flags, '--', node, CHILD, 'trap')].map((a) => `'${a}'`).join(' ');
+    const tty = spawn('script', ['-qefc', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    let screen = '';
+    tty.stdout!.on('data', (chunk: Buffer) => (screen += chunk.toString()));
+    const exited = once(tty, 'close');
+    try {
+      const ready = await until(() => /ready \d+ parent (\d+)/.exec(screen) ?? undefined, 'the command to start');
+      for (let presses = 1; presses <= 2; presses++) {
+        tty.stdin!.write('\x03');
+        await until(() => ((screen.match(/got SIGINT/g)?.length ?? 0) >= presses ? true : undefined), `Ctrl-C number ${presses}`);
+        await sleep(300); // a second delivery of the same Ctrl-C would show by now
+        expect(screen.match(/got SIGINT/g)).toHaveLength(presses);
+      }
+      process.kill(Number(ready[1]), 'SIGTERM'); // run itself, from outside the terminal
+      const [code] = (await exited) as [number];
+      expect(code).toBe(42);
+      expect(screen.match(/got SIG\w+/g)).toEqual(['got SIGINT', 'got SIGINT', 'got SIGTERM']);
+    } finally {
+      tty.kill('SIGKILL');
+    }
   });
 
   test('on loss (force-released by another process): SIGTERM to the command and its process group, exit 79', async () => {
