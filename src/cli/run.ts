@@ -122,6 +122,10 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       await hold.release().catch(() => {}); // at exit the kernel frees it anyway
       return 128 + constants.signals[interrupted];
     }
+    if (lost !== undefined) {
+      out.say(`${(lost as LeaseError).message}; the command was not started`);
+      return EXIT_LOST;
+    }
     const { grant } = hold;
     if (options.verbose) out.say(`acquired ${JSON.stringify(id)} as ${owner}: token ${grant.token}, expires ${isoSeconds(grant.expiry)}`);
 

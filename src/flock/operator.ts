@@ -792,8 +792,21 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
         }
       });
     } catch (error) {
-      if (!(error instanceof LeaseTimeoutError)) throw error;
-      skipped.push({ id: id ?? g.safe, safeId: g.safe, reason: `its transition lock stayed busy for ${timeoutMs} ms` });
+      // The id's name for the report, read without the lock (best effort).
+      const label = (): string => {
+        try {
+          return name(g.record === undefined ? { kind: 'none' } : readRecordAt(io, join(path, g.record)));
+        } catch {
+          return id ?? g.safe;
+        }
+      };
+      if (error instanceof LeaseTimeoutError) {
+        skipped.push({ id: label(), safeId: g.safe, reason: `its transition lock stayed busy for ${timeoutMs} ms` });
+      } else if (error instanceof LeaseCorruptError) {
+        skipped.push({ id: label(), safeId: g.safe, reason: error.message }); // e.g. a symlink planted as its .lock
+      } else {
+        throw error;
+      }
     }
   }
   return { dir: path, dryRun, olderThanMs, removed, skipped, errors };

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
+import { fileIO } from '../../src/flock/io.js';
 import { Lease } from '../../src/flock/lease.js';
 import { inspectLeaseDir, pruneLeaseDir } from '../../src/flock/operator.js';
 import { LeaseAgent } from '../helpers/agent.js';
@@ -132,6 +133,36 @@ describe('flocklease prune', () => {
     const one = await cli(['prune', dir, '--older-than', '0', '--id', 'done']);
     expect(one.stdout).toMatch(/^Removed 2 files \(1 record\); 0 ids left alone\.$/m);
     expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['also-done', 'busy']);
+  });
+
+  test('never hangs on a busy transition lock, and skips a planted symlink: those ids are left alone and reported', async () => {
+    const dir = freshDir();
+    const lease = new Lease(dir);
+    await lease.release(await lease.acquire('stuck', 'me'));
+    await lease.release(await lease.acquire('linked', 'me'));
+    // A process stopped inside an operation on "stuck" holds its transition lock.
+    const fd = fileIO.tryLockTransition(leaseFiles(dir, 'stuck').lock) as number;
+    const linked = leaseFiles(dir, 'linked');
+    fs.rmSync(linked.lock);
+    fs.symlinkSync('/etc/hostname', linked.lock);
+    try {
+      const started = performance.now();
+      const result = await cli(['prune', dir, '--older-than', '0', '--lock-timeout', '200ms']);
+      expect(performance.now() - started).toBeLessThan(10_000);
+      expect(result.code).toBe(0);
+      expect(result.stdout).toMatch(/^left alone stuck: its transition lock stayed busy for 200 ms$/m);
+      expect(result.stdout).toMatch(/^left alone linked: .*is a symbolic link; lease files are never followed$/m);
+      expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['linked', 'stuck']);
+      // repair and release --force give up too, with 75 (try again later).
+      for (const args of [['repair', dir, '--id', 'stuck'], ['release', dir, '--id', 'stuck', '--force']]) {
+        const busy = await cli([...args, '--lock-timeout', '200ms']);
+        expect(busy.code).toBe(75);
+        expect(busy.stderr).toMatch(/was not free within 200 ms/);
+      }
+    } finally {
+      fileIO.unlockTransition(fd);
+    }
+    expect(fs.readlinkSync(linked.lock)).toBe('/etc/hostname');
   });
 
   test('tokens stay monotone across a prune that removes everything of an id', async () => {
