@@ -14,7 +14,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from 'commander
 import { parseDuration } from '../duration.js';
 import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError, LeaseUnsupportedError } from '../port/errors.js';
-import { compact, inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
+import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
 import { EXIT_HELD, EXIT_LOST, runCommand } from './run.js';
 
 export const EXIT = { OK: 0, FAILURE: 1, USAGE: 64, CORRUPT: 65, HELD: EXIT_HELD, LOST: EXIT_LOST } as const;
@@ -282,7 +282,7 @@ a .lock file) and prints what a prune would remove right now.`,
     .argument('<dir>', 'the lease directory')
     .addOption(
       new Option('--older-than <duration>', 'minimum age of a released record (since its release) to remove it')
-        .default(DEFAULT_PRUNE_AGE_MS, compact(DEFAULT_PRUNE_AGE_MS).replace(/0m$/, ''))
+        .default(DEFAULT_PRUNE_AGE_MS, `${DEFAULT_PRUNE_AGE_MS / 3_600_000}h`)
         .argParser(duration),
     )
     .option('--dry-run', 'print what would be removed; change nothing')

@@ -532,20 +532,11 @@ async function writeTombstone(io: LeaseIO, dir: string, safe: string, id: string
  * (see `repairLease`).
  */
 export async function forceRelease(dir: string, id: string, options: MutationOptions = {}): Promise<ForceReleaseResult> {
-  const path = checkDir(dir);
-  checkSessionId(id);
-  const timeoutMs = checkMs(options.lockTimeoutMs, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS);
-  const clock = clockOf(options);
-  const io = ioOf(options);
-  const safe = safeID(id);
-  const recordPath = join(path, recordName(safe));
-  return underLock(io, path, safe, id, timeoutMs, async () => {
-    const read = readRecordAt(io, recordPath);
+  return withRecord(dir, id, options, async ({ path, safe, recordPath, read, io, now }) => {
     if (read.kind === 'corrupt') throw read.error;
     if (read.kind === 'none') return { status: 'missing', id, path: recordPath };
     const { record } = read;
     if (record.owner === '') return { status: 'already-released', id, path: recordPath, token: record.token };
-    const now = clock();
     const live = join(path, liveName(safe, record.token));
     const alive = io.probeLive(live); // under the transition lock nobody is creating lock files
     const state = record.expiryMs <= now ? 'expired' : alive ? 'held' : 'crashed';
@@ -557,12 +548,19 @@ export async function forceRelease(dir: string, id: string, options: MutationOpt
   });
 }
 
-/**
- * Replaces a corrupt record of `id` (unparsable, or a symlink or other non-regular file) with a
- * tombstone whose token beats every token still visible for the id, keeping the corrupt file as
- * `<safeID>.corrupt-<time>`. A healthy or missing record is left alone.
- */
-export async function repairLease(dir: string, id: string, options: MutationOptions = {}): Promise<RepairResult> {
+/** What a mutation of one id works with, under that id's transition lock. */
+interface RecordContext {
+  readonly path: string;
+  readonly safe: string;
+  readonly recordPath: string;
+  /** The record as read under the lock. */
+  readonly read: RecordRead;
+  readonly io: LeaseIO;
+  readonly now: number;
+}
+
+/** Checks the arguments, takes the id's transition lock, reads its record, runs `body`. */
+async function withRecord<T>(dir: string, id: string, options: MutationOptions, body: (context: RecordContext) => Promise<T>): Promise<T> {
   const path = checkDir(dir);
   checkSessionId(id);
   const timeoutMs = checkMs(options.lockTimeoutMs, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS);
@@ -570,11 +568,18 @@ export async function repairLease(dir: string, id: string, options: MutationOpti
   const io = ioOf(options);
   const safe = safeID(id);
   const recordPath = join(path, recordName(safe));
-  return underLock(io, path, safe, id, timeoutMs, async () => {
-    const read = readRecordAt(io, recordPath);
+  return underLock(io, path, safe, id, timeoutMs, () => body({ path, safe, recordPath, read: readRecordAt(io, recordPath), io, now: clock() }));
+}
+
+/**
+ * Replaces a corrupt record of `id` (unparsable, or a symlink or other non-regular file) with a
+ * tombstone whose token beats every token still visible for the id, keeping the corrupt file as
+ * `<safeID>.corrupt-<time>`. A healthy or missing record is left alone.
+ */
+export async function repairLease(dir: string, id: string, options: MutationOptions = {}): Promise<RepairResult> {
+  return withRecord(dir, id, options, async ({ path, safe, recordPath, read, io, now }) => {
     if (read.kind === 'none') return { status: 'missing', id, path: recordPath };
     if (read.kind === 'ok') return { status: 'healthy', id, path: recordPath };
-    const now = clock();
     // Every token still visible: the generations' file names, and the corrupt record's own
     // token if its text still shows one.
     const lives = liveTokens(path, safe);
