@@ -102,7 +102,7 @@ describe('flocklease inspect', () => {
     const human = await cli(['inspect', dir]);
     expect(human.code).toBe(0);
     const line = (id: string): string => human.stdout.split('\n').find((l) => l.startsWith(`${id} `))!;
-    expect(line('held-1')).toMatch(new RegExp(`^held-1 +held +alice +${held.token} +\\S+Z \\(in \\d+s\\) +${holder.pid} +1\\b`));
+    expect(line('held-1')).toMatch(new RegExp(`^held-1 +held +alice +${held.token} +\\S+Z \\(in \\S+\\) +${holder.pid} +1\\b`));
     expect(line('crashed-1')).toMatch(/ crashed .* holder died: the next acquire takes over$/);
     expect(line('expired-live')).toMatch(new RegExp(` expired .*ago\\) +${process.pid} .*holder still running`));
     expect(line('expired-dead')).toMatch(/ expired +dave +17 +\S+ \(1h00m ago\) +- +0 +takeable$/);
