@@ -20,7 +20,7 @@ test('transitions stay mutually exclusive while the lock file is unlinked and re
   const churner = run(process.execPath, [fixture('lock-churner.mjs'), leaseFiles(dir, 's1').lock, String(durationMs)]);
   const results = (await Promise.all(workers)).map(({ stdout }) => JSON.parse(stdout) as { cycles: number; violations: number });
   const { unlinked } = JSON.parse((await churner).stdout) as { unlinked: number };
-  expect(unlinked).toBeGreaterThan(100); // the lock file really was pulled out from under them
+  expect(unlinked).toBeGreaterThan(20); // the lock file really was pulled out from under them (~1 000 when idle)
   expect(results.reduce((sum, r) => sum + r.cycles, 0)).toBeGreaterThan(50);
   expect(results.map((r) => r.violations)).toEqual([0, 0, 0]);
 });

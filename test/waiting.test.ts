@@ -14,7 +14,7 @@ import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
 import type { LeaseGrant } from '../src/port/types.js';
 import { LeaseAgent } from './helpers/agent.js';
 import { freshDir } from './helpers/dirs.js';
-import { leaseFiles, readRecordFile } from './helpers/lease-files.js';
+import { isFlocked, leaseFiles, readRecordFile } from './helpers/lease-files.js';
 
 afterEach(() => faults.clear());
 
@@ -22,13 +22,17 @@ const now = (): number => performance.timeOrigin + performance.now();
 const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
 const queueText = (dir: string, id: string): string => fs.readFileSync(leaseFiles(dir, id).lock, 'utf8');
 
-async function until(condition: () => boolean, what: string, ms = 5_000): Promise<void> {
+async function until(condition: () => boolean | Promise<boolean>, what: string, ms = 5_000): Promise<void> {
   const deadline = Date.now() + ms;
-  while (!condition()) {
+  while (!(await condition())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(5);
   }
 }
+
+/** Queued, and out of its transition: a SIGSTOP inside one would hold the lock others need. */
+const queuedAndIdle = (dir: string, id: string) => async (): Promise<boolean> =>
+  waitFiles(dir).length === 1 && !(await isFlocked(leaseFiles(dir, id).lock));
 
 describe('waiting acquire', () => {
   test('wakes within milliseconds of a release by another process', async () => {
@@ -154,7 +158,7 @@ describe('waiting acquire', () => {
     await holder.acquire('s1', 'holder');
     const stopped = await LeaseAgent.start(dir, 300);
     void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
-    await until(() => waitFiles(dir).length === 1, 'the waiter to queue');
+    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
     stopped.kill('SIGSTOP');
     try {
       holder.kill('SIGKILL'); // a crash: nobody hands the lease over, so it is free but reserved
@@ -178,7 +182,7 @@ describe('waiting acquire', () => {
     await holder.acquire('s1', 'holder');
     const stopped = await LeaseAgent.start(dir, 400);
     void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
-    await until(() => waitFiles(dir).length === 1, 'the waiter to queue');
+    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
     stopped.kill('SIGSTOP');
     try {
       await holder.call({ op: 'release' });
