@@ -104,6 +104,7 @@ const SWEEP_SLICE = 10_000;
 /** Due commands applied per timer callback before yielding to I/O. */
 const DUE_BATCH = 10_000;
 const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const monotonicWallClock = (): number => performance.timeOrigin + performance.now();
 
@@ -554,7 +555,10 @@ export class TicketServer extends EventEmitter {
     if (next === undefined || next >= this.#deadlineAt || this.#closing !== undefined) return;
     clearTimeout(this.#deadlineTimer);
     this.#deadlineAt = next;
-    const delay = Math.max(0, Math.ceil(next - this.#clock()));
+    // setTimeout turns a delay past 2^31-1 ms into 1 ms (a spin). A waiter's far deadline is never
+    // the earliest (its key's lease expiry, at most 2^31-1 ms away, comes first), so this is
+    // defence only; the timer re-arms if it fires early.
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(next - this.#clock())));
     this.#deadlineTimer = setTimeout(this.#onDeadline, delay).unref();
   }
 

@@ -164,6 +164,14 @@ describe('ticketing serve', () => {
     expect(stderr).toMatch(message);
   });
 
+  test('a port already in use: an error and a non-zero exit, no listening line', async () => {
+    const s = await serve();
+    const { code, stdout, stderr } = await runCli(['serve', '--port', String(s.port)]);
+    expect(code).not.toBe(0);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(/EADDRINUSE/);
+  });
+
   test('thousands of idle connections cost little memory', { timeout: 60_000 }, async () => {
     const s = await serve();
     const rss = (): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;

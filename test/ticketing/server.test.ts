@@ -82,6 +82,17 @@ describe('A: the acquire table', () => {
     expect(tokenOf(handed) > token).toBe(true);
   });
 
+  test('a wait of up to 2^53-1 ms is accepted and queued like any other', async () => {
+    const { port, server: s } = await server();
+    const c = await connect(port);
+    c.write('A k h 0\nA k patient 9007199254740991\n');
+    const token = tokenOf(await c.readLine());
+    await until(() => s.inspect('k')?.waiters.length === 1);
+    expect(s.inspect('k')!.waiters[0]!.deadline).toBeGreaterThan(Date.now() + 2 ** 52);
+    c.write(`R k ${token}\n`);
+    expect((await c.readLines(2))[1]).toMatch(/^A \d+ patient k$/);
+  });
+
   test('caps: per-key queue, total waiters and total keys answer "B <owner> <key>" and do not queue', async () => {
     const { port, server: s } = await server({ maxWaitersPerKey: 1, maxWaiters: 2, maxKeys: 3 });
     const c = await connect(port);
