@@ -6,7 +6,9 @@
  *
  *   npm run bench:ticketing -- [--duration 3s] [--warmup 1s] [--rounds 3] [--workers 64] [--connections 4]
  *
- * Workloads (each: `workers` concurrent loops spread over `connections` clients):
+ * Workloads (each: `workers` concurrent loops over `connections` TCP connections per system —
+ * Redis: that many ioredis connections; ticketing: half as many TicketClients, since each has a
+ * pipelined connection and a release lane):
  * - distinct: every loop has its own key (acquire, release, repeat);
  * - hot: every loop wants the same key. Ticketing queues the waiters (FIFO hand-off); Redis has no
  *   queue, so its loops retry SET NX at once until it succeeds (the usual spin).
@@ -80,9 +82,12 @@ async function runWorker(config) {
   let closeAll;
   if (system === 'ticketing') {
     const { TicketClient } = await import(join(root, 'dist', 'ticketing', 'index.js'));
-    const clients = Array.from({ length: connections }, () => new TicketClient({ port }));
+    // `connections` counts TCP sockets: each TicketClient has two (its pipelined connection and
+    // its release lane), so half as many clients.
+    const count = Math.max(1, Math.floor(connections / 2));
+    const clients = Array.from({ length: count }, () => new TicketClient({ port }));
     acquireRelease = async (i, key) => {
-      const client = clients[i % connections];
+      const client = clients[i % count];
       const result = await client.acquire(key, { waitMs: 60_000 });
       if (result.status !== 'acquired') {
         failures++;
@@ -329,7 +334,7 @@ async function main() {
   const violations = Object.values(results)
     .flatMap((bySystem) => Object.values(bySystem).flat())
     .reduce((n, run) => n + run.overlaps + run.failures, 0);
-  const setup = `${options.workers} loops on ${options.connections} clients, ${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} runs; ${cpus().length} CPUs, Node ${process.version}`;
+  const setup = `${options.workers} loops over ${options.connections} TCP connections per system (ticketing: ${Math.max(1, Math.floor(options.connections / 2))} clients × 2 connections), ${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} runs; ${cpus().length} CPUs, Node ${process.version}`;
   const table = [
     `Lock cycles (acquire + release) — ${setup}`,
     '',
