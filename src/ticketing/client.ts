@@ -556,12 +556,13 @@ class Lane {
             );
       this.#settleReject(p, error, true);
     }
-    this.#failures++;
+    // A close the caller asked for (an abort) says nothing about the server: no backoff for it.
+    if (aborted === undefined) this.#failures++;
     clearTimeout(this.#retryTimer);
     if (this.#closed) {
       this.#state = 'idle';
     } else {
-      const delay = this.#backoffDelay(floorMs);
+      const delay = aborted === undefined ? this.#backoffDelay(floorMs) : 0;
       this.#state = 'backoff';
       this.#retryTimer = setTimeout(() => {
         this.#state = 'idle';
