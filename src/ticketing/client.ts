@@ -25,6 +25,7 @@ import {
   type IndeterminateReason,
 } from './errors.js';
 import { channels, publish } from './events.js';
+import { Table } from './table.js';
 import {
   DEFAULT_MAX_LINE_BYTES,
   LineFramer,
@@ -157,7 +158,9 @@ interface PendingBase {
 interface PendingAcquire extends PendingBase {
   readonly kind: 'acquire';
   readonly owner: string;
-  readonly matchKey: string;
+  /** The next pending acquire with the same owner (another key): the client's table is keyed by
+   * owner, the identifier every acquire-side reply echoes. */
+  ownerNext: PendingAcquire | undefined;
   /** The caller's budget: server wait of this attempt, and the deadline over all busy retries. */
   waitMs: number;
   readonly deadline: number;
@@ -172,11 +175,13 @@ interface PendingAcquire extends PendingBase {
 interface PendingRelease extends PendingBase {
   readonly kind: 'release';
   readonly token: bigint;
-  readonly matchKey: string;
+  readonly tokenText: string;
   readonly line: string;
   readonly waitMs: 0;
-  /** A later release of the same (key, token), sent once this one settles. */
-  next: PendingRelease | undefined;
+  /** The next pending release with the same token (the client's table is keyed by token). */
+  tokenNext: PendingRelease | undefined;
+  /** Waiting for an earlier release of the same (key, token) to settle before it is sent. */
+  blocked: boolean;
   readonly resolve: (result: ReleaseResult) => void;
   readonly reject: (error: unknown) => void;
 }
@@ -202,6 +207,12 @@ interface ClientCore {
   pickEndpoint(failures: number): Endpoint;
   setLeaderHint(address: string | undefined, via: string): void;
   orphanRelease(key: string, token: string): void;
+  /** A pending acquire of this client by (owner, key), if any. */
+  findAcquire(owner: string, key: string): PendingAcquire | undefined;
+  /** A pending release of this client by (token, key) that was sent, if any. */
+  findRelease(token: string, key: string): PendingRelease | undefined;
+  /** Every request of this client sent on `lane` and not yet settled. */
+  sentOn(lane: Lane): Pending[];
   finishAcquire(p: PendingAcquire): void;
   finishRelease(p: PendingRelease): void;
   retryBusy(p: PendingAcquire): boolean;
@@ -217,8 +228,8 @@ class Lane {
   #state: 'idle' | 'connecting' | 'open' | 'backoff' = 'idle';
   #framer: LineFramer;
   #queue: Pending[] = [];
-  readonly #acquires = new Map<string, PendingAcquire>();
-  readonly #releases = new Map<string, PendingRelease>();
+  /** Requests sent on the current connection and not settled. */
+  #inFlight = 0;
   #flushScheduled = false;
   #failures = 0;
   /** The current socket's error, and the cause of the last teardown (for ConnectError). */
@@ -242,7 +253,7 @@ class Lane {
   }
 
   get inFlight(): number {
-    return this.#acquires.size + this.#releases.size;
+    return this.#inFlight;
   }
   get queued(): number {
     return this.#queue.length;
@@ -376,10 +387,10 @@ class Lane {
     this.#queue = [];
     for (const p of queue) {
       if (p.settled) continue;
-      // Registered before the bytes go out: a reply can beat the write callback.
-      if (p.kind === 'acquire') this.#acquires.set(p.matchKey, p);
-      else this.#releases.set(p.matchKey, p);
+      // Registered (in the client's tables since the call; now as sent on this connection) before
+      // the bytes go out: a reply can beat the write callback.
       p.sentAt = sentAt;
+      this.#inFlight++;
       out += p.line;
     }
     if (out.length > 0) socket.write(out, 'latin1');
@@ -399,7 +410,7 @@ class Lane {
         if (op === 65 /* A */) {
           const b = line.indexOf(' ', a + 1);
           if (b > a + 1 && line.indexOf(' ', b + 1) === -1) {
-            const p = this.#acquires.get(`${line.slice(b + 1)} ${line.slice(a + 1, b)}`);
+            const p = this.#sentAcquire(line.slice(a + 1, b), line.slice(b + 1));
             const token = line.slice(2, a);
             if (p !== undefined && isTokenText(token)) {
               this.#granted(p, token);
@@ -408,13 +419,13 @@ class Lane {
           }
         } else if (line.indexOf(' ', a + 1) === -1) {
           if (op === 84 /* T */ || op === 66 /* B */) {
-            const p = this.#acquires.get(`${line.slice(a + 1)} ${line.slice(2, a)}`);
+            const p = this.#sentAcquire(line.slice(2, a), line.slice(a + 1));
             if (p !== undefined) {
               this.#refused(p, op === 66);
               return true;
             }
           } else if (op === 82 /* R */ || op === 78 /* N */) {
-            const p = this.#releases.get(`${line.slice(a + 1)} ${line.slice(2, a)}`);
+            const p = this.#sentRelease(line.slice(2, a), line.slice(a + 1));
             if (p !== undefined) {
               this.#released(p, op === 82);
               return true;
@@ -426,8 +437,17 @@ class Lane {
     return this.#onOtherLine(line);
   };
 
+  #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
+    const p = this.core.findAcquire(owner, key);
+    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
+  }
+
+  #sentRelease(token: string, key: string): PendingRelease | undefined {
+    const p = this.core.findRelease(token, key);
+    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
+  }
+
   #granted(p: PendingAcquire, token: string): void {
-    this.#acquires.delete(p.matchKey);
     const receivedAt = now();
     if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
     this.#failures = 0;
@@ -441,7 +461,6 @@ class Lane {
   }
 
   #refused(p: PendingAcquire, busy: boolean): void {
-    this.#acquires.delete(p.matchKey);
     if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
     this.#failures = 0;
     if (busy && this.core.retryBusy(p)) {
@@ -455,7 +474,6 @@ class Lane {
   }
 
   #released(p: PendingRelease, released: boolean): void {
-    this.#releases.delete(p.matchKey);
     this.#sample(now() - p.sentAt);
     this.#failures = 0;
     this.#settle(p);
@@ -471,7 +489,7 @@ class Lane {
     }
     switch (reply.op) {
       case 'A': {
-        const p = this.#acquires.get(`${reply.key} ${reply.owner}`);
+        const p = this.#sentAcquire(reply.owner, reply.key);
         if (p === undefined) {
           // A grant nobody waits for: hand it back by its exact token, then close (the session
           // is out of step with the server).
@@ -484,7 +502,7 @@ class Lane {
       }
       case 'T':
       case 'B': {
-        const p = this.#acquires.get(`${reply.key} ${reply.owner}`);
+        const p = this.#sentAcquire(reply.owner, reply.key);
         if (p === undefined) {
           this.#teardown('connection-lost', new ProtocolError('a reply matches no pending acquire', line));
           return false;
@@ -494,7 +512,7 @@ class Lane {
       }
       case 'R':
       case 'N': {
-        const p = this.#releases.get(`${reply.key} ${reply.token}`);
+        const p = this.#sentRelease(reply.token, reply.key);
         if (p === undefined) {
           this.#teardown('connection-lost', new ProtocolError('a reply matches no pending release', line));
           return false;
@@ -534,12 +552,10 @@ class Lane {
     socket.destroy();
     this.#lastError = undefined;
     this.#lastFailure = cause;
-    const salvaged = partial === undefined ? undefined : this.#salvage(partial);
-    const acquires = [...this.#acquires.values()];
-    const releases = [...this.#releases.values()];
-    this.#acquires.clear();
-    this.#releases.clear();
-    for (const p of acquires) {
+    const sent = this.core.sentOn(this);
+    const salvaged = partial === undefined ? undefined : this.#salvage(partial, sent);
+    for (const p of sent) {
+      if (p.kind !== 'acquire') continue;
       const token = salvaged?.p === p ? salvaged.token : undefined;
       const error =
         aborted?.p === p
@@ -563,7 +579,8 @@ class Lane {
             );
       this.#settleReject(p, error, true);
     }
-    for (const p of releases) {
+    for (const p of sent) {
+      if (p.kind !== 'release') continue;
       const error =
         aborted?.p === p
           ? new IndeterminateError(`release ${p.key} token ${p.token} was aborted after it was sent`, 'release', p.key, undefined, p.token, 'aborted', {
@@ -601,12 +618,12 @@ class Lane {
 
   /** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`):
    * if it names a pending acquire, the token is known and can be handed back. */
-  #salvage(partial: string): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
+  #salvage(partial: string, sent: Pending[]): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
     const m = /^A ([1-9][0-9]{0,19}) ([\x21-\x7e]{1,256}) ([\x21-\x7e]*)$/.exec(partial);
     if (m === null || !isTokenText(m[1]!)) return undefined;
     const [, tokenText, owner, keyStart] = m as unknown as [string, string, string, string];
-    for (const p of this.#acquires.values()) {
-      if (p.owner === owner && p.key.startsWith(keyStart)) return { p, token: BigInt(tokenText), tokenText };
+    for (const p of sent) {
+      if (p.kind === 'acquire' && p.owner === owner && p.key.startsWith(keyStart)) return { p, token: BigInt(tokenText), tokenText };
     }
     return undefined;
   }
@@ -631,6 +648,7 @@ class Lane {
   }
 
   #settle(p: Pending): void {
+    if (p.sentAt >= 0 && p.lane === this) this.#inFlight--;
     p.settled = true;
     if (p.onAbort !== undefined) p.signal!.removeEventListener('abort', p.onAbort);
     if (p.kind === 'acquire') {
@@ -644,6 +662,7 @@ class Lane {
 
   /** Takes a request off this lane without settling it (a busy retry re-submits it later). */
   #detach(p: PendingAcquire): void {
+    this.#inFlight--;
     p.lane = undefined;
     p.sentAt = -1;
     this.#maybeStopWatchdog();
@@ -695,8 +714,8 @@ class Lane {
         }
       }
     }
-    for (const map of [this.#acquires, this.#releases] as const) {
-      for (const p of map.values()) {
+    if (this.#inFlight > 0) {
+      for (const p of this.core.sentOn(this)) {
         if (now - p.sentAt > p.waitMs + this.core.responseTimeoutMs) {
           this.#teardown('response-timeout', new Error(`no reply within waitMs + ${this.core.responseTimeoutMs} ms`));
           return;
@@ -726,9 +745,12 @@ export class TicketClient {
   readonly #endpoints: Endpoint[];
   readonly #acquireLane: Lane;
   readonly #releaseLane: Lane;
-  readonly #pendingOwners = new Set<string>();
-  /** The last release asked for per (key, token); earlier ones link to it via `next`. */
-  readonly #releaseChain = new Map<string, PendingRelease>();
+  /** Unsettled acquires (queued, sent, or between busy retries) by owner; same-owner acquires
+   * of other keys chain through `ownerNext`. */
+  readonly #acquires = new Table<PendingAcquire>();
+  /** Unsettled releases by token; others with the same token chain through `tokenNext`, in the
+   * order they were asked for. */
+  readonly #releases = new Table<PendingRelease>();
   /** Busy-retry backoff, and whether calls retry by default. */
   readonly #busyPolicy: Required<BackoffOptions>;
   readonly #retryByDefault: boolean;
@@ -792,7 +814,13 @@ export class TicketClient {
       pickEndpoint: (failures) => this.#pickEndpoint(failures),
       setLeaderHint: (address, via) => this.#setLeaderHint(address, via),
       orphanRelease: (key, token) => this.#orphanRelease(key, token),
-      finishAcquire: (p) => this.#pendingOwners.delete(p.matchKey),
+      findAcquire: (owner, key) => this.#findAcquire(owner, key),
+      findRelease: (token, key) => {
+        for (let p = this.#releases.get(token); p !== undefined; p = p.tokenNext) if (p.key === key && !p.blocked) return p;
+        return undefined;
+      },
+      sentOn: (lane) => this.#sentOn(lane),
+      finishAcquire: (p) => this.#removeAcquire(p),
       finishRelease: (p) => this.#finishRelease(p),
       retryBusy: (p) => this.#scheduleBusyRetry(p),
     };
@@ -823,7 +851,6 @@ export class TicketClient {
    */
   acquire(key: string, options: AcquireOptions): Promise<AcquireResult> {
     let owner: string;
-    let matchKey: string;
     let retry: Required<BackoffOptions> | undefined;
     try {
       checkKey(key);
@@ -842,14 +869,12 @@ export class TicketClient {
       retry = (retryOpt ?? this.#retryByDefault) ? this.#busyPolicy : undefined;
       if (this.#closed) throw new ClientClosedError('the client is closed');
       signal?.throwIfAborted();
-      matchKey = `${key} ${owner}`;
-      if (this.#pendingOwners.has(matchKey)) {
+      if (this.#findAcquire(owner, key) !== undefined) {
         throw new DuplicateRequestError(`an acquire of ${key} with owner ${owner} is already pending: its replies would be ambiguous`, key, owner);
       }
     } catch (error) {
       return Promise.reject(error);
     }
-    this.#pendingOwners.add(matchKey);
     const { waitMs, signal } = options;
     return new Promise<AcquireResult>((resolve, reject) => {
       const submittedAt = now();
@@ -857,7 +882,7 @@ export class TicketClient {
         kind: 'acquire',
         key,
         owner,
-        matchKey,
+        ownerNext: undefined,
         waitMs,
         deadline: submittedAt + waitMs,
         retryBusy: retry,
@@ -873,6 +898,8 @@ export class TicketClient {
         resolve,
         reject,
       };
+      p.ownerNext = this.#acquires.get(owner);
+      this.#acquires.set(owner, p);
       this.#watchAbort(p);
       this.#acquireLane.submit(p);
     });
@@ -924,6 +951,35 @@ export class TicketClient {
       lane.closeQueued(closed);
       lane.destroy('destroyed');
     }
+    this.#rejectOffLane(closed);
+  }
+
+  /** Settles what waits off the lanes: acquires between busy retries, releases queued behind
+   * one of the same token. None of them is pending on the server. */
+  #rejectOffLane(error: Error): void {
+    for (const head of this.#acquires.values()) {
+      for (let p: PendingAcquire | undefined = head; p !== undefined; ) {
+        const next: PendingAcquire | undefined = p.ownerNext;
+        if (p.lane === undefined && !p.settled) {
+          clearTimeout(p.retryTimer);
+          p.settled = true;
+          this.#removeAcquire(p);
+          p.reject(error);
+        }
+        p = next;
+      }
+    }
+    for (const head of this.#releases.values()) {
+      for (let p: PendingRelease | undefined = head; p !== undefined; ) {
+        const next: PendingRelease | undefined = p.tokenNext;
+        if (p.blocked && !p.settled) {
+          p.settled = true;
+          this.#finishRelease(p);
+          p.reject(error);
+        }
+        p = next;
+      }
+    }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -935,26 +991,27 @@ export class TicketClient {
     this.#acquireLane.closeQueued(new ClientClosedError('the client is closed'));
     await this.#acquireLane.whenIdle();
     // Releases already asked for (and orphan releases the acquires caused) still go out.
-    while (this.#releaseChain.size > 0 || this.#releaseLane.inFlight + this.#releaseLane.queued > 0) {
+    while (this.#releases.size > 0 || this.#releaseLane.inFlight + this.#releaseLane.queued > 0) {
       await this.#releaseLane.whenIdle();
       await new Promise((resolve) => setImmediate(resolve));
     }
     this.#releaseLane.closeQueued(new ClientClosedError('the client is closed'));
+    this.#rejectOffLane(new ClientClosedError('the client is closed'));
     this.#acquireLane.end();
     this.#releaseLane.end();
   }
 
   #release(key: string, tokenText: string, signal: AbortSignal | undefined): Promise<ReleaseResult> {
     return new Promise<ReleaseResult>((resolve, reject) => {
-      const matchKey = `${key} ${tokenText}`;
       const p: PendingRelease = {
         kind: 'release',
         key,
         token: BigInt(tokenText),
-        matchKey,
+        tokenText,
         line: formatRelease(key, tokenText),
         waitMs: 0,
-        next: undefined,
+        tokenNext: undefined,
+        blocked: false,
         signal,
         submittedAt: now(),
         sentAt: -1,
@@ -965,24 +1022,70 @@ export class TicketClient {
         reject,
       };
       this.#watchAbort(p);
-      // Two releases of one (key, token) in flight at once would make R/N ambiguous: a second
-      // one waits for the first (and then, exact token as it is, can only get `not-held`).
-      const last = this.#releaseChain.get(matchKey);
-      this.#releaseChain.set(matchKey, p);
-      if (last === undefined) this.#releaseLane.submit(p);
-      else last.next = p;
+      // Two releases of one (key, token) in flight at once would make R/N ambiguous: a later one
+      // waits for the earlier (and then, exact token as it is, can only get `not-held`).
+      let last: PendingRelease | undefined;
+      for (let q = this.#releases.get(tokenText); q !== undefined; q = q.tokenNext) {
+        if (q.key === key) p.blocked = true;
+        last = q;
+      }
+      if (last === undefined) this.#releases.set(tokenText, p);
+      else last.tokenNext = p;
+      if (!p.blocked) this.#releaseLane.submit(p);
     });
   }
 
   #finishRelease(p: PendingRelease): void {
-    const next = p.next;
-    if (next !== undefined) {
-      p.next = undefined;
-      if (next.settled) this.#finishRelease(next); // aborted while it waited
-      else this.#releaseLane.submit(next);
-    } else if (this.#releaseChain.get(p.matchKey) === p) {
-      this.#releaseChain.delete(p.matchKey);
+    // Unlink it from its token's chain.
+    const head = this.#releases.get(p.tokenText);
+    if (head === p) {
+      if (p.tokenNext === undefined) this.#releases.delete(p.tokenText);
+      else this.#releases.set(p.tokenText, p.tokenNext);
+    } else {
+      let q = head;
+      while (q !== undefined && q.tokenNext !== p) q = q.tokenNext;
+      if (q !== undefined) q.tokenNext = p.tokenNext;
     }
+    p.tokenNext = undefined;
+    if (p.blocked) return; // it never went out: nothing waits on it
+    // The next release of the same (key, token) may go now.
+    for (let q = this.#releases.get(p.tokenText); q !== undefined; q = q.tokenNext) {
+      if (q.key === p.key && q.blocked) {
+        q.blocked = false;
+        this.#releaseLane.submit(q);
+        return;
+      }
+    }
+  }
+
+  #findAcquire(owner: string, key: string): PendingAcquire | undefined {
+    for (let p = this.#acquires.get(owner); p !== undefined; p = p.ownerNext) if (p.key === key) return p;
+    return undefined;
+  }
+
+  #removeAcquire(p: PendingAcquire): void {
+    const head = this.#acquires.get(p.owner);
+    if (head === p) {
+      if (p.ownerNext === undefined) this.#acquires.delete(p.owner);
+      else this.#acquires.set(p.owner, p.ownerNext);
+    } else {
+      let q = head;
+      while (q !== undefined && q.ownerNext !== p) q = q.ownerNext;
+      if (q !== undefined) q.ownerNext = p.ownerNext;
+    }
+    p.ownerNext = undefined;
+  }
+
+  /** Requests sent on `lane` and not settled (rare paths: teardown, the watchdog). */
+  #sentOn(lane: Lane): Pending[] {
+    const out: Pending[] = [];
+    for (const head of this.#acquires.values()) {
+      for (let p: PendingAcquire | undefined = head; p !== undefined; p = p.ownerNext) if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+    }
+    for (const head of this.#releases.values()) {
+      for (let p: PendingRelease | undefined = head; p !== undefined; p = p.tokenNext) if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+    }
+    return out;
   }
 
   #watchAbort(p: Pending): void {
@@ -993,11 +1096,13 @@ export class TicketClient {
       if (p.lane === undefined) {
         // Not on a lane: an acquire between busy retries, or a release waiting behind one of the
         // same token. Nothing of it is pending on the server.
+        p.settled = true;
         if (p.kind === 'acquire') {
           clearTimeout(p.retryTimer);
-          this.#pendingOwners.delete(p.matchKey);
+          this.#removeAcquire(p);
+        } else {
+          this.#finishRelease(p);
         }
-        p.settled = true;
         p.reject(signal.reason);
         return;
       }
@@ -1019,8 +1124,8 @@ export class TicketClient {
       if (p.settled) return;
       if (this.#closed) {
         p.settled = true;
+        this.#removeAcquire(p);
         p.reject(new ClientClosedError('the client is closed'));
-        this.#pendingOwners.delete(p.matchKey);
         return;
       }
       const left = Math.max(0, Math.floor(p.deadline - performance.now()));

@@ -17,6 +17,7 @@
  */
 import { DeadlineHeap, type HeapItem } from './deadline-heap.js';
 import { MAX_TOKEN } from './protocol.js';
+import { Table } from './table.js';
 
 /** Identifies a requester (the server uses its connection id). Opaque to the state machine. */
 export type SessionId = number;
@@ -132,8 +133,12 @@ interface Waiter extends HeapItem {
   readonly session: SessionId;
   readonly owner: string;
   readonly entry: KeyEntry;
+  /** The key's queue. */
   prev: Waiter | undefined;
   next: Waiter | undefined;
+  /** The session's waiters (for `disconnect`). */
+  sessionPrev: Waiter | undefined;
+  sessionNext: Waiter | undefined;
 }
 
 /** The heap item that hands a key to its front waiter when the lease runs out (only while the
@@ -153,6 +158,13 @@ interface KeyEntry {
   tail: Waiter | undefined;
   waiting: number;
   readonly expiry: ExpiryItem;
+  /** Every registered key, in registration order: the sweep's path through the table. */
+  olderKey: KeyEntry | undefined;
+  newerKey: KeyEntry | undefined;
+}
+
+interface SessionWaiters {
+  head: Waiter | undefined;
 }
 
 type Effects = Effect[];
@@ -163,13 +175,20 @@ export class TicketState {
   readonly maxWaiters: number;
   readonly maxWaitersPerKey: number;
 
-  readonly #keys = new Map<string, KeyEntry>();
-  readonly #waiters = new Map<number, Waiter>();
-  readonly #bySession = new Map<SessionId, Set<Waiter>>();
+  // Tables, not Maps, and intrusive lists whose links are cleared on removal: see table.ts (a
+  // churning Map keeps dead entries reachable from the old generation and slows every young GC).
+  readonly #keys = new Table<KeyEntry>();
+  /** Registration order: oldest and newest key (the sweep walks from the oldest). */
+  #oldestKey: KeyEntry | undefined;
+  #newestKey: KeyEntry | undefined;
+  readonly #waiters = new Table<Waiter>();
+  readonly #bySession = new Table<SessionWaiters>();
   readonly #deadlines = new DeadlineHeap<Waiter | ExpiryItem>();
   #lastToken: bigint;
   #seq = 0;
-  #sweepCursor: Iterator<KeyEntry> | undefined;
+  /** The next key a sweep in progress will visit (undefined: start from the oldest). */
+  #sweepCursor: KeyEntry | undefined;
+  #sweeping = false;
 
   constructor(options: TicketStateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -257,9 +276,14 @@ export class TicketState {
         tail: undefined,
         waiting: 0,
         expiry: undefined as unknown as ExpiryItem,
+        olderKey: this.#newestKey,
+        newerKey: undefined,
       };
       (fresh as { expiry: ExpiryItem }).expiry = { kind: 'expiry', entry: fresh, at: 0, seq, heapIndex: -1 };
       this.#keys.set(key, fresh);
+      if (this.#newestKey === undefined) this.#oldestKey = fresh;
+      else this.#newestKey.newerKey = fresh;
+      this.#newestKey = fresh;
       return [{ type: 'granted', session, key, owner, token, expiresAt: fresh.expiresAt, path: 'free' }];
     }
     if (now >= entry.expiresAt) {
@@ -276,17 +300,31 @@ export class TicketState {
     if (entry.waiting >= this.maxWaitersPerKey) return [{ type: 'busy', session, key, owner, limit: 'waiters-per-key' }];
     if (this.#waiters.size >= this.maxWaiters) return [{ type: 'busy', session, key, owner, limit: 'waiters' }];
     const id = this.#seq++;
-    const waiter: Waiter = { kind: 'wait', id, seq: id, at: now + waitMs, heapIndex: -1, session, owner, entry, prev: entry.tail, next: undefined };
+    let mine = this.#bySession.get(String(session));
+    if (mine === undefined) this.#bySession.set(String(session), (mine = { head: undefined }));
+    const waiter: Waiter = {
+      kind: 'wait',
+      id,
+      seq: id,
+      at: now + waitMs,
+      heapIndex: -1,
+      session,
+      owner,
+      entry,
+      prev: entry.tail,
+      next: undefined,
+      sessionPrev: undefined,
+      sessionNext: mine.head,
+    };
+    if (mine.head !== undefined) mine.head.sessionPrev = waiter;
+    mine.head = waiter;
     if (entry.tail === undefined) entry.head = waiter;
     else entry.tail.next = waiter;
     entry.tail = waiter;
     entry.waiting++;
     if (entry.waiting === 1) this.#deadlines.update(entry.expiry, entry.expiresAt);
-    this.#waiters.set(id, waiter);
+    this.#waiters.set(String(id), waiter);
     this.#deadlines.push(waiter);
-    let mine = this.#bySession.get(session);
-    if (mine === undefined) this.#bySession.set(session, (mine = new Set()));
-    mine.add(waiter);
     return [{ type: 'queued', session, key, owner, waiter: id, deadline: waiter.at, position: entry.waiting }];
   }
 
@@ -309,17 +347,21 @@ export class TicketState {
   }
 
   #waitTimeout(key: string, id: number, now: number): Effects {
-    const waiter = this.#waiters.get(id);
+    const waiter = this.#waiters.get(String(id));
     if (waiter === undefined || waiter.entry.key !== key || now < waiter.at) return [];
     this.#unqueue(waiter);
     return [{ type: 'timed-out', session: waiter.session, key, owner: waiter.owner, reason: 'waited' }];
   }
 
   #disconnect(session: SessionId, notify: boolean): Effects {
-    const mine = this.#bySession.get(session);
+    const mine = this.#bySession.get(String(session));
     if (mine === undefined) return [];
     const effects: Effects = [];
-    for (const waiter of [...mine]) {
+    // Oldest first (the list is newest-first), so the effects come in queueing order.
+    const all: Waiter[] = [];
+    for (let w = mine.head; w !== undefined; w = w.sessionNext) all.push(w);
+    all.sort((a, b) => a.id - b.id);
+    for (const waiter of all) {
       this.#unqueue(waiter);
       const { key } = waiter.entry;
       effects.push(
@@ -333,28 +375,39 @@ export class TicketState {
 
   #sweep(limit: number, now: number): Effects {
     const effects: Effects = [];
-    const cursor = (this.#sweepCursor ??= this.#keys.values());
+    let entry = this.#sweeping ? this.#sweepCursor : this.#oldestKey;
+    this.#sweeping = true;
     let visited = 0;
     let removed = 0;
-    let done = false;
-    while (visited < limit) {
-      const next = cursor.next();
-      if (next.done === true) {
-        done = true;
-        break;
-      }
+    while (entry !== undefined && visited < limit) {
       visited++;
-      const entry = next.value;
+      const next = entry.newerKey;
       // Keys with waiters are handed off by `expire` at their deadline, never swept.
-      if (entry.waiting === 0 && now >= entry.expiresAt && this.#keys.get(entry.key) === entry) {
-        this.#keys.delete(entry.key);
+      if (entry.waiting === 0 && now >= entry.expiresAt) {
         removed++;
         effects.push({ type: 'expired', key: entry.key, owner: entry.owner, token: entry.token });
+        this.#deleteKey(entry);
       }
+      entry = next;
     }
-    if (done) this.#sweepCursor = undefined;
+    const done = entry === undefined;
+    this.#sweeping = !done;
+    this.#sweepCursor = entry;
     effects.push({ type: 'swept', visited, removed, done });
     return effects;
+  }
+
+  #deleteKey(entry: KeyEntry): void {
+    this.#keys.delete(entry.key);
+    this.#deadlines.remove(entry.expiry);
+    const { olderKey, newerKey } = entry;
+    if (olderKey === undefined) this.#oldestKey = newerKey;
+    else olderKey.newerKey = newerKey;
+    if (newerKey === undefined) this.#newestKey = olderKey;
+    else newerKey.olderKey = olderKey;
+    // A sweep in progress resumes at the next key instead.
+    if (this.#sweepCursor === entry) this.#sweepCursor = newerKey;
+    entry.olderKey = entry.newerKey = undefined;
   }
 
   /** Gives the key to the first waiter whose wait has not run out; deletes it when none is left. */
@@ -374,8 +427,7 @@ export class TicketState {
       effects.push({ type: 'granted', session: waiter.session, key: entry.key, owner: waiter.owner, token, expiresAt: entry.expiresAt, path });
       return;
     }
-    this.#keys.delete(entry.key);
-    this.#deadlines.remove(entry.expiry);
+    this.#deleteKey(entry);
   }
 
   #grant(entry: KeyEntry, owner: string, token: bigint, now: number): void {
@@ -396,12 +448,13 @@ export class TicketState {
     entry.waiting--;
     if (entry.waiting === 0) this.#deadlines.remove(entry.expiry);
     this.#deadlines.remove(waiter);
-    this.#waiters.delete(waiter.id);
-    const mine = this.#bySession.get(waiter.session);
-    if (mine !== undefined) {
-      mine.delete(waiter);
-      if (mine.size === 0) this.#bySession.delete(waiter.session);
-    }
+    this.#waiters.delete(String(waiter.id));
+    const mine = this.#bySession.get(String(waiter.session))!;
+    if (waiter.sessionPrev === undefined) mine.head = waiter.sessionNext;
+    else waiter.sessionPrev.sessionNext = waiter.sessionNext;
+    if (waiter.sessionNext !== undefined) waiter.sessionNext.sessionPrev = waiter.sessionPrev;
+    waiter.sessionPrev = waiter.sessionNext = undefined;
+    if (mine.head === undefined) this.#bySession.delete(String(waiter.session));
   }
 
   /**

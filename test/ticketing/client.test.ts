@@ -162,6 +162,37 @@ describe('matching replies by (op, key, identifier), never by position', () => {
     lane.write('N 5 k\n');
     expect((await second).status).toBe('not-held');
   });
+
+  test('a release waiting behind one of the same token can be aborted, or is refused by destroy()', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const first = outcome(c.release('k', 5n));
+    const controller = new AbortController();
+    const second = outcome(c.release('k', 5n, { signal: controller.signal }));
+    const third = outcome(c.release('k', 5n));
+    const lane = await server.connection(0);
+    expect(await lane.readLine()).toBe('R k 5');
+    controller.abort(new Error('never mind'));
+    expect(await second).toMatchObject({ message: 'never mind' });
+    c.destroy();
+    expect(await first).toMatchObject({ code: 'ETICKET_INDETERMINATE', op: 'release', reason: 'destroyed' });
+    expect(await third).toBeInstanceOf(ClientClosedError);
+    expect(lane.lines).toEqual(['R k 5']);
+  });
+
+  test('the same owner may be pending on several keys; each reply finds its own', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const a = c.acquire('a', { waitMs: 100, owner: 'shared' });
+    const b = c.acquire('b', { waitMs: 100, owner: 'shared' });
+    const cc = c.acquire('c', { waitMs: 100, owner: 'shared' });
+    const conn = await server.connection(0);
+    await conn.readLines(3);
+    conn.write('T shared b\nA 9 shared c\nB shared a\n');
+    expect((await a).status).toBe('busy');
+    expect((await b).status).toBe('timed-out');
+    expect(await cc).toMatchObject({ status: 'acquired', key: 'c', token: 9n });
+  });
 });
 
 describe('B (busy)', () => {
