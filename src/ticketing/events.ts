@@ -23,8 +23,11 @@ export const channels = {
   /** A grant could not be delivered (its connection was gone) and was released at once:
    * `{ server, connection, key, token }`. */
   serverUndeliverable: diagnostics.channel('ticketing:server:undeliverable'),
-  /** The token high-water mark was written to the state file: `{ server, highWater, sync }`. */
+  /** A background write of the state file failed (the next grant writes synchronously):
+   * `{ server, error }`. */
   serverReserve: diagnostics.channel('ticketing:server:reserve'),
+  /** A connection could not be accepted (e.g. EMFILE at the descriptor limit): `{ server, error }`. */
+  serverAcceptError: diagnostics.channel('ticketing:server:accept-error'),
 
   // ---- client
   /** A connection opened: `{ client, lane, address }` (lane: `acquire` or `release`). */

@@ -241,7 +241,9 @@ export class TicketServer extends EventEmitter {
         resolve();
       });
     });
-    server.on('error', (error) => this.emit('error', error));
+    // After listening, the only errors are failed accepts (EMFILE when the descriptor limit is
+    // reached, ECONNABORTED, …): transient, and not the server's failure. Report, keep serving.
+    server.on('error', (error) => publish(channels.serverAcceptError, () => ({ server: this, error })));
     const bound = server.address() as net.AddressInfo;
     this.#address = { host: bound.address, port: bound.port };
     this.#sweepTimer = setInterval(() => this.#sweep(), this.#sweepIntervalMs).unref();
