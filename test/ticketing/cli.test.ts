@@ -6,6 +6,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
+import { TicketClient } from '../../src/ticketing/client.js';
 import { LineSocket, runCli, sleep, spawnServer, tokenOf } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -64,6 +65,18 @@ describe('ticketing serve', () => {
     await new Promise((resolve) => probe.close(resolve));
     const s = await serve(['--host', '127.0.0.1', '--port', String(port)]);
     expect([s.host, s.port]).toEqual(['127.0.0.1', port]);
+  });
+
+  test('an IPv6 host prints as [addr]:port, and a client reaches it', async () => {
+    const s = await serve(['--host', '::1']);
+    expect(s.host).toBe('[::1]');
+    const c = await LineSocket.connect(s.port, '::1');
+    cleanups.push(() => c.destroy());
+    c.write('A k o 0\n');
+    expect(await c.readLine()).toMatch(/^A \d+ o k$/);
+    const client = new TicketClient({ host: '::1', port: s.port });
+    cleanups.push(() => client.destroy());
+    expect((await client.acquire('k6', { waitMs: 0 })).status).toBe('acquired');
   });
 
   test('--lease: a key held past it goes to the waiter', async () => {

@@ -2,6 +2,7 @@
  * auth and draining, end to end over loopback. */
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type AcquireResult } from '../../src/ticketing/client.js';
+import { TicketServer } from '../../src/ticketing/server.js';
 import { sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -119,6 +120,26 @@ describe('client and server together', () => {
     await until(() => server.inspect('k')?.waiters.length === 1);
     await server.close();
     expect((await waiting).status).toBe('timed-out');
+  });
+
+  test('a client rides out a server restart on the same port: drain answers, back off, reconnect', async () => {
+    const first = new TicketServer({ port: 0 });
+    const { port } = await first.listen();
+    const c = new TicketClient({ port, errorBackoffMs: { not_active: 100 }, backoff: { initialMs: 20, maxMs: 200 } });
+    cleanups.push(() => c.destroy());
+    const before = grant(await c.acquire('k', { waitMs: 0 }));
+    const waiting = c.acquire('k', { waitMs: 30_000 });
+    await until(() => first.inspect('k')?.waiters.length === 1);
+    await first.close();
+    expect((await waiting).status).toBe('timed-out');
+    const second = new TicketServer({ port });
+    await second.listen();
+    cleanups.push(() => second.close());
+    // The restarted server remembers no holder, and issues greater tokens.
+    const after = grant(await c.acquire('k', { waitMs: 0 }));
+    expect(after > before).toBe(true);
+    expect((await c.release('k', before)).status).toBe('not-held');
+    expect((await c.release('k', after)).status).toBe('released');
   });
 
   test('throughput sanity: 2000 pipelined cycles over one client', async () => {
