@@ -76,8 +76,8 @@ export function main(argv: readonly string[]): void {
         process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
         process.exitCode = 1;
       });
-      const { host, port } = await server.listen();
-      process.stdout.write(`listening ${formatListening(host, port)}\n`);
+      // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
+      // synchronous, so the reader can run before this process gets past it).
       let stopping = false;
       const stop = (): void => {
         if (stopping) process.exit(process.exitCode ?? 1); // second signal: do not wait
@@ -92,6 +92,8 @@ export function main(argv: readonly string[]): void {
       };
       process.on('SIGTERM', stop);
       process.on('SIGINT', stop);
+      const { host, port } = await server.listen();
+      process.stdout.write(`listening ${formatListening(host, port)}\n`);
     });
   program.parseAsync(argv).catch((error: unknown) => {
     process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);

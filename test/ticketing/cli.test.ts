@@ -1,5 +1,6 @@
 /** `ticketing serve` as a real process: the listening line, every pinned flag, signals, the
  * secret file, the state file, flag errors, and the memory cost of idle connections. */
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -7,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/ticketing/client.js';
-import { LineSocket, runCli, sleep, spawnServer, tokenOf } from './helpers.js';
+import { CLI, LineSocket, runCli, sleep, spawnServer, tokenOf } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -46,6 +47,16 @@ describe('ticketing serve', () => {
     expect(await waiter.readLines(2)).toEqual(['T w k', 'E not_active shutting down']);
     expect(await s.exit).toEqual({ code: 0, signal: null });
     expect(s.stderr()).toBe('');
+  });
+
+  test('a SIGTERM sent the instant the listening line is read still drains (exit 0, not killed)', async () => {
+    for (let i = 0; i < 5; i++) {
+      const child = spawn(process.execPath, [CLI, 'serve', '--port', '0']);
+      cleanups.push(() => void child.kill('SIGKILL'));
+      const exit = new Promise<[number | null, string | null]>((resolve) => child.on('exit', (code, signal) => resolve([code, signal])));
+      child.stdout.once('data', () => child.kill('SIGTERM'));
+      expect(await exit).toEqual([0, null]);
+    }
   });
 
   test('SIGINT drains and exits 0 too', async () => {
