@@ -1,0 +1,89 @@
+/**
+ * Errors are classes with a stable string `code` (match on `code`, not on the message), in the
+ * style of undici. Every client error says whether the request could have taken effect:
+ * - `IndeterminateError`: it may have (bytes of it were sent, no definitive reply came back).
+ * - everything else: it did not (it was refused before any byte of it left this process).
+ */
+
+export abstract class TicketError extends Error {
+  abstract readonly code: string;
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Why an outcome could not be known. */
+export type IndeterminateReason =
+  /** The connection closed, failed or was closed by a fatal reply before the reply came. */
+  | 'connection-lost'
+  /** The caller's signal aborted after the request was sent. */
+  | 'aborted'
+  /** No reply within waitMs + responseTimeoutMs. */
+  | 'response-timeout'
+  /** The client was destroyed with the request in flight. */
+  | 'destroyed';
+
+/**
+ * The request was sent (at least one byte of it) and no definitive reply arrived: it may or may
+ * not have taken effect. For an acquire that means the key MAY be held under `owner` until its
+ * lease runs out; when the grant's token was seen (`token`), the client already sent a
+ * best-effort release for it. Never retry an acquire with the same owner as a status query.
+ */
+export class IndeterminateError extends TicketError {
+  readonly code = 'ETICKET_INDETERMINATE';
+  constructor(
+    message: string,
+    readonly op: 'acquire' | 'release',
+    readonly key: string,
+    /** The acquire's owner (acquires only). */
+    readonly owner: string | undefined,
+    /** The grant's token if it was parsed (acquire), or the token being released (release). */
+    readonly token: bigint | undefined,
+    readonly reason: IndeterminateReason,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** An acquire with the same (key, owner) is already pending on this client: a second one would make
+ * the replies ambiguous, so it is refused before it is sent. */
+export class DuplicateRequestError extends TicketError {
+  readonly code = 'ETICKET_DUPLICATE';
+  constructor(message: string, readonly key: string, readonly owner: string) {
+    super(message);
+  }
+}
+
+/** No connection could be made (or kept) to send the request within `connectTimeoutMs`. The
+ * request was never sent. `cause` is the last connection error. */
+export class ConnectError extends TicketError {
+  readonly code = 'ETICKET_CONNECT';
+}
+
+/** The client was closed or destroyed before the request was sent. */
+export class ClientClosedError extends TicketError {
+  readonly code = 'ETICKET_CLOSED';
+}
+
+/** A server's `E <code> [detail]` reply. Seen as the `cause` of the errors above. */
+export class ServerError extends TicketError {
+  readonly code = 'ETICKET_SERVER';
+  constructor(
+    /** The wire code, e.g. `auth_failed`, `not_active`, `capacity`. */
+    readonly serverCode: string,
+    readonly detail: string,
+  ) {
+    super(detail ? `server error ${serverCode}: ${detail}` : `server error ${serverCode}`);
+  }
+}
+
+/** The server sent something this client cannot match to a request: a malformed, oversized or
+ * unknown line, or a reply nobody is waiting for. Fatal to the connection. Seen as a `cause`. */
+export class ProtocolError extends TicketError {
+  readonly code = 'ETICKET_PROTOCOL';
+  constructor(message: string, readonly line?: string) {
+    super(message);
+  }
+}

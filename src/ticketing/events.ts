@@ -1,0 +1,48 @@
+/**
+ * Events on `node:diagnostics_channel` (no logging of our own). Subscribe with
+ * `diagnostics_channel.subscribe('ticketing:server:effect', (message) => …)`. Publishing costs
+ * nothing without subscribers; message objects are only built when someone listens.
+ */
+import diagnostics from 'node:diagnostics_channel';
+
+export const channels = {
+  // ---- server
+  /** The server is listening: `{ server, host, port }`. */
+  serverListening: diagnostics.channel('ticketing:server:listening'),
+  /** A connection was accepted: `{ server, connection, remoteAddress, remotePort }`. */
+  serverConnection: diagnostics.channel('ticketing:server:connection'),
+  /** A connection ended: `{ server, connection, reason }` (reason: `closed`, `peer-ended`,
+   * `bad_request`, `too_long`, `auth_failed`, `write-timeout`, `shutdown`; `capacity` for one
+   * refused over the connection limit, with `connection` undefined). */
+  serverDisconnect: diagnostics.channel('ticketing:server:disconnect'),
+  /** Every effect of the state machine: `{ server, effect }` (see state.ts `Effect`). */
+  serverEffect: diagnostics.channel('ticketing:server:effect'),
+  /** A connection's output backed up past the bound (reading paused) or drained (resumed):
+   * `{ server, connection, paused, bufferedBytes }`. */
+  serverBackpressure: diagnostics.channel('ticketing:server:backpressure'),
+  /** A grant could not be delivered (its connection was gone) and was released at once:
+   * `{ server, connection, key, token }`. */
+  serverUndeliverable: diagnostics.channel('ticketing:server:undeliverable'),
+  /** A background write of the state file failed (the next grant writes synchronously):
+   * `{ server, error }`. */
+  serverReserve: diagnostics.channel('ticketing:server:reserve'),
+  /** A connection could not be accepted (e.g. EMFILE at the descriptor limit): `{ server, error }`. */
+  serverAcceptError: diagnostics.channel('ticketing:server:accept-error'),
+
+  // ---- client
+  /** A connection opened: `{ client, lane, address }` (lane: `acquire` or `release`). */
+  clientConnect: diagnostics.channel('ticketing:client:connect'),
+  /** A connection closed: `{ client, lane, address, reason, error, backoffMs }`. */
+  clientClose: diagnostics.channel('ticketing:client:close'),
+  /** A request became indeterminate: `{ client, error }` (an IndeterminateError). */
+  clientIndeterminate: diagnostics.channel('ticketing:client:indeterminate'),
+  /** A best-effort exact-token release for a grant nobody could take (an unmatched `A`, or a
+   * token seen in a half-received reply): `{ client, key, token, result?, error? }`. */
+  clientOrphanRelease: diagnostics.channel('ticketing:client:orphan-release'),
+  /** The leader hint changed: `{ client, address, via }` (via: `M`, `L`, `no_leader`). */
+  clientLeader: diagnostics.channel('ticketing:client:leader'),
+} as const;
+
+export function publish(channel: diagnostics.Channel, message: () => unknown): void {
+  if (channel.hasSubscribers) channel.publish(message());
+}

@@ -1,0 +1,46 @@
+/** flocklease/ticketing: the networked lock service (server, client, wire protocol, state machine). */
+export { TicketServer, SERVER_DEFAULTS, type TicketServerOptions, type ServerAddress, type ServerStats } from './server.js';
+export {
+  TicketClient,
+  type TicketClientOptions,
+  type AcquireOptions,
+  type AcquireResult,
+  type ReleaseOptions,
+  type ReleaseResult,
+  type BackoffOptions,
+} from './client.js';
+export {
+  TicketError,
+  IndeterminateError,
+  DuplicateRequestError,
+  ConnectError,
+  ClientClosedError,
+  ServerError,
+  ProtocolError,
+  type IndeterminateReason,
+} from './errors.js';
+export {
+  TicketState,
+  DEFAULT_LIMITS,
+  type Command,
+  type Effect,
+  type GrantPath,
+  type BusyLimit,
+  type KeyView,
+  type SessionId,
+  type TicketStateOptions,
+} from './state.js';
+export {
+  DEFAULT_MAX_LINE_BYTES,
+  MAX_NAME_BYTES,
+  MAX_TOKEN,
+  LineFramer,
+  parseRequest,
+  parseReply,
+  isName,
+  isTokenText,
+  type Request,
+  type Reply,
+  type ErrorCode,
+} from './protocol.js';
+export { channels } from './events.js';

@@ -1,0 +1,289 @@
+/**
+ * The wire format (docs/ticketing.md "Wire protocol"): one ASCII line per request or reply, fields
+ * separated by one space, ended by `\n` (a preceding `\r` is accepted). Shared by the server and the
+ * client so that both sides agree byte for byte on what is well-formed.
+ *
+ * Numbers on the wire are canonical decimals (no sign, no leading zero): a token is echoed back and
+ * matched as text, so `007` and `7` must never both be "the same token".
+ */
+
+/** Default line limit, counting the terminator (`\n` or `\r\n`). */
+export const DEFAULT_MAX_LINE_BYTES = 1024;
+/** The smallest line limit a server accepts: room for the longest reply a key and owner of 256
+ * bytes and a 20-digit token can produce (`A <token> <owner> <key>\r\n`). */
+export const MIN_MAX_LINE_BYTES = 64;
+/** `key` and `owner`: 1–256 bytes of printable ASCII without spaces. */
+export const MAX_NAME_BYTES = 256;
+/** Tokens are uint64, never 0. */
+export const MAX_TOKEN = (1n << 64n) - 1n;
+const MAX_TOKEN_TEXT = MAX_TOKEN.toString();
+
+const NAME = /^[\x21-\x7e]{1,256}$/;
+const TOKEN = /^[1-9][0-9]{0,19}$/;
+const WAIT = /^(?:0|[1-9][0-9]{0,15})$/;
+/** E codes are lower-case words; details are free printable text. */
+const ERROR_CODE = /^[a-z][a-z_]{0,63}$/;
+const PRINTABLE = /^[\x20-\x7e]*$/;
+
+/** Is `value` a valid key or owner (1–256 bytes of printable ASCII without spaces)? */
+export function isName(value: string): boolean {
+  return NAME.test(value);
+}
+
+/** Is `text` a canonical decimal token in 1..2^64-1? */
+export function isTokenText(text: string): boolean {
+  if (!TOKEN.test(text)) return false;
+  return text.length < 20 || text <= MAX_TOKEN_TEXT; // same length: string order is numeric order
+}
+
+/** A canonical decimal wait of at most 2^53-1 ms (beyond that a number loses precision). */
+export function parseWaitMs(text: string): number | undefined {
+  if (!WAIT.test(text)) return undefined;
+  const value = Number(text);
+  return Number.isSafeInteger(value) ? value : undefined;
+}
+
+/** `host:port`, `[v6]:port`; port 1–65535. Used for M/L leader addresses. */
+export function isAddress(text: string): boolean {
+  const colon = text.lastIndexOf(':');
+  if (colon <= 0 || colon === text.length - 1) return false;
+  const host = text.slice(0, colon);
+  const port = text.slice(colon + 1);
+  if (!/^[1-9][0-9]{0,4}$/.test(port) || Number(port) > 65535) return false;
+  if (host.startsWith('[')) return /^\[[0-9A-Fa-f:.]+\]$/.test(host);
+  return /^[\x21-\x7e]+$/.test(host) && !host.includes(':') && !host.includes('[');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests (client → server)
+
+export type Request =
+  | { readonly op: 'H'; readonly secret: string }
+  | { readonly op: 'A'; readonly key: string; readonly owner: string; readonly waitMs: number }
+  | { readonly op: 'R'; readonly key: string; readonly token: bigint; readonly tokenText: string };
+
+/** A request line that breaks the format: the server answers `E bad_request <detail>` and closes. */
+export interface RequestError {
+  readonly op: 'error';
+  readonly detail: string;
+}
+
+/**
+ * Parses one request line (without its terminator). Anything but printable ASCII, an empty or
+ * doubled field, a wrong field count or an out-of-range number is a `RequestError`.
+ */
+export function parseRequest(line: string): Request | RequestError {
+  const fields = line.split(' ');
+  switch (fields[0]) {
+    case 'A': {
+      if (fields.length !== 4) return bad('A takes 3 fields: A <key> <owner> <wait_ms>');
+      const [, key, owner, wait] = fields as [string, string, string, string];
+      if (!NAME.test(key)) return bad('key must be 1-256 bytes of printable ASCII without spaces');
+      if (!NAME.test(owner)) return bad('owner must be 1-256 bytes of printable ASCII without spaces');
+      const waitMs = parseWaitMs(wait);
+      if (waitMs === undefined) return bad('wait_ms must be a canonical decimal integer >= 0');
+      return { op: 'A', key, owner, waitMs };
+    }
+    case 'R': {
+      if (fields.length !== 3) return bad('R takes 2 fields: R <key> <token>');
+      const [, key, tokenText] = fields as [string, string, string];
+      if (!NAME.test(key)) return bad('key must be 1-256 bytes of printable ASCII without spaces');
+      if (!isTokenText(tokenText)) return bad('token must be a canonical decimal integer in 1..2^64-1');
+      return { op: 'R', key, token: BigInt(tokenText), tokenText };
+    }
+    case 'H': {
+      if (fields.length !== 2 || !NAME.test(fields[1]!)) return bad('H takes 1 field: H <secret>');
+      return { op: 'H', secret: fields[1]! };
+    }
+    default:
+      return bad(PRINTABLE.test(line) ? 'unknown request' : 'non-ASCII or control bytes');
+  }
+}
+
+function bad(detail: string): RequestError {
+  return { op: 'error', detail };
+}
+
+export function formatAcquire(key: string, owner: string, waitMs: number): string {
+  return `A ${key} ${owner} ${waitMs}\n`;
+}
+export function formatRelease(key: string, token: bigint | string): string {
+  return `R ${key} ${token}\n`;
+}
+export function formatHello(secret: string): string {
+  return `H ${secret}\n`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replies (server → client)
+
+export type ErrorCode = 'no_leader' | 'not_active' | 'auth_failed' | 'bad_request' | 'too_long' | 'capacity';
+
+export type Reply =
+  | { readonly op: 'A'; readonly token: string; readonly owner: string; readonly key: string }
+  | { readonly op: 'T' | 'B'; readonly owner: string; readonly key: string }
+  | { readonly op: 'R' | 'N'; readonly token: string; readonly key: string }
+  | { readonly op: 'M' | 'L'; readonly address: string }
+  /** `code` is any lower-case word: an unknown code is still an error (and fatal to the client). */
+  | { readonly op: 'E'; readonly code: string; readonly detail: string };
+
+/** Parses one reply line; `undefined` for anything malformed or unknown. */
+export function parseReply(line: string): Reply | undefined {
+  const op = line[0];
+  if (line[1] !== ' ' && line.length !== 1) return undefined;
+  if (op === 'E') {
+    const space = line.indexOf(' ', 2);
+    const code = space === -1 ? line.slice(2) : line.slice(2, space);
+    const detail = space === -1 ? '' : line.slice(space + 1);
+    if (!ERROR_CODE.test(code) || !PRINTABLE.test(detail)) return undefined;
+    return { op, code, detail };
+  }
+  const fields = line.split(' ');
+  switch (op) {
+    case 'A': {
+      if (fields.length !== 4) return undefined;
+      const [, token, owner, key] = fields as [string, string, string, string];
+      if (!isTokenText(token) || !NAME.test(owner) || !NAME.test(key)) return undefined;
+      return { op, token, owner, key };
+    }
+    case 'T':
+    case 'B': {
+      if (fields.length !== 3) return undefined;
+      const [, owner, key] = fields as [string, string, string];
+      if (!NAME.test(owner) || !NAME.test(key)) return undefined;
+      return { op, owner, key };
+    }
+    case 'R':
+    case 'N': {
+      if (fields.length !== 3) return undefined;
+      const [, token, key] = fields as [string, string, string];
+      if (!isTokenText(token) || !NAME.test(key)) return undefined;
+      return { op, token, key };
+    }
+    case 'M':
+    case 'L': {
+      if (fields.length !== 2 || !isAddress(fields[1]!)) return undefined;
+      return { op, address: fields[1]! };
+    }
+    default:
+      return undefined;
+  }
+}
+
+export function formatAcquired(token: bigint | string, owner: string, key: string): string {
+  return `A ${token} ${owner} ${key}\n`;
+}
+export function formatTimedOut(owner: string, key: string): string {
+  return `T ${owner} ${key}\n`;
+}
+export function formatBusy(owner: string, key: string): string {
+  return `B ${owner} ${key}\n`;
+}
+export function formatReleased(token: bigint | string, key: string): string {
+  return `R ${token} ${key}\n`;
+}
+export function formatNotReleased(token: bigint | string, key: string): string {
+  return `N ${token} ${key}\n`;
+}
+export function formatError(code: ErrorCode, detail?: string): string {
+  return detail ? `E ${code} ${detail}\n` : `E ${code}\n`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Framing
+
+/** What `LineFramer.push`/`resume` stopped on. */
+export type FrameStatus = 'ok' | 'paused' | 'too_long';
+
+/**
+ * Splits a byte stream into lines without ever buffering more than one line limit of an
+ * unterminated line. The handler returns `false` to stop early (backpressure); the unread rest is
+ * kept and `resume` continues with it. Lines are decoded as latin1 (one char per byte, so the
+ * parser sees every non-ASCII byte and rejects it).
+ */
+export class LineFramer {
+  /** Unterminated tail of the previous chunk (< maxLineBytes). */
+  #tail: Buffer | undefined;
+  /** Bytes kept when the handler paused, and where to continue in them. */
+  #kept: Buffer | undefined;
+  #keptAt = 0;
+
+  constructor(readonly maxLineBytes: number) {}
+
+  /** Bytes received but not yet handed to the handler. */
+  get bufferedBytes(): number {
+    return (this.#tail?.length ?? 0) + (this.#kept ? this.#kept.length - this.#keptAt : 0);
+  }
+
+  push(chunk: Buffer, onLine: (line: string) => boolean): FrameStatus {
+    if (this.#kept !== undefined) {
+      // Data arrived while paused (it was already in flight): append it to what is kept.
+      this.#kept = Buffer.concat([this.#kept.subarray(this.#keptAt), chunk]);
+      this.#keptAt = 0;
+      return 'paused';
+    }
+    let start = 0;
+    const tail = this.#tail;
+    if (tail !== undefined) {
+      // Finish the split line without copying the whole chunk.
+      const nl = chunk.indexOf(10);
+      if (nl === -1) {
+        if (tail.length + chunk.length >= this.maxLineBytes) return 'too_long';
+        this.#tail = Buffer.concat([tail, chunk]);
+        return 'ok';
+      }
+      this.#tail = undefined;
+      if (tail.length + nl + 1 > this.maxLineBytes) return 'too_long';
+      const joined = Buffer.concat([tail, chunk.subarray(0, nl + 1)]);
+      const status = this.#scan(joined, 0, onLine);
+      if (status !== 'ok') {
+        if (status === 'paused') this.#keep(chunk, nl + 1);
+        return status;
+      }
+      start = nl + 1;
+    }
+    return this.#scan(chunk, start, onLine);
+  }
+
+  /** The unterminated line received so far (latin1), if any: what a connection that closed
+   * mid-reply left behind. */
+  partialLine(): string | undefined {
+    return this.#tail === undefined ? undefined : this.#tail.toString('latin1');
+  }
+
+  /** Continues with the bytes kept by a pause. */
+  resume(onLine: (line: string) => boolean): FrameStatus {
+    const kept = this.#kept;
+    if (kept === undefined) return 'ok';
+    const at = this.#keptAt;
+    this.#kept = undefined;
+    return this.#scan(kept, at, onLine);
+  }
+
+  #scan(buf: Buffer, start: number, onLine: (line: string) => boolean): FrameStatus {
+    const max = this.maxLineBytes;
+    let pos = start;
+    for (;;) {
+      const nl = buf.indexOf(10, pos);
+      if (nl === -1) break;
+      if (nl + 1 - pos > max) return 'too_long';
+      const end = nl > pos && buf[nl - 1] === 13 ? nl - 1 : nl;
+      const line = buf.toString('latin1', pos, end);
+      pos = nl + 1;
+      if (!onLine(line)) {
+        if (pos < buf.length) this.#keep(buf, pos);
+        return 'paused';
+      }
+    }
+    const rest = buf.length - pos;
+    if (rest >= max) return 'too_long';
+    // Copy the small tail so the (up to 64 KiB) chunk it came from can be collected.
+    if (rest > 0) this.#tail = Buffer.from(buf.subarray(pos));
+    return 'ok';
+  }
+
+  #keep(buf: Buffer, at: number): void {
+    this.#kept = buf;
+    this.#keptAt = at;
+  }
+}

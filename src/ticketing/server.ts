@@ -1,0 +1,627 @@
+/**
+ * The network layer of the lock server: TCP connections in, commands to the state machine
+ * (state.ts), effects out as reply lines. Everything that touches time or sockets lives here:
+ * the clock, the deadline timer that feeds `expire`/`wait-timeout`, the 5 s sweep, backpressure,
+ * authentication, limits, and the token state file.
+ *
+ * Hostile or broken clients never hurt others: a malformed, binary or oversized line gets
+ * `E bad_request`/`E too_long` and that connection alone is closed; a connection whose replies
+ * back up stops being read (and is cut off if it never reads); a closed connection's queued
+ * requests leave their queues; an idle connection costs a socket and a few small objects.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { channels, publish } from './events.js';
+import {
+  DEFAULT_MAX_LINE_BYTES,
+  LineFramer,
+  MIN_MAX_LINE_BYTES,
+  formatAcquired,
+  formatBusy,
+  formatError,
+  formatNotReleased,
+  formatReleased,
+  formatTimedOut,
+  isName,
+  parseRequest,
+  type ErrorCode,
+} from './protocol.js';
+import { DEFAULT_LIMITS, TicketState, type Command, type Effect, type KeyView } from './state.js';
+import { TokenStore } from './token-store.js';
+
+export interface TicketServerOptions {
+  /** Address to listen on. Default `127.0.0.1`. */
+  readonly host?: string;
+  /** Port; 0 (the default) picks a free one. */
+  readonly port?: number;
+  /** Lease length of every grant, ms. Default 30 000. */
+  readonly leaseMs?: number;
+  /** Shared secret: when set, a connection's first line must be `H <secret>`. 1–256 bytes of
+   * printable ASCII without spaces. */
+  readonly secret?: string | undefined;
+  /** Queued requests per key (beyond it: `B`). Default 10 000. */
+  readonly maxWaitersPerKey?: number;
+  /** Queued requests in total (beyond it: `B`). Default 100 000. */
+  readonly maxWaiters?: number;
+  /** Registered keys in total (beyond it: `B`). Default 1 000 000. */
+  readonly maxKeys?: number;
+  /** Open connections (beyond it: `E capacity` and close). Default 10 000. */
+  readonly maxConnections?: number;
+  /** Longest request line in bytes, terminator included (beyond it: `E too_long`). Default 1024. */
+  readonly maxLineBytes?: number;
+  /** Token high-water mark file (see token-store.ts): tokens stay unique across restarts even if
+   * the clock steps back. Optional. */
+  readonly stateFile?: string | undefined;
+  /** How often expired keys without waiters are swept, ms. Default 5000. */
+  readonly sweepIntervalMs?: number;
+  /** Replies buffered for one connection beyond which the server stops reading its requests until
+   * it drains. Default 64 KiB (at least 16 KiB). */
+  readonly outputHighWaterBytes?: number;
+  /** A connection whose replies have not drained for this long is cut off; also how long a closing
+   * connection may linger. Default 30 000 ms. */
+  readonly writeTimeoutMs?: number;
+  /** With a secret: how long a connection may take to send its `H` line. Default 10 000 ms. */
+  readonly authTimeoutMs?: number;
+  /** `close()`: how long to wait for connections to finish before destroying them. Default 5000 ms. */
+  readonly drainTimeoutMs?: number;
+  /** Wall clock, epoch ms with sub-ms precision. Default: `performance.timeOrigin + performance.now()`
+   * (wall-clock at start, monotonic after, so leases are not bent by clock steps). */
+  readonly clock?: () => number;
+}
+
+export const SERVER_DEFAULTS = {
+  host: '127.0.0.1',
+  port: 0,
+  leaseMs: 30_000,
+  maxConnections: 10_000,
+  maxLineBytes: DEFAULT_MAX_LINE_BYTES,
+  sweepIntervalMs: 5_000,
+  outputHighWaterBytes: 64 * 1024,
+  writeTimeoutMs: 30_000,
+  authTimeoutMs: 10_000,
+  drainTimeoutMs: 5_000,
+  ...DEFAULT_LIMITS,
+} as const;
+
+export interface ServerAddress {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface ServerStats {
+  readonly connections: number;
+  readonly keys: number;
+  readonly waiters: number;
+  readonly lastToken: bigint;
+}
+
+/** Sessions for grants made by the server itself (an undeliverable grant's release). */
+const INTERNAL_SESSION = -1;
+/** Keys visited per sweep slice, so a sweep of a large table never stalls the loop. */
+const SWEEP_SLICE = 10_000;
+/** Due commands applied per timer callback before yielding to I/O. */
+const DUE_BATCH = 10_000;
+const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+const monotonicWallClock = (): number => performance.timeOrigin + performance.now();
+
+class Connection {
+  readonly framer: LineFramer;
+  /** Replies not yet written (coalesced, written once per incoming chunk or timer tick). */
+  out = '';
+  dirty = false;
+  authed: boolean;
+  /** No line has been read yet (a secretless server accepts `H` only as the first line). */
+  fresh = true;
+  /** An `E` was queued (or the peer left): no more requests are processed. */
+  closing = false;
+  /** Reading is paused because replies backed up. */
+  paused = false;
+  resumeScheduled = false;
+  authTimer: NodeJS.Timeout | undefined;
+  stallTimer: NodeJS.Timeout | undefined;
+  lingerTimer: NodeJS.Timeout | undefined;
+  /** Why the connection is closing (for the disconnect event). */
+  reason = 'closed';
+  readonly onLine: (line: string) => boolean;
+
+  constructor(
+    readonly id: number,
+    readonly socket: net.Socket,
+    maxLineBytes: number,
+    authed: boolean,
+    handleLine: (conn: Connection, line: string) => boolean,
+  ) {
+    this.framer = new LineFramer(maxLineBytes);
+    this.authed = authed;
+    this.onLine = (line) => handleLine(this, line);
+  }
+}
+
+/**
+ * The lock server. `await server.listen()` → `{ host, port }`; `await server.close()` drains.
+ * Emits `'error'` only for a failure that makes serving unsafe (the state file cannot be written),
+ * after closing every connection.
+ */
+export class TicketServer extends EventEmitter {
+  readonly host: string;
+  readonly port: number;
+  readonly leaseMs: number;
+  readonly maxConnections: number;
+  readonly maxLineBytes: number;
+  readonly stateFile: string | undefined;
+  readonly #limits: { maxKeys: number; maxWaiters: number; maxWaitersPerKey: number };
+  readonly #secretDigest: Buffer | undefined;
+  readonly #sweepIntervalMs: number;
+  readonly #highWater: number;
+  readonly #writeTimeoutMs: number;
+  readonly #authTimeoutMs: number;
+  readonly #drainTimeoutMs: number;
+  readonly #clock: () => number;
+
+  #state: TicketState | undefined;
+  #store: TokenStore | undefined;
+  #server: net.Server | undefined;
+  #address: ServerAddress | undefined;
+  readonly #connections = new Map<number, Connection>();
+  #nextId = 1;
+  #dirty: Connection[] = [];
+  #deadlineTimer: NodeJS.Timeout | undefined;
+  #deadlineAt = Infinity;
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #sweeping = false;
+  #topUpTimer: NodeJS.Timeout | undefined;
+  #closing: Promise<void> | undefined;
+  #onAllClosed: (() => void) | undefined;
+
+  constructor(options: TicketServerOptions = {}) {
+    super();
+    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+    this.host = optionalString(options.host, 'host') ?? SERVER_DEFAULTS.host;
+    this.port = integerIn(options.port ?? SERVER_DEFAULTS.port, 'port', 0, 65535);
+    this.leaseMs = positiveMs(options.leaseMs ?? SERVER_DEFAULTS.leaseMs, 'leaseMs');
+    this.maxConnections = integerIn(options.maxConnections ?? SERVER_DEFAULTS.maxConnections, 'maxConnections', 1, 2 ** 31);
+    this.maxLineBytes = integerIn(options.maxLineBytes ?? SERVER_DEFAULTS.maxLineBytes, 'maxLineBytes', MIN_MAX_LINE_BYTES, 2 ** 24);
+    this.#limits = {
+      maxKeys: integerIn(options.maxKeys ?? SERVER_DEFAULTS.maxKeys, 'maxKeys', 1, Number.MAX_SAFE_INTEGER),
+      maxWaiters: integerIn(options.maxWaiters ?? SERVER_DEFAULTS.maxWaiters, 'maxWaiters', 0, Number.MAX_SAFE_INTEGER),
+      maxWaitersPerKey: integerIn(options.maxWaitersPerKey ?? SERVER_DEFAULTS.maxWaitersPerKey, 'maxWaitersPerKey', 0, Number.MAX_SAFE_INTEGER),
+    };
+    const secret = optionalString(options.secret, 'secret');
+    if (secret !== undefined && !isName(secret)) {
+      throw new RangeError('secret must be 1-256 bytes of printable ASCII without spaces');
+    }
+    this.#secretDigest = secret === undefined ? undefined : digest(secret);
+    this.stateFile = optionalString(options.stateFile, 'stateFile');
+    this.#sweepIntervalMs = positiveMs(options.sweepIntervalMs ?? SERVER_DEFAULTS.sweepIntervalMs, 'sweepIntervalMs');
+    this.#highWater = integerIn(options.outputHighWaterBytes ?? SERVER_DEFAULTS.outputHighWaterBytes, 'outputHighWaterBytes', MIN_OUTPUT_HIGH_WATER, 2 ** 30);
+    this.#writeTimeoutMs = positiveMs(options.writeTimeoutMs ?? SERVER_DEFAULTS.writeTimeoutMs, 'writeTimeoutMs');
+    this.#authTimeoutMs = positiveMs(options.authTimeoutMs ?? SERVER_DEFAULTS.authTimeoutMs, 'authTimeoutMs');
+    this.#drainTimeoutMs = positiveMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
+    if (options.clock !== undefined && typeof options.clock !== 'function') throw new TypeError('clock must be a function');
+    this.#clock = options.clock ?? monotonicWallClock;
+  }
+
+  /** Where the server listens, once `listen()` resolved. */
+  get address(): ServerAddress | undefined {
+    return this.#address;
+  }
+
+  stats(): ServerStats {
+    const state = this.#state;
+    return {
+      connections: this.#connections.size,
+      keys: state?.keyCount ?? 0,
+      waiters: state?.waiterCount ?? 0,
+      lastToken: state?.lastToken ?? 0n,
+    };
+  }
+
+  /** The key's holder and queue, or `undefined` when it is not registered. */
+  inspect(key: string): KeyView | undefined {
+    return this.#state?.get(key);
+  }
+
+  /** Starts listening. Reads (and reserves ahead in) the state file first, if there is one. */
+  async listen(): Promise<ServerAddress> {
+    if (this.#server !== undefined || this.#closing !== undefined) throw new Error('listen() may be called once');
+    if (this.stateFile !== undefined) this.#store = TokenStore.open(this.stateFile, { clock: this.#clock });
+    this.#state = new TicketState({ leaseMs: this.leaseMs, lastToken: this.#store?.floor ?? 0n, ...this.#limits });
+    const server = net.createServer({ noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 }, (socket) =>
+      this.#onConnection(socket),
+    );
+    this.#server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ host: this.host, port: this.port }, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    // After listening, the only errors are failed accepts (EMFILE when the descriptor limit is
+    // reached, ECONNABORTED, …): transient, and not the server's failure. Report, keep serving.
+    server.on('error', (error) => publish(channels.serverAcceptError, () => ({ server: this, error })));
+    const bound = server.address() as net.AddressInfo;
+    this.#address = { host: bound.address, port: bound.port };
+    this.#sweepTimer = setInterval(() => this.#sweep(), this.#sweepIntervalMs).unref();
+    if (this.#store !== undefined) this.#topUpTimer = setInterval(() => this.#topUp(), 1_000).unref();
+    publish(channels.serverListening, () => ({ server: this, ...this.#address }));
+    return this.#address;
+  }
+
+  /**
+   * Drains: stops accepting, answers every queued request `T` (it will not be served), sends
+   * `E not_active` to every connection and closes it once its replies are written (destroying
+   * what is left after `drainTimeoutMs`). Grants are in memory only: a restarted server starts
+   * with no holders (and greater tokens).
+   */
+  close(): Promise<void> {
+    return (this.#closing ??= this.#drain());
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  async #drain(): Promise<void> {
+    clearInterval(this.#sweepTimer);
+    clearInterval(this.#topUpTimer);
+    clearTimeout(this.#deadlineTimer);
+    const server = this.#server;
+    if (server === undefined) return;
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const conn of this.#connections.values()) this.#run({ type: 'disconnect', session: conn.id, notify: true });
+    for (const conn of this.#connections.values()) this.#fail(conn, 'not_active', 'shutting down', 'shutdown');
+    this.#flush();
+    if (this.#connections.size > 0) {
+      const allClosed = new Promise<void>((resolve) => (this.#onAllClosed = resolve));
+      const timer = setTimeout(() => {
+        for (const conn of this.#connections.values()) conn.socket.destroy();
+      }, this.#drainTimeoutMs);
+      await allClosed;
+      clearTimeout(timer);
+    }
+    await closed;
+    await this.#store?.settle();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Connections
+
+  #onConnection(socket: net.Socket): void {
+    socket.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
+    if (this.#closing !== undefined) {
+      socket.destroy();
+      return;
+    }
+    if (this.#connections.size >= this.maxConnections) {
+      // Read and discard whatever it sends so the close is a FIN after our reply, not a reset.
+      socket.end(formatError('capacity', 'too many connections'));
+      socket.resume();
+      setTimeout(() => socket.destroy(), this.#writeTimeoutMs).unref();
+      publish(channels.serverDisconnect, () => ({ server: this, connection: undefined, reason: 'capacity' }));
+      return;
+    }
+    const id = this.#nextId++;
+    const conn = new Connection(id, socket, this.maxLineBytes, this.#secretDigest === undefined, this.#handleLine);
+    this.#connections.set(id, conn);
+    if (this.#secretDigest !== undefined) {
+      conn.authTimer = setTimeout(() => {
+        this.#fail(conn, 'auth_failed', 'no H line in time');
+        this.#flush();
+      }, this.#authTimeoutMs).unref();
+    }
+    socket.on('data', (chunk: Buffer) => this.#onData(conn, chunk));
+    socket.on('drain', () => this.#resume(conn));
+    socket.on('end', () => this.#onEnd(conn));
+    socket.on('close', () => this.#onClose(conn));
+    publish(channels.serverConnection, () => ({ server: this, connection: id, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort }));
+  }
+
+  #onData(conn: Connection, chunk: Buffer): void {
+    if (conn.closing) return; // discarding after an error reply
+    const status = conn.framer.push(chunk, conn.onLine);
+    if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
+    this.#flush();
+    this.#schedule();
+  }
+
+  /** One request line. Returns false to stop reading this connection's buffered lines. */
+  readonly #handleLine = (conn: Connection, line: string): boolean => {
+    if (conn.closing) return false;
+    const request = parseRequest(line);
+    const fresh = conn.fresh;
+    conn.fresh = false;
+    if (request.op === 'error') {
+      this.#fail(conn, 'bad_request', request.detail, 'bad_request');
+      return false;
+    }
+    if (!conn.authed) {
+      if (request.op !== 'H' || !timingSafeEqual(digest(request.secret), this.#secretDigest!)) {
+        this.#fail(conn, 'auth_failed', undefined, 'auth_failed');
+        return false;
+      }
+      conn.authed = true;
+      clearTimeout(conn.authTimer);
+      conn.authTimer = undefined;
+      return true;
+    }
+    switch (request.op) {
+      case 'A':
+        this.#run({ type: 'acquire', session: conn.id, key: request.key, owner: request.owner, waitMs: request.waitMs });
+        break;
+      case 'R':
+        this.#run({ type: 'release', session: conn.id, key: request.key, token: request.token });
+        break;
+      case 'H':
+        // A secretless server accepts (and ignores) H as the first line, so a client configured
+        // with a secret still works; anywhere else H is out of place.
+        if (!fresh || this.#secretDigest !== undefined) {
+          this.#fail(conn, 'bad_request', 'H must be the first line', 'bad_request');
+          return false;
+        }
+        break;
+    }
+    if (conn.out.length + conn.socket.writableLength > this.#highWater) {
+      this.#pause(conn);
+      return false;
+    }
+    return true;
+  };
+
+  #onEnd(conn: Connection): void {
+    // The peer will read no more (allowHalfOpen is off: our side ends after pending writes), so
+    // its queued requests leave their queues now rather than be granted into the void.
+    if (!conn.closing) {
+      conn.closing = true;
+      conn.reason = 'peer-ended';
+      this.#run({ type: 'disconnect', session: conn.id });
+      this.#flush();
+    }
+  }
+
+  #onClose(conn: Connection): void {
+    this.#connections.delete(conn.id);
+    clearTimeout(conn.authTimer);
+    clearTimeout(conn.stallTimer);
+    clearTimeout(conn.lingerTimer);
+    conn.closing = true;
+    conn.out = '';
+    this.#run({ type: 'disconnect', session: conn.id });
+    this.#flush();
+    publish(channels.serverDisconnect, () => ({ server: this, connection: conn.id, reason: conn.reason }));
+    if (this.#connections.size === 0) this.#onAllClosed?.();
+  }
+
+  /** Queues `E <code>`, stops processing the connection and closes it once the reply is out. */
+  #fail(conn: Connection, code: ErrorCode, detail?: string, reason: string = code): void {
+    if (conn.closing) return;
+    conn.closing = true;
+    this.#send(conn, formatError(code, detail));
+    this.#run({ type: 'disconnect', session: conn.id });
+    clearTimeout(conn.authTimer);
+    clearTimeout(conn.stallTimer);
+    // Keep reading (and dropping) input: closing with unread bytes would send a reset, which can
+    // destroy our error line in the peer's receive buffer before it reads it.
+    conn.paused = false;
+    conn.socket.resume();
+    conn.reason = reason;
+    conn.lingerTimer = setTimeout(() => conn.socket.destroy(), this.#writeTimeoutMs).unref();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Backpressure
+
+  #pause(conn: Connection): void {
+    if (conn.paused || conn.closing) return;
+    conn.paused = true;
+    conn.socket.pause();
+    // A client that never reads is cut off: its replies would otherwise sit here forever.
+    conn.stallTimer = setTimeout(() => {
+      conn.reason = 'write-timeout';
+      conn.socket.destroy();
+    }, this.#writeTimeoutMs).unref();
+    publish(channels.serverBackpressure, () => ({
+      server: this,
+      connection: conn.id,
+      paused: true,
+      bufferedBytes: conn.out.length + conn.socket.writableLength,
+    }));
+  }
+
+  #resume(conn: Connection): void {
+    conn.resumeScheduled = false;
+    if (!conn.paused || conn.closing) return;
+    if (conn.socket.writableLength > this.#highWater) return; // not drained enough yet
+    conn.paused = false;
+    clearTimeout(conn.stallTimer);
+    conn.stallTimer = undefined;
+    publish(channels.serverBackpressure, () => ({ server: this, connection: conn.id, paused: false, bufferedBytes: conn.socket.writableLength }));
+    const status = conn.framer.resume(conn.onLine);
+    if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
+    this.#flush();
+    this.#schedule();
+    if (!conn.paused && !conn.closing) conn.socket.resume();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Commands and effects
+
+  #run(command: Command): void {
+    const state = this.#state!;
+    const now = this.#clock();
+    const effects = state.apply(command, now);
+    // Index loop: an undeliverable grant appends the effects of its release.
+    for (let i = 0; i < effects.length; i++) {
+      const effect = effects[i]!;
+      if (channels.serverEffect.hasSubscribers) channels.serverEffect.publish({ server: this, effect });
+      this.#deliver(effect, effects, now);
+    }
+  }
+
+  #deliver(effect: Effect, effects: Effect[], now: number): void {
+    switch (effect.type) {
+      case 'granted': {
+        const conn = this.#connections.get(effect.session);
+        if (conn === undefined || conn.closing || !conn.socket.writable) {
+          // Nobody can receive this grant (its connection is going away): release it at once so
+          // the next waiter gets the key instead of everyone waiting out a lease no one holds.
+          publish(channels.serverUndeliverable, () => ({ server: this, connection: effect.session, key: effect.key, token: effect.token }));
+          const release: Command = { type: 'release', session: INTERNAL_SESSION, key: effect.key, token: effect.token };
+          for (const more of this.#state!.apply(release, now)) effects.push(more);
+          return;
+        }
+        this.#send(conn, formatAcquired(effect.token, effect.owner, effect.key));
+        return;
+      }
+      case 'timed-out':
+        this.#reply(effect.session, formatTimedOut(effect.owner, effect.key));
+        return;
+      case 'busy':
+        this.#reply(effect.session, formatBusy(effect.owner, effect.key));
+        return;
+      case 'released':
+        this.#reply(effect.session, formatReleased(effect.token, effect.key));
+        return;
+      case 'not-released':
+        this.#reply(effect.session, formatNotReleased(effect.token, effect.key));
+        return;
+      default:
+        return; // queued, expired, abandoned, swept: state only
+    }
+  }
+
+  #reply(session: number, line: string): void {
+    const conn = this.#connections.get(session);
+    if (conn !== undefined && !conn.closing) this.#send(conn, line);
+  }
+
+  #send(conn: Connection, line: string): void {
+    conn.out += line;
+    if (!conn.dirty) {
+      conn.dirty = true;
+      this.#dirty.push(conn);
+    }
+  }
+
+  /** Writes every connection's coalesced replies: one write per connection per chunk or tick. */
+  #flush(): void {
+    if (this.#dirty.length === 0) return;
+    const store = this.#store;
+    if (store !== undefined && this.#state!.lastToken > store.durable) {
+      // Never let a token leave before the state file covers it.
+      try {
+        store.cover(this.#state!.lastToken);
+      } catch (error) {
+        this.#fatal(error);
+        return;
+      }
+    }
+    const dirty = this.#dirty;
+    this.#dirty = [];
+    for (const conn of dirty) {
+      conn.dirty = false;
+      const out = conn.out;
+      conn.out = '';
+      const socket = conn.socket;
+      if (out.length > 0 && !socket.destroyed) socket.write(out, 'latin1');
+      if (conn.closing) {
+        if (!socket.destroyed && !socket.writableEnded) socket.end();
+      } else if (conn.paused && !conn.resumeScheduled && !socket.writableNeedDrain) {
+        // The kernel took it all: no 'drain' will come, so continue on the next turn.
+        conn.resumeScheduled = true;
+        setImmediate(() => this.#resume(conn));
+      } else if (!conn.paused && socket.writableLength > this.#highWater) {
+        this.#pause(conn);
+      }
+    }
+  }
+
+  /** The state file could not be written: no token may leave. Close everything, then report. */
+  #fatal(error: unknown): void {
+    this.#dirty = [];
+    for (const conn of this.#connections.values()) conn.socket.destroy();
+    void this.close();
+    this.emit('error', error);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Time
+
+  /** Arms the one timer for the earliest deadline in the state machine. */
+  #schedule(): void {
+    const next = this.#state!.nextDeadline();
+    if (next === undefined || next >= this.#deadlineAt || this.#closing !== undefined) return;
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineAt = next;
+    // setTimeout turns a delay past 2^31-1 ms into 1 ms (a spin). A waiter's far deadline is never
+    // the earliest (its key's lease expiry, at most 2^31-1 ms away, comes first), so this is
+    // defence only; the timer re-arms if it fires early.
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(next - this.#clock())));
+    this.#deadlineTimer = setTimeout(this.#onDeadline, delay).unref();
+  }
+
+  readonly #onDeadline = (): void => {
+    this.#deadlineTimer = undefined;
+    this.#deadlineAt = Infinity;
+    const state = this.#state!;
+    const now = this.#clock();
+    for (let n = 0; n < DUE_BATCH; n++) {
+      const command = state.nextDue(now);
+      if (command === undefined) break;
+      this.#run(command);
+    }
+    this.#flush();
+    this.#schedule();
+  };
+
+  /** Starts a sweep pass (expired keys without waiters), spread over slices of the table. */
+  #sweep(): void {
+    if (this.#sweeping || this.#closing !== undefined) return;
+    this.#sweeping = true;
+    const slice = (): void => {
+      if (this.#closing !== undefined) return;
+      const effects = this.#state!.apply({ type: 'sweep', limit: SWEEP_SLICE }, this.#clock());
+      if (channels.serverEffect.hasSubscribers) for (const effect of effects) channels.serverEffect.publish({ server: this, effect });
+      const last = effects[effects.length - 1];
+      if (last?.type === 'swept' && !last.done) setImmediate(slice);
+      else this.#sweeping = false;
+    };
+    slice();
+  }
+
+  #topUp(): void {
+    const store = this.#store!;
+    store.topUp(this.#state!.lastToken);
+    const error = store.takeError();
+    if (error !== undefined) publish(channels.serverReserve, () => ({ server: this, error }));
+  }
+}
+
+function digest(secret: string): Buffer {
+  return createHash('sha256').update(secret, 'latin1').digest();
+}
+
+function noop(): void {}
+
+function optionalString(value: unknown, what: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') throw new TypeError(`${what} must be a string`);
+  if (value.length === 0) throw new RangeError(`${what} must not be empty`);
+  return value;
+}
+
+function integerIn(value: unknown, what: string, min: number, max: number): number {
+  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
+  if (!Number.isSafeInteger(value) || value < min || value > max) throw new RangeError(`${what} must be an integer in ${min}..${max}, got ${value}`);
+  return value;
+}
+
+function positiveMs(value: unknown, what: string): number {
+  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
+  if (!(value > 0 && value <= 2 ** 31 - 1)) throw new RangeError(`${what} must be a positive number of ms (at most 2^31-1), got ${value}`);
+  return value;
+}
