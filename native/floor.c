@@ -11,6 +11,8 @@
 //                                                 cycles and each acquire's wait (call to lease held;
 //                                                 run N at once); the
 //                                                 cycles of the first [warmup] seconds are not counted
+//   floor <dir> --contend-fair <seconds> <durable> [warmup seconds]
+//                                              → the same, first come first served (see fair_cycle)
 //   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
 //   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
 //                                                 until nobody holds it exclusively, prints the
@@ -214,6 +216,52 @@ static uint64_t contended_cycle(uint64_t token) {
   }
 }
 
+// A FAIR waiting acquire + release: first come, first served, as the lease's queue serves its
+// waiters. A ticket counter lives in the transition lock file; each waiter creates and flocks its
+// own ticket file, then blocks in a shared flock on the ticket file of the waiter just ahead, which
+// that waiter lets go of when it releases (so every hand-off wakes exactly the next process, as a
+// lease release wakes the front waiter). Acquire and release then write the record as above.
+// Not a lease (no crash handling of waiters): the physical floor of a fair hand-off.
+static uint64_t fair_cycle(uint64_t token) {
+  char lock[4096], record[4096], mine[4096], ahead[4096], data[512], buffer[4096];
+  snprintf(lock, sizeof lock, "%s/fair.lock", dir);
+  snprintf(record, sizeof record, "%s/fair.lease.json", dir);
+  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  uint64_t tail = 0;
+  if (pread(lfd, &tail, sizeof tail, 0) < 0) die("pread");
+  uint64_t ticket = tail + 1;
+  if (pwrite(lfd, &ticket, sizeof ticket, 0) != sizeof ticket) die("pwrite");
+  snprintf(mine, sizeof mine, "%s/fair.%llu.wait", dir, (unsigned long long)ticket);
+  int mfd = open(mine, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (mfd < 0 || flock(mfd, LOCK_EX | LOCK_NB) != 0) die("ticket");
+  close(lfd);
+  if (ticket > 1) {
+    snprintf(ahead, sizeof ahead, "%s/fair.%llu.wait", dir, (unsigned long long)(ticket - 1));
+    int afd = open(ahead, O_RDONLY | O_CLOEXEC);
+    if (afd >= 0) { // gone already: the one ahead has released
+      flock(afd, LOCK_SH);
+      close(afd);
+    }
+  }
+  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  read_record(record, buffer, sizeof buffer);
+  snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
+           (unsigned long long)token);
+  write_record(record, data);
+  close(lfd);
+  uint64_t acquired = now_ns();
+  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
+  write_record(record, data);
+  unlink(mine);
+  close(mfd); // wakes the next in line
+  close(lfd);
+  return acquired;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[2], "--hold") == 0) {
     int fd = open(argv[1], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -232,17 +280,18 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --renew <renews> <durable> | floor <dir> --contend <seconds> <durable> [warmup]\n");
+    fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --renew <renews> <durable> | floor <dir> --contend[-fair] <seconds> <durable> [warmup]\n");
     return 64;
   }
   dir = argv[1];
-  if (strcmp(argv[2], "--contend") == 0) {
+  if (strcmp(argv[2], "--contend") == 0 || strcmp(argv[2], "--contend-fair") == 0) {
+    int fair = strcmp(argv[2], "--contend-fair") == 0;
     durable = atoi(argv[4]);
     uint64_t warm = now_ns() + (uint64_t)((argc > 5 ? atof(argv[5]) : 0) * 1e9);
     uint64_t until = warm + (uint64_t)(atof(argv[3]) * 1e9), cycles = 0, token = (uint64_t)getpid() << 32;
     printf("{\"waitsNs\":[");
     for (uint64_t start = now_ns(); start < until; start = now_ns()) {
-      uint64_t acquired = contended_cycle(++token);
+      uint64_t acquired = fair ? fair_cycle(++token) : contended_cycle(++token);
       if (start < warm) continue;
       printf("%s%llu", cycles++ ? "," : "", (unsigned long long)(acquired - start));
     }

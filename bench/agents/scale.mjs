@@ -3,7 +3,9 @@
 // Per round, in a fresh subdirectory: with 1 id held, the latency of (a) a renew of that held id and
 // (b) an acquire + release of a fresh id (4 rotating ones); then it acquires ids-1 more (keeping
 // every grant, as a caller would), measures JS heap (after gc) and open fds (/proc/self/fd) per
-// held lease, measures (a) and (b) again with `ids` held, and releases everything. MemoryLease's
+// held lease, measures (a) and (b) again with `ids` held, releases all but one and measures (a) and
+// (b) a third time (1 held again, in a directory that keeps every id's files: so a change with the
+// held count can be told from drift and from the directory's size), and releases the last. MemoryLease's
 // heap per held lease is measured alongside for reference. Prints one JSON line.
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -37,7 +39,7 @@ async function latencies(lease, held) {
   return { renew, cycle, grant };
 }
 
-const samples = { renew1: [], renewN: [], cycle1: [], cycleN: [] };
+const samples = { renew1: [], renewN: [], cycle1: [], cycleN: [], renew1After: [], cycle1After: [] };
 const memory = [];
 for (let r = 0; r < rounds; r++) {
   const dir = join(root, `scale-${r}`);
@@ -66,6 +68,11 @@ for (let r = 0; r < rounds; r++) {
   for (let i = 1; i < ids; i++) {
     await lease.release({ sessionId: `held-${i}`, owner: 'scale', token: tokens[i], expiry: new Date() });
   }
+  // 1 held again, in a directory that now has every id's lock and record files.
+  const after = await latencies(lease, grants[0]);
+  samples.renew1After.push(after.renew);
+  samples.cycle1After.push(after.cycle);
+  grants[0] = after.grant;
   await lease.release(grants[0]);
   const fdsAfter = openFds();
   memory.push({
@@ -88,8 +95,8 @@ const memoryLeaseHeap = round((heapUsed() - before) / ids);
 process.stdout.write(
   `${JSON.stringify({
     ids,
-    renew: { at1: roundsSummary(samples.renew1), atN: roundsSummary(samples.renewN) },
-    cycle: { at1: roundsSummary(samples.cycle1), atN: roundsSummary(samples.cycleN) },
+    renew: { at1: roundsSummary(samples.renew1), atN: roundsSummary(samples.renewN), at1After: roundsSummary(samples.renew1After) },
+    cycle: { at1: roundsSummary(samples.cycle1), atN: roundsSummary(samples.cycleN), at1After: roundsSummary(samples.cycle1After) },
     memory,
     memoryLeaseHeapPerLeaseBytes: memoryLeaseHeap,
     heldMemoryLeases: memGrants.length,

@@ -1,8 +1,11 @@
 // Contention: N processes, one id, each looping a waiting acquire → release; after a warm-up, for
 // a fixed window: throughput (cycles completed per second, all processes together) and each
 // acquire's wait (mean, p99, max, and max/mean: how unfair the worst wait is).
-// The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once.
-// Implementations alternate round by round (Lease, floor, Lease, floor, …).
+// The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once;
+// it is unfair (the releaser usually wins the next round at once, no hand-off). The fair C floor
+// (`--contend-fair`) serves waiters first come first served, each hand-off waking the next process,
+// as the lease's queue does: the floor for a FAIR lease. The three alternate round by round, their
+// order rotating.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -10,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { floorContender } from '../lib/floor.mjs';
 import { median, round, sharedNow, summarize } from '../lib/stats.mjs';
+import { rotate } from './latency.mjs';
 
 const CONTENDER = join(dirname(fileURLToPath(import.meta.url)), '..', 'agents', 'contender.mjs');
 
@@ -34,9 +38,9 @@ async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) 
   return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
 }
 
-async function floorRound(dir, { processes, warmupMs, durationMs }) {
+async function floorRound(dir, { processes, warmupMs, durationMs, fair }) {
   const results = await Promise.all(
-    Array.from({ length: processes }, () => floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true })),
+    Array.from({ length: processes }, () => floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair })),
   );
   return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
 }
@@ -72,19 +76,18 @@ function describe(rounds, durationMs) {
  */
 export async function contentionFigure({ dir, rounds, processes, warmupMs, durationMs, peers = [], peerPollMs, log }) {
   const settings = { processes, warmupMs, durationMs };
-  const lease = [];
-  const floor = [];
+  const runs = { lease: [], 'floor-durable': [], 'floor-fair': [] };
+  const kinds = Object.keys(runs);
   for (let r = 0; r < rounds; r++) {
-    const order = r % 2 === 0 ? ['lease', 'floor'] : ['floor', 'lease'];
-    for (const which of order) {
+    for (const which of rotate(kinds, r)) {
       const d = join(dir, `contend-${which}-${r}`);
       mkdirSync(d, { recursive: true });
-      if (which === 'lease') lease.push(await nodeRound('lease', d, { ...settings, pollMs: 0 }));
-      else floor.push(await floorRound(d, settings));
+      if (which === 'lease') runs.lease.push(await nodeRound('lease', d, { ...settings, pollMs: 0 }));
+      else runs[which].push(await floorRound(d, { ...settings, fair: which === 'floor-fair' }));
     }
     log?.(`  contention round ${r + 1}/${rounds}`);
   }
-  const result = { lease: describe(lease, durationMs), 'floor-durable': describe(floor, durationMs) };
+  const result = Object.fromEntries(kinds.map((k) => [k, describe(runs[k], durationMs)]));
   for (const key of peers) {
     const d = join(dir, `contend-${key}`);
     mkdirSync(d, { recursive: true });

@@ -19,8 +19,13 @@ export function scaleFigure({ dir, ids, iterations, warmup, rounds }) {
         const med = (field) => round(median(raw.memory.map((m) => m[field])));
         resolve({
           ids: raw.ids,
-          renewRatio: round(raw.renew.atN.p50 / raw.renew.at1.p50),
-          cycleRatio: round(raw.cycle.atN.p50 / raw.cycle.at1.p50),
+          // Held-count effect: at N ÷ at 1, where "at 1" is the mean of the measurements before
+          // (fresh directory) and after (same directory, back to 1 held): this cancels drift along
+          // the round and the directory's growth, which are not the held count.
+          renewRatio: round(raw.renew.atN.p50 / ((raw.renew.at1.p50 + raw.renew.at1After.p50) / 2)),
+          cycleRatio: round(raw.cycle.atN.p50 / ((raw.cycle.at1.p50 + raw.cycle.at1After.p50) / 2)),
+          renewRatioFresh: round(raw.renew.atN.p50 / raw.renew.at1.p50),
+          cycleRatioFresh: round(raw.cycle.atN.p50 / raw.cycle.at1.p50),
           heapPerLeaseBytes: med('heapPerLeaseBytes'),
           heapPerLeaseWithoutGrantsBytes: med('heapPerLeaseWithoutGrantsBytes'),
           fdsPerLease: med('fdsPerLease'),

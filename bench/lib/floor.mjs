@@ -52,8 +52,8 @@ export async function floorRenews(dir, { renews, warmup, durable }) {
 }
 
 /** One contending process: { waitsMs, cycles } of the cycles that started after the warm-up. */
-export async function floorContender(dir, { seconds, warmupSeconds, durable }) {
-  const { waitsNs, cycles } = await run([dir, '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)]);
+export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false }) {
+  const { waitsNs, cycles } = await run([dir, fair ? '--contend-fair' : '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)]);
   return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
 }
 

@@ -6,6 +6,7 @@ const FS = ['disk', 'tmpfs'];
 const LABELS = {
   'floor-crash': 'C floor: a C holder killed, a C waiter in flock',
   'floor-durable': 'C floor, durable (fsync file + dir)',
+  'floor-fair': 'C floor, fair (FIFO hand-off), durable',
   floor: 'C floor, not durable',
   ...Object.fromEntries(Object.entries(IMPLS).map(([k, v]) => [k, v.label])),
 };
@@ -16,6 +17,7 @@ export function fmt(x, digits = 3) {
   if (x === undefined || x === null || Number.isNaN(x)) return '—';
   if (!Number.isFinite(x)) return String(x);
   const r = round(x, digits);
+  if (Number.isInteger(x) && Math.abs(x) < 1000) return String(x);
   if (Math.abs(r) >= 1000) return Math.round(r).toString().replace(/\B(?=(\d{3})+(?!\d))/g, '\u202f');
   return Math.abs(r) >= 1 ? r.toPrecision(digits) : String(r);
 }
@@ -61,7 +63,7 @@ export function targets(figures) {
   const share = lease6 && floor6 ? lease6.throughput / floor6.throughput : undefined;
   add('T6', 'contention, 8 processes, tmpfs: throughput ÷ C floor; max wait ÷ mean', share, '≥ 0.5 and max/mean ≤ 10', share >= 0.5 && lease6?.maxOverMean <= 10,
     lease6 && floor6
-      ? `throughput ${fmt(lease6.throughput)}/s vs floor ${fmt(floor6.throughput)}/s (${fmt(100 * share)} %); max/mean ${fmt(lease6.maxOverMean)} (floor ${fmt(floor6.maxOverMean)})`
+      ? `throughput ${fmt(lease6.throughput)}/s vs floor ${fmt(floor6.throughput)}/s (${fmt(100 * share)} %; fair C floor ${fmt(get(f, 'contention', 'tmpfs', 'floor-fair', 'throughput'))}/s); max/mean ${fmt(lease6.maxOverMean)} (floor ${fmt(floor6.maxOverMean)}, fair floor ${fmt(get(f, 'contention', 'tmpfs', 'floor-fair', 'maxOverMean'))})`
       : undefined);
 
   const scale = FS.map((fs) => get(f, 'scale', fs)).filter(Boolean);
@@ -129,7 +131,7 @@ export function markdown(results) {
       }), fmt(get(f, 'wake', 'tmpfs', k, 'fromReleaseCall', 'p50'))])));
   }
   if (f.contention) {
-    out.push(`\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease and floor alternating) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`);
+    out.push(`\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease, C floor and fair C floor interleaved) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`);
     const rows = [];
     for (const fs of FS) {
       for (const [k, s] of Object.entries(f.contention[fs] ?? {})) {
@@ -139,12 +141,12 @@ export function markdown(results) {
     out.push(table(['implementation', 'fs', 'cycles/s', '× floor', 'wait mean ms', 'wait p99 ms', 'wait max ms', 'max / mean'], rows));
   }
   if (f.scale) {
-    out.push(`\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds); heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`);
+    out.push(`\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds; ${c.scale.rounds.tmpfs} round(s) on tmpfs, ${c.scale.rounds.disk} on disk): with 1 id held in a fresh directory (before), with all held, and with 1 held again after releasing the rest (after; the directory keeps every id's files). Ratio = all ÷ the mean of before and after. Heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`);
     const rows = FS.filter((fs) => f.scale[fs]).map((fs) => {
       const s = f.scale[fs];
-      return [fs, fmt(s.ids), fmt(s.heapPerLeaseBytes), fmt(s.heapPerLeaseWithoutGrantsBytes), fmt(s.fdsPerLease), fmt(s.renew.at1.p50), fmt(s.renew.atN.p50), ratio(s.renewRatio), fmt(s.cycle.at1.p50), fmt(s.cycle.atN.p50), ratio(s.cycleRatio)];
+      return [fs, fmt(s.ids), fmt(s.heapPerLeaseBytes), fmt(s.heapPerLeaseWithoutGrantsBytes), fmt(s.fdsPerLease), `${fmt(s.renew.at1.p50)} / ${fmt(s.renew.at1After.p50)}`, fmt(s.renew.atN.p50), ratio(s.renewRatio), `${fmt(s.cycle.at1.p50)} / ${fmt(s.cycle.at1After.p50)}`, fmt(s.cycle.atN.p50), ratio(s.cycleRatio)];
     });
-    out.push(table(['fs', 'held', 'heap B/lease', 'heap B/lease w/o grants', 'fds/lease', 'renew @1', 'renew @all', 'ratio', 'acq+rel @1', 'acq+rel @all', 'ratio'], rows));
+    out.push(table(['fs', 'held', 'heap B/lease', 'heap B/lease w/o grants', 'fds/lease', 'renew @1 (before / after)', 'renew @all', 'ratio', 'acq+rel @1 (before / after)', 'acq+rel @all', 'ratio'], rows));
     const mem = Object.values(f.scale)[0]?.memoryLeaseHeapPerLeaseBytes;
     if (mem !== undefined) out.push(`\nMemoryLease, for reference: ${fmt(mem)} B of heap per held lease (with grants).`);
   }
