@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // flocklease benchmark harness: `npm run bench` (full, minutes) or `npm run bench:quick` (seconds).
 //
-//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…]
+//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD]
 //
 // Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
 // proper-lockfile, lockfile and the C floor (native/floor.c): acquire+release cycle, renew,
@@ -35,6 +35,7 @@ const { values: args } = parseArgs({
     disk: { type: 'string', default: os.tmpdir() },
     tmpfs: { type: 'string', default: '/dev/shm' },
     only: { type: 'string' },
+    'wait-quiet': { type: 'string' },
   },
 });
 const quick = args.quick;
@@ -61,6 +62,17 @@ const config = quick
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 3, disk: 2 } },
     };
 config.peers = peerSettings();
+
+// --wait-quiet LOAD: on a shared machine, wait (up to 20 minutes) for the 1-minute load average to
+// drop below LOAD before starting.
+if (args['wait-quiet'] !== undefined) {
+  const limit = Number(args['wait-quiet']);
+  const until = Date.now() + 20 * 60_000;
+  while (os.loadavg()[0] >= limit && Date.now() < until) {
+    process.stderr.write(`waiting for a quiet machine: load ${os.loadavg()[0].toFixed(2)} ≥ ${limit}\n`);
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+  }
+}
 
 const started = Date.now();
 const log = (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s] ${line}\n`);
