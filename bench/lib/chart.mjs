@@ -66,7 +66,8 @@ function panel({ x, y, width, height, title, unit, tickLabel, groups, fsList }) 
         const wx = bx + barWidth / 2;
         parts.push(`<line x1="${wx}" y1="${by}" x2="${wx}" y2="${wy}" stroke="#222"/><line x1="${wx - 4}" y1="${wy}" x2="${wx + 4}" y2="${wy}" stroke="#222"/>`);
       }
-      parts.push(`<text x="${bx + barWidth / 2}" y="${by - 3}" text-anchor="middle" font-size="9">${esc(fmt(v.p50))}</text>`);
+      // A white halo keeps the value readable across the whisker.
+      parts.push(`<text x="${bx + barWidth / 2}" y="${by - 3}" text-anchor="middle" font-size="9" stroke="#fff" stroke-width="3" paint-order="stroke">${esc(fmt(v.p50))}</text>`);
     });
     g.name.forEach((w, k) => parts.push(`<text x="${cx}" y="${bottom + 14 + k * 12}" text-anchor="middle" font-size="11">${esc(w)}</text>`));
   });
