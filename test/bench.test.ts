@@ -94,8 +94,9 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
       expect(scale.renewRatio).toBeGreaterThan(0);
       expect(scale.cycleRatio).toBeGreaterThan(0);
     }
-    // proper-lockfile's crash takeover waits out its 2 s minimum stale: seconds, not milliseconds.
-    expect((results.figures.crash?.tmpfs?.['proper-lockfile'] as unknown as Summary).p50).toBeGreaterThan(900);
+    // proper-lockfile's crash takeover waits out its 2 s minimum stale (the holder is killed at most
+    // 1.1 s after it took the lock): about a second or more, never milliseconds.
+    expect((results.figures.crash?.tmpfs?.['proper-lockfile'] as unknown as Summary).p50).toBeGreaterThan(500);
   });
 
   test('T1–T7 each have a measured value and a verdict', () => {
