@@ -4,8 +4,25 @@
 // not, as asked.
 //
 //   floor <dir> <cycles> <durable 0|1> [ids]   → prints one JSON line: per-cycle latencies (ns)
-//   floor <dir> --contend <seconds> <durable>  → loops a waiting acquire + release on one id; prints
-//                                                 cycles and each acquire's wait (run N at once)
+//   floor <dir> --renew <renews> <durable>     → acquires one id, renews it <renews> times (prints
+//                                                 each renew's latency in ns), then releases it
+//   floor <dir> --contend <seconds> <durable> [warmup seconds]
+//                                              → loops a waiting acquire + release on one id; prints
+//                                                 cycles and each acquire's wait (call to lease held;
+//                                                 run N at once); the
+//                                                 cycles of the first [warmup] seconds are not counted
+//   floor <dir> --contend-fair <seconds> <durable> [warmup seconds]
+//                                              → the same, first come first served (see fair_cycle)
+//   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
+//   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
+//                                                 until nobody holds it exclusively, prints the
+//                                                 CLOCK_MONOTONIC time (ns) it got it: the kernel's
+//                                                 floor for noticing that a (killed) holder is gone
+//
+// The uncontended sequence matches the lease's call for call, as strace shows it (bench/syscalls.mjs
+// compares them): the record is read to EOF (a read of its size + 1, then one that returns 0), the
+// transition lock's content (the wait queue) is looked at with an fstat before the write side of an
+// acquire or a release, and a new liveness file is fstat-ed before it is flocked.
 //
 // The contention floor waits the way the lease does, but in the kernel: a blocking flock on the
 // transition lock, and a blocking shared flock on the holder's liveness file until it lets go.
@@ -58,7 +75,10 @@ static void read_record(const char *path, char *buffer, size_t size) {
   }
   struct stat st;
   if (fstat(fd, &st) != 0) die("fstat record");
-  if (read(fd, buffer, size) < 0) die("read record");
+  size_t want = (size_t)st.st_size + 1 < size ? (size_t)st.st_size + 1 : size;
+  ssize_t got = read(fd, buffer, want);
+  if (got < 0) die("read record");
+  if (got > 0 && read(fd, buffer + got, 1) < 0) die("read record"); // to EOF, as the lease reads it
   close(fd);
 }
 
@@ -79,6 +99,24 @@ static void write_record(const char *path, const char *data) {
   }
 }
 
+// The lease looks at the transition lock's content (its wait queue) before it writes: an fstat.
+static void peek_queue(int lfd) {
+  struct stat st;
+  if (fstat(lfd, &st) != 0) die("fstat lock");
+  if (st.st_size != 0) {
+    fprintf(stderr, "a wait queue in an uncontended run\n");
+    exit(1);
+  }
+}
+
+// Creates and exclusively flocks a liveness file (open, fstat, flock), as the lease does.
+static int lock_live(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) die("live");
+  return fd;
+}
+
 // One acquire + release of `id`; 0 on success, -1 when another process held the transition lock.
 static int cycle(const char *id, uint64_t token) {
   char lock[4096], record[4096], live[4096], data[512], buffer[4096];
@@ -90,8 +128,8 @@ static int cycle(const char *id, uint64_t token) {
   int lfd = lock_transition(lock);
   if (lfd < 0) return -1;
   read_record(record, buffer, sizeof buffer);
-  int live_fd = open(live, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (live_fd < 0 || flock(live_fd, LOCK_EX | LOCK_NB) != 0) die("live");
+  peek_queue(lfd);
+  int live_fd = lock_live(live);
   snprintf(data, sizeof data, "{\"owner\":\"floor\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\",\"session\":\"%s\"}",
            (unsigned long long)token, id);
   write_record(record, data);
@@ -104,6 +142,7 @@ static int cycle(const char *id, uint64_t token) {
   lfd = lock_transition(lock);
   if (lfd < 0) die("lock during release");
   read_record(record, buffer, sizeof buffer);
+  peek_queue(lfd);
   snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\",\"session\":\"%s\"}",
            (unsigned long long)token, id);
   write_record(record, data);
@@ -113,10 +152,26 @@ static int cycle(const char *id, uint64_t token) {
   return 0;
 }
 
+// One renew of a lease this process holds: the transition lock, the record read, the record
+// rewritten with a fresh expiry (same token), as the lease's renew does it.
+static void renew(const char *id, uint64_t token) {
+  char lock[4096], record[4096], data[512], buffer[4096];
+  snprintf(lock, sizeof lock, "%s/%s.lock", dir, id);
+  snprintf(record, sizeof record, "%s/%s.lease.json", dir, id);
+  int lfd = lock_transition(lock);
+  if (lfd < 0) die("lock during renew");
+  read_record(record, buffer, sizeof buffer);
+  snprintf(data, sizeof data, "{\"owner\":\"floor\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:30.000Z\",\"session\":\"%s\"}",
+           (unsigned long long)token, id);
+  write_record(record, data);
+  close(lfd);
+}
+
 // A waiting acquire + release, as the lease does it, with blocking kernel waits instead of an
 // event loop: the transition lock is taken with a blocking flock; a held lease is waited out with
-// a blocking shared flock on its holder's liveness file.
-static void contended_cycle(uint64_t token) {
+// a blocking shared flock on its holder's liveness file. Returns when it had the lease (the
+// acquire's end: record written, transition lock let go), before the release.
+static uint64_t contended_cycle(uint64_t token) {
   char lock[4096], record[4096], live[4096], data[512], buffer[4096];
   snprintf(lock, sizeof lock, "%s/contended.lock", dir);
   snprintf(record, sizeof record, "%s/contended.lease.json", dir);
@@ -148,6 +203,7 @@ static void contended_cycle(uint64_t token) {
              (unsigned long long)token);
     write_record(record, data);
     close(lfd);
+    uint64_t acquired = now_ns();
     // release
     lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
@@ -156,26 +212,120 @@ static void contended_cycle(uint64_t token) {
     unlink(live);
     close(live_fd);
     close(lfd);
-    return;
+    return acquired;
   }
 }
 
+// A FAIR waiting acquire + release: first come, first served, as the lease's queue serves its
+// waiters. A ticket counter lives in the transition lock file; each waiter creates and flocks its
+// own ticket file, then blocks in a shared flock on the ticket file of the waiter just ahead, which
+// that waiter lets go of when it releases (so every hand-off wakes exactly the next process, as a
+// lease release wakes the front waiter). Acquire and release then write the record as above.
+// Not a lease (no crash handling of waiters): the physical floor of a fair hand-off.
+static uint64_t fair_cycle(uint64_t token) {
+  char lock[4096], record[4096], mine[4096], ahead[4096], data[512], buffer[4096];
+  snprintf(lock, sizeof lock, "%s/fair.lock", dir);
+  snprintf(record, sizeof record, "%s/fair.lease.json", dir);
+  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  uint64_t tail = 0;
+  if (pread(lfd, &tail, sizeof tail, 0) < 0) die("pread");
+  uint64_t ticket = tail + 1;
+  if (pwrite(lfd, &ticket, sizeof ticket, 0) != sizeof ticket) die("pwrite");
+  snprintf(mine, sizeof mine, "%s/fair.%llu.wait", dir, (unsigned long long)ticket);
+  int mfd = open(mine, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (mfd < 0 || flock(mfd, LOCK_EX | LOCK_NB) != 0) die("ticket");
+  close(lfd);
+  if (ticket > 1) {
+    snprintf(ahead, sizeof ahead, "%s/fair.%llu.wait", dir, (unsigned long long)(ticket - 1));
+    int afd = open(ahead, O_RDONLY | O_CLOEXEC);
+    if (afd >= 0) { // gone already: the one ahead has released
+      flock(afd, LOCK_SH);
+      close(afd);
+    }
+  }
+  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  read_record(record, buffer, sizeof buffer);
+  snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
+           (unsigned long long)token);
+  write_record(record, data);
+  close(lfd);
+  uint64_t acquired = now_ns();
+  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
+  write_record(record, data);
+  unlink(mine);
+  close(mfd); // wakes the next in line
+  close(lfd);
+  return acquired;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[2], "--hold") == 0) {
+    int fd = open(argv[1], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) die("hold");
+    printf("held\n");
+    fflush(stdout);
+    for (;;) pause();
+  }
+  if (argc == 3 && strcmp(argv[2], "--wait-unlock") == 0) {
+    int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("open");
+    printf("waiting\n");
+    fflush(stdout);
+    if (flock(fd, LOCK_SH) != 0) die("flock");
+    printf("{\"unlockedNs\":%llu}\n", (unsigned long long)now_ns());
+    return 0;
+  }
   if (argc < 4) {
-    fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --contend <seconds> <durable>\n");
+    fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --renew <renews> <durable> | floor <dir> --contend[-fair] <seconds> <durable> [warmup]\n");
     return 64;
   }
   dir = argv[1];
-  if (strcmp(argv[2], "--contend") == 0) {
+  if (strcmp(argv[2], "--contend") == 0 || strcmp(argv[2], "--contend-fair") == 0) {
+    int fair = strcmp(argv[2], "--contend-fair") == 0;
     durable = atoi(argv[4]);
-    uint64_t until = now_ns() + (uint64_t)(atof(argv[3]) * 1e9), cycles = 0, token = (uint64_t)getpid() << 32;
+    uint64_t warm = now_ns() + (uint64_t)((argc > 5 ? atof(argv[5]) : 0) * 1e9);
+    uint64_t until = warm + (uint64_t)(atof(argv[3]) * 1e9), cycles = 0, token = (uint64_t)getpid() << 32;
     printf("{\"waitsNs\":[");
-    while (now_ns() < until) {
-      uint64_t start = now_ns();
-      contended_cycle(++token);
-      printf("%s%llu", cycles++ ? "," : "", (unsigned long long)(now_ns() - start));
+    for (uint64_t start = now_ns(); start < until; start = now_ns()) {
+      uint64_t acquired = fair ? fair_cycle(++token) : contended_cycle(++token);
+      if (start < warm) continue;
+      printf("%s%llu", cycles++ ? "," : "", (unsigned long long)(acquired - start));
     }
     printf("],\"cycles\":%llu}\n", (unsigned long long)cycles);
+    return 0;
+  }
+  if (strcmp(argv[2], "--renew") == 0) {
+    int renews = atoi(argv[3]);
+    durable = atoi(argv[4]);
+    // Take the lease (a plain acquire: the release half is left for the end).
+    char lock[4096], live[4096], record[4096], data[512], buffer[4096];
+    uint64_t token = (uint64_t)getpid();
+    snprintf(lock, sizeof lock, "%s/renewed.lock", dir);
+    snprintf(record, sizeof record, "%s/renewed.lease.json", dir);
+    snprintf(live, sizeof live, "%s/renewed.%llu.live", dir, (unsigned long long)token);
+    int lfd = lock_transition(lock);
+    if (lfd < 0) die("lock");
+    read_record(record, buffer, sizeof buffer);
+    int live_fd = lock_live(live);
+    snprintf(data, sizeof data, "{\"owner\":\"floor\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\",\"session\":\"renewed\"}",
+             (unsigned long long)token);
+    write_record(record, data);
+    close(lfd);
+    printf("{\"ns\":[");
+    for (int i = 0; i < renews; i++) {
+      uint64_t start = now_ns();
+      renew("renewed", token);
+      printf("%s%llu", i ? "," : "", (unsigned long long)(now_ns() - start));
+    }
+    printf("]}\n");
+    unlink(record);
+    unlink(live);
+    unlink(lock);
+    close(live_fd);
     return 0;
   }
   int cycles = atoi(argv[2]);

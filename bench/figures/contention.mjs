@@ -1,0 +1,98 @@
+// Contention: N processes, one id, each looping a waiting acquire → release; after a warm-up, for
+// a fixed window: throughput (cycles completed per second, all processes together) and each
+// acquire's wait (mean, p99, max, and max/mean: how unfair the worst wait is).
+// The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once;
+// it is unfair (the releaser usually wins the next round at once, no hand-off). The fair C floor
+// (`--contend-fair`) serves waiters first come first served, each hand-off waking the next process,
+// as the lease's queue does: the floor for a FAIR lease. The three alternate round by round, their
+// order rotating.
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { floorContender } from '../lib/floor.mjs';
+import { median, round, sharedNow, summarize } from '../lib/stats.mjs';
+import { rotate } from './latency.mjs';
+
+const CONTENDER = join(dirname(fileURLToPath(import.meta.url)), '..', 'agents', 'contender.mjs');
+
+function startContender(key, dir, pollMs) {
+  const child = spawn(process.execPath, [CONTENDER, key, dir, String(pollMs)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const next = async () => {
+    const { value, done } = await lines.next();
+    if (done) throw new Error(`contender ${key} exited early`);
+    return JSON.parse(value);
+  };
+  return { child, next };
+}
+
+/** One window of `processes` node contenders: { cycles, waitsMs }. */
+async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) {
+  const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs));
+  await Promise.all(contenders.map((c) => c.next())); // all loaded and ready
+  const startAt = sharedNow() + 50;
+  for (const c of contenders) c.child.stdin.end(`${JSON.stringify({ startAt, warmupMs, durationMs })}\n`);
+  const results = await Promise.all(contenders.map((c) => c.next()));
+  return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
+}
+
+async function floorRound(dir, { processes, warmupMs, durationMs, fair }) {
+  const results = await Promise.all(
+    Array.from({ length: processes }, () => floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair })),
+  );
+  return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
+}
+
+function describe(rounds, durationMs) {
+  const each = rounds.map((r) => {
+    const waits = summarize(r.waitsMs);
+    return {
+      throughput: round(r.cycles / (durationMs / 1000)),
+      cycles: r.cycles,
+      perProcess: r.perProcess,
+      waitMeanMs: waits.mean,
+      waitP99Ms: waits.p99,
+      waitMaxMs: waits.max,
+      maxOverMean: round(waits.max / waits.mean),
+    };
+  });
+  const med = (field) => round(median(each.map((r) => r[field])));
+  return {
+    throughput: med('throughput'),
+    waitMeanMs: med('waitMeanMs'),
+    waitP99Ms: med('waitP99Ms'),
+    waitMaxMs: med('waitMaxMs'),
+    maxOverMean: med('maxOverMean'),
+    waits: summarize(rounds.flatMap((r) => r.waitsMs)),
+    rounds: each,
+  };
+}
+
+/**
+ * { lease, floor, [peers…] } for one directory. `peers` (proper-lockfile, lockfile) run one round
+ * each after the alternating Lease/floor rounds, polling every `peerPollMs`.
+ */
+export async function contentionFigure({ dir, rounds, processes, warmupMs, durationMs, peers = [], peerPollMs, log }) {
+  const settings = { processes, warmupMs, durationMs };
+  const runs = { lease: [], 'floor-durable': [], 'floor-fair': [] };
+  const kinds = Object.keys(runs);
+  for (let r = 0; r < rounds; r++) {
+    for (const which of rotate(kinds, r)) {
+      const d = join(dir, `contend-${which}-${r}`);
+      mkdirSync(d, { recursive: true });
+      if (which === 'lease') runs.lease.push(await nodeRound('lease', d, { ...settings, pollMs: 0 }));
+      else runs[which].push(await floorRound(d, { ...settings, fair: which === 'floor-fair' }));
+    }
+    log?.(`  contention round ${r + 1}/${rounds}`);
+  }
+  const result = Object.fromEntries(kinds.map((k) => [k, describe(runs[k], durationMs)]));
+  for (const key of peers) {
+    const d = join(dir, `contend-${key}`);
+    mkdirSync(d, { recursive: true });
+    result[key] = { ...describe([await nodeRound(key, d, { ...settings, pollMs: peerPollMs })], durationMs), pollMs: peerPollMs };
+    log?.(`  contention ${key}`);
+  }
+  return result;
+}

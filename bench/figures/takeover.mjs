@@ -1,0 +1,129 @@
+// Multi-process figures with real child processes (bench/agents/agent.mjs):
+//
+// crash takeover — a holder process holds the lock; a waiter process is already waiting for it
+//   (flocklease: acquire with waitMs; proper-lockfile: retries polling every pollMs, stale at its
+//   minimum, 2000 ms; lockfile: wait + pollPeriod, stale 2000 ms); the parent SIGKILLs the holder
+//   and the figure is kill → the waiter's acquire resolved (shared monotonic clock).
+//   The holder is killed a random 100–1100 ms after it took the lock: the peers' takeover depends
+//   on that phase (proper-lockfile refreshes its lock's mtime every stale/2 = 1 s; lockfile's
+//   staleness counts from when the lock was taken), flocklease's does not.
+//
+// wake-up — the holder releases instead; the figure is the holder's release() resolved → the
+//   waiter's acquire resolved (and, alongside, from the release call).
+import { mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Agent } from '../lib/agent.mjs';
+import { floorHolder, floorWatcher } from '../lib/floor.mjs';
+import { DEFAULT_POLL_MS, PROPER_LOCKFILE_MIN_STALE_MS } from '../lib/impls.mjs';
+import { round, sharedNow, sleep, summarize } from '../lib/stats.mjs';
+
+/** What the waiter and the holder are opened with, per implementation. */
+function agentOptions(key, dir) {
+  const base = { op: 'open', impl: key, dir: join(dir, `mp-${key}`) };
+  if (key === 'lease') return base;
+  return { ...base, pollMs: DEFAULT_POLL_MS, staleMs: PROPER_LOCKFILE_MIN_STALE_MS };
+}
+
+export function peerSettings() {
+  return {
+    pollMs: DEFAULT_POLL_MS,
+    staleMs: PROPER_LOCKFILE_MIN_STALE_MS,
+    properLockfile: `stale ${PROPER_LOCKFILE_MIN_STALE_MS} ms (its minimum; update every stale/2), retries: poll every ${DEFAULT_POLL_MS} ms`,
+    lockfile: `stale ${PROPER_LOCKFILE_MIN_STALE_MS} ms, wait + pollPeriod ${DEFAULT_POLL_MS} ms`,
+  };
+}
+
+/**
+ * The kernel's floor for noticing a crash: a tiny C process holds a flock, another blocks in
+ * flock on the same file; SIGKILL the holder → the waiter has the lock (ms samples).
+ */
+export async function crashFloor({ dir, samples }) {
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, 'floor-crash.live');
+  const times = [];
+  for (let s = 0; s < samples; s++) {
+    const holder = await floorHolder(file);
+    const watcher = await floorWatcher(file);
+    await sleep(30 + Math.random() * 20);
+    const killedAt = sharedNow();
+    const exited = holder.kill();
+    times.push((await watcher.unlocked) - killedAt);
+    await exited;
+  }
+  return { ...summarize(times), samples: times.map((t) => round(t)) };
+}
+
+/**
+ * Crash-takeover samples (ms) for one implementation on one directory. For the Lease, a C watcher
+ * also blocks in flock on the holder's .live file, which splits each takeover into the kernel's
+ * part (kill → the dead Node process's flock released: `unlocked`) and the lease's (→ acquired).
+ */
+export async function crashTakeover({ key, dir, samples, log }) {
+  const options = agentOptions(key, dir);
+  mkdirSync(options.dir, { recursive: true });
+  const waiter = await Agent.start();
+  await waiter.call({ ...options, wait: true });
+  const times = [];
+  const unlocked = [];
+  try {
+    for (let s = 0; s < samples; s++) {
+      const holder = await Agent.start();
+      await holder.call({ ...options, wait: false });
+      await holder.call({ op: 'lock', id: 'crash' });
+      const heldAt = sharedNow();
+      let watcher;
+      if (key === 'lease') {
+        const live = readdirSync(options.dir).filter((name) => name.endsWith('.live'));
+        if (live.length !== 1) throw new Error(`expected the holder's one .live file, found ${live.join(', ')}`);
+        watcher = await floorWatcher(join(options.dir, live[0]));
+      }
+      await waiter.startLock('crash');
+      // Let the waiter settle into its wait, then kill at a random phase (see the header).
+      const killAfter = key === 'lease' ? 30 + Math.random() * 20 : 100 + Math.random() * 1000;
+      await sleep(Math.max(0, heldAt + killAfter - sharedNow()));
+      const killedAt = sharedNow();
+      const exited = holder.kill('SIGKILL');
+      const { at } = await waiter.lockResult(30_000);
+      times.push(at - killedAt);
+      if (watcher) unlocked.push((await watcher.unlocked) - killedAt);
+      await exited;
+      await waiter.call({ op: 'release' });
+      log?.(`  crash takeover ${key} ${s + 1}/${samples}: ${round(at - killedAt)} ms`);
+    }
+  } finally {
+    await waiter.stop();
+  }
+  const result = { ...summarize(times), samples: times.map((t) => round(t)) };
+  if (unlocked.length > 0) {
+    result.kernelUnlock = summarize(unlocked);
+    result.afterUnlock = summarize(times.map((t, i) => t - unlocked[i]));
+  }
+  return result;
+}
+
+/** Wake-up samples (ms) for one implementation on one directory. */
+export async function wakeUp({ key, dir, samples, log }) {
+  const options = agentOptions(key, dir);
+  mkdirSync(options.dir, { recursive: true });
+  const [holder, waiter] = await Promise.all([Agent.start(), Agent.start()]);
+  await holder.call({ ...options, wait: false });
+  await waiter.call({ ...options, wait: true });
+  const fromResolved = [];
+  const fromCall = [];
+  try {
+    for (let s = 0; s < samples; s++) {
+      await holder.call({ op: 'lock', id: 'wake' });
+      await waiter.startLock('wake');
+      await sleep(30 + Math.random() * 20);
+      const released = await holder.call({ op: 'release' });
+      const { at } = await waiter.lockResult(30_000);
+      fromResolved.push(at - released.at);
+      fromCall.push(at - released.startedAt);
+      await waiter.call({ op: 'release' });
+    }
+    log?.(`  wake-up ${key}: ${samples} samples`);
+  } finally {
+    await Promise.all([holder.stop(), waiter.stop()]);
+  }
+  return { ...summarize(fromResolved), fromReleaseCall: summarize(fromCall) };
+}

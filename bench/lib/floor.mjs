@@ -1,0 +1,88 @@
+// The C floor (native/floor.c): built here with the system compiler, run as a child process. Its
+// latencies are taken inside the C program (clock_gettime around each cycle), so process start-up
+// is not in them.
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { mkdirSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const source = join(root, 'native', 'floor.c');
+export const FLOOR_BIN = join(root, 'native', 'build', 'floor');
+const CFLAGS = ['-O2', '-Wall', '-Wextra'];
+
+/** Builds native/build/floor from native/floor.c (if it is older than the source). */
+export function buildFloor() {
+  let fresh = false;
+  try {
+    fresh = statSync(FLOOR_BIN).mtimeMs >= statSync(source).mtimeMs;
+  } catch {
+    // not built yet
+  }
+  if (!fresh) {
+    mkdirSync(dirname(FLOOR_BIN), { recursive: true });
+    execFileSync(process.env.CC || 'cc', [...CFLAGS, '-o', FLOOR_BIN, source], { stdio: 'inherit' });
+  }
+  const compiler = execFileSync(process.env.CC || 'cc', ['--version'], { encoding: 'utf8' }).split('\n')[0];
+  return { binary: FLOOR_BIN, compiler, flags: CFLAGS.join(' ') };
+}
+
+function run(args, timeoutMs = 600_000) {
+  mkdirSync(args[0], { recursive: true });
+  return new Promise((resolve, reject) => {
+    execFile(FLOOR_BIN, args, { maxBuffer: 256 * 1024 * 1024, timeout: timeoutMs }, (error, stdout, stderr) => {
+      if (error) reject(Object.assign(error, { stderr }));
+      else resolve(JSON.parse(stdout));
+    });
+  });
+}
+
+/** `cycles` acquire+release cycles over `ids` ids (after `warmup` unmeasured ones): latencies in µs. */
+export async function floorCycles(dir, { cycles, warmup, durable, ids = 4 }) {
+  const { ns } = await run([dir, String(cycles + warmup), durable ? '1' : '0', String(ids)]);
+  return ns.slice(warmup).map((x) => x / 1000);
+}
+
+/** `renews` renews of one held lease (after `warmup` unmeasured ones): latencies in µs. */
+export async function floorRenews(dir, { renews, warmup, durable }) {
+  const { ns } = await run([dir, '--renew', String(renews + warmup), durable ? '1' : '0']);
+  return ns.slice(warmup).map((x) => x / 1000);
+}
+
+/** One contending process: { waitsMs, cycles } of the cycles that started after the warm-up. */
+export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false }) {
+  const { waitsNs, cycles } = await run([dir, fair ? '--contend-fair' : '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)]);
+  return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
+}
+
+function lineReader(child) {
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  return async () => {
+    const { value, done } = await lines.next();
+    if (done) throw new Error('floor process ended early');
+    return value;
+  };
+}
+
+/** A C process holding an exclusive flock on `file` until killed: { kill() → exited }. */
+export async function floorHolder(file) {
+  const child = spawn(FLOOR_BIN, [file, '--hold'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = once(child, 'exit');
+  const line = await lineReader(child)();
+  if (line !== 'held') throw new Error(`floor --hold: ${line}`);
+  return { kill: () => (child.kill('SIGKILL'), exited) };
+}
+
+/**
+ * A C process blocked in flock(LOCK_SH) on `file` (once this resolves); `unlocked` resolves to
+ * when the kernel let it have the lock (CLOCK_MONOTONIC ms, as sharedNow()).
+ */
+export async function floorWatcher(file) {
+  const child = spawn(FLOOR_BIN, [file, '--wait-unlock'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const next = lineReader(child);
+  const line = await next();
+  if (line !== 'waiting') throw new Error(`floor --wait-unlock: ${line}`);
+  return { unlocked: next().then((l) => JSON.parse(l).unlockedNs / 1e6) };
+}

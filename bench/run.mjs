@@ -1,0 +1,172 @@
+#!/usr/bin/env node
+// flocklease benchmark harness: `npm run bench` (full, minutes) or `npm run bench:quick` (seconds).
+//
+//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD]
+//
+// Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
+// proper-lockfile, lockfile and the C floor (native/floor.c): acquire+release cycle, renew,
+// event-loop delay, crash takeover, wake-up after release, contention (8 processes) and scale
+// (10 000 held ids). Prints a markdown table; writes results.json, results.md and chart.svg to the
+// output directory (full run: bench/; quick: bench/out/, which git ignores). Imports the BUILT
+// package (dist/): `npm run build` first (the npm scripts do). See docs/bench.md.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { contentionFigure } from './figures/contention.mjs';
+import { eldFigure } from './figures/eld.mjs';
+import { cycleFigure, renewFigure } from './figures/latency.mjs';
+import { scaleFigure } from './figures/scale.mjs';
+import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeover.mjs';
+import { chartSvg } from './lib/chart.mjs';
+import { buildFloor } from './lib/floor.mjs';
+import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
+import { loadAverage, machineInfo } from './lib/machine.mjs';
+import { markdown, targets } from './lib/report.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const FIGURES = ['cycle', 'renew', 'eventLoop', 'scale', 'crash', 'wake', 'contention'];
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    out: { type: 'string' },
+    disk: { type: 'string', default: os.tmpdir() },
+    tmpfs: { type: 'string', default: '/dev/shm' },
+    only: { type: 'string' },
+    'wait-quiet': { type: 'string' },
+  },
+});
+const quick = args.quick;
+const only = args.only ? args.only.split(',') : FIGURES;
+for (const name of only) if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
+const outDir = resolve(args.out ?? (quick ? join(here, 'out') : here));
+
+/** Counts per mode. The full run takes ~10 minutes; the quick one ~30 s. */
+const config = quick
+  ? {
+      cycle: { rounds: 2, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
+      eventLoop: { rounds: 1, windowMs: 150 },
+      crash: { samples: { lease: 2, peers: 1 }, peersOn: ['tmpfs'] },
+      wake: { samples: { lease: 3, peers: 2 } },
+      contention: { rounds: 1, processes: 8, warmupMs: 200, durationMs: 500, peerPollMs: 10, peersOn: ['tmpfs'] },
+      scale: { ids: 300, iterations: 50, warmup: 10, rounds: { tmpfs: 1, disk: 1 } },
+    }
+  : {
+      cycle: { rounds: 7, cycles: { disk: 1000, tmpfs: 2000 }, warmup: 200 },
+      eventLoop: { rounds: 5, windowMs: 600 },
+      crash: { samples: { lease: 40, peers: 12 }, peersOn: ['disk', 'tmpfs'] },
+      wake: { samples: { lease: 50, peers: 15 } },
+      contention: { rounds: 4, processes: 8, warmupMs: 1000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
+      scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 3, disk: 2 } },
+    };
+config.peers = peerSettings();
+
+// --wait-quiet LOAD: on a shared machine, wait (up to 20 minutes) for the 1-minute load average to
+// drop below LOAD before starting.
+if (args['wait-quiet'] !== undefined) {
+  const limit = Number(args['wait-quiet']);
+  const until = Date.now() + 20 * 60_000;
+  while (os.loadavg()[0] >= limit && Date.now() < until) {
+    process.stderr.write(`waiting for a quiet machine: load ${os.loadavg()[0].toFixed(2)} ≥ ${limit}\n`);
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+  }
+}
+
+const started = Date.now();
+const log = (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s] ${line}\n`);
+
+const roots = { disk: args.disk, tmpfs: args.tmpfs };
+const dirs = {};
+for (const [fs, root] of Object.entries(roots)) dirs[fs] = mkdtempSync(join(root, 'flocklease-bench-'));
+const machine = machineInfo(roots);
+const floor = buildFloor();
+const results = {
+  schema: 1,
+  mode: quick ? 'quick' : 'full',
+  startedAt: new Date(started).toISOString(),
+  machine,
+  load: { start: loadAverage(), figures: {} },
+  config: { ...config, floor, dirs: roots, units: 'cycle/renew/scale latency: µs; everything else: ms unless the field name says otherwise' },
+  figures: {},
+  errors: [],
+};
+log(`${results.mode} run · ${machine.cpu} · ${machine.cores} cores · load ${results.load.start.join(' ')} · disk ${roots.disk} (${machine.dirs.disk.fsType}), tmpfs ${roots.tmpfs} (${machine.dirs.tmpfs.fsType})`);
+
+async function figure(name, fn) {
+  if (!only.includes(name)) return;
+  log(`${name}…`);
+  const before = loadAverage();
+  try {
+    results.figures[name] = await fn();
+  } catch (error) {
+    log(`${name} FAILED: ${error.stack ?? error}${error.stderr ? `\n${error.stderr}` : ''}`);
+    results.errors.push({ figure: name, error: String(error.message ?? error) });
+  }
+  results.load.figures[name] = { before, after: loadAverage() };
+}
+
+async function perFs(fn) {
+  const out = {};
+  for (const fs of ['disk', 'tmpfs']) out[fs] = await fn(fs, dirs[fs]);
+  return out;
+}
+
+try {
+  await figure('cycle', () =>
+    perFs((fs, dir) => cycleFigure({ dir: join(dir, 'cycle'), rounds: config.cycle.rounds, cycles: config.cycle.cycles[fs], warmup: config.cycle.warmup, log })),
+  );
+  await figure('renew', () =>
+    perFs((fs, dir) => renewFigure({ dir: join(dir, 'renew'), rounds: config.cycle.rounds, cycles: config.cycle.cycles[fs], warmup: config.cycle.warmup, log })),
+  );
+  await figure('eventLoop', () => perFs((fs, dir) => eldFigure({ dir: join(dir, 'eld'), ...config.eventLoop, log })));
+  await figure('scale', () =>
+    perFs((fs, dir) => scaleFigure({ dir: join(dir, 'scale'), ids: config.scale.ids, iterations: config.scale.iterations, warmup: config.scale.warmup, rounds: config.scale.rounds[fs] })),
+  );
+  await figure('crash', () =>
+    perFs(async (fs, dir) => {
+      const out = { 'floor-crash': await crashFloor({ dir: join(dir, 'crash-floor'), samples: config.crash.samples.lease }) };
+      for (const key of CROSS_PROCESS_IMPLS) {
+        if (key !== 'lease' && !config.crash.peersOn.includes(fs)) continue;
+        out[key] = await crashTakeover({ key, dir: join(dir, 'crash'), samples: config.crash.samples[key === 'lease' ? 'lease' : 'peers'], log });
+      }
+      return out;
+    }),
+  );
+  await figure('wake', () =>
+    perFs(async (fs, dir) => {
+      const out = {};
+      for (const key of CROSS_PROCESS_IMPLS) out[key] = await wakeUp({ key, dir: join(dir, 'wake'), samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'], log });
+      return out;
+    }),
+  );
+  await figure('contention', () =>
+    perFs((fs, dir) =>
+      contentionFigure({
+        dir: join(dir, 'contention'),
+        ...config.contention,
+        peers: config.contention.peersOn.includes(fs) ? CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease') : [],
+        log,
+      }),
+    ),
+  );
+} finally {
+  for (const dir of Object.values(dirs)) rmSync(dir, { recursive: true, force: true });
+}
+
+results.load.end = loadAverage();
+results.finishedAt = new Date().toISOString();
+results.durationS = Math.round((Date.now() - started) / 100) / 10;
+results.targets = targets(results.figures);
+
+const report = markdown(results);
+mkdirSync(outDir, { recursive: true });
+writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+writeFileSync(join(outDir, 'results.md'), `${report}\n`);
+writeFileSync(join(outDir, 'chart.svg'), chartSvg(results));
+process.stdout.write(`${report}\n\nWrote ${join(outDir, 'results.json')}, results.md, chart.svg\n`);
+if (results.errors.length > 0) {
+  log(`${results.errors.length} figure(s) failed: ${results.errors.map((e) => e.figure).join(', ')}`);
+  process.exitCode = 1;
+}
