@@ -16,6 +16,7 @@ import {
 import { channels, publish } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../port/token.js';
+import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
   checkExpiry,
@@ -532,6 +533,7 @@ export class Lease implements SessionLease {
       }
     } finally {
       leave();
+      await yieldIfStarving(); // on tmpfs nothing above touched the event loop
     }
   }
 

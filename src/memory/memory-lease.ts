@@ -7,6 +7,7 @@ import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../p
 import { channels, publish } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../port/token.js';
+import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
   checkExpiry,
@@ -45,7 +46,7 @@ export class MemoryLease implements SessionLease {
   async acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
     checkSessionId(sessionId);
     checkOwner(owner);
-    checkOperation(options);
+    await checkOperation(options);
     const waitMs = resolveWaitMs(options?.waitMs);
     if (waitMs === 0) return this.#tryAcquire(sessionId, owner, false);
     // Wait in line: woken by a release here, or at the holder's expiry, until waitMs runs out.
@@ -127,7 +128,7 @@ export class MemoryLease implements SessionLease {
 
   async renew(grant: LeaseGrant, options?: OperationOptions): Promise<LeaseGrant> {
     checkGrant(grant);
-    checkOperation(options);
+    await checkOperation(options);
     const { sessionId, owner, token } = grant;
     const now = readClock(this.#clock);
     const expiryMs = now + this.ttlMs;
@@ -148,7 +149,7 @@ export class MemoryLease implements SessionLease {
 
   async release(grant: LeaseGrant, options?: OperationOptions): Promise<void> {
     checkGrant(grant);
-    checkOperation(options);
+    await checkOperation(options);
     const record = this.#records.get(grant.sessionId);
     if (record?.owner !== grant.owner || record.token !== grant.token) return; // unknown or stale: no-op
     record.owner = '';
@@ -158,9 +159,10 @@ export class MemoryLease implements SessionLease {
   }
 }
 
-function checkOperation(options: OperationOptions | undefined): void {
+async function checkOperation(options: OperationOptions | undefined): Promise<void> {
   checkOptions(options, 'options');
   checkSignal(options?.signal);
+  await yieldIfStarving(); // every operation here is synchronous: never starve the caller's loop
   options?.signal?.throwIfAborted();
 }
 
