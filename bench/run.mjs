@@ -36,8 +36,22 @@ const { values: args } = parseArgs({
     tmpfs: { type: 'string', default: '/dev/shm' },
     only: { type: 'string' },
     'wait-quiet': { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
   },
 });
+if (args.help) {
+  console.log(`usage: node bench/run.mjs [options]   (npm run bench builds first)
+
+  --quick            seconds, tiny counts, every figure still exercised; writes bench/out/
+  --out DIR          where results.json, results.md and chart.svg go (default: bench/)
+  --disk DIR         the disk directory (default: the OS temp dir)
+  --tmpfs DIR        the tmpfs directory (default: /dev/shm)
+  --only LIST        some of: ${FIGURES.join(',')}
+  --wait-quiet LOAD  first wait (up to 20 minutes) for the 1-minute load average to drop below LOAD
+
+example: node bench/run.mjs --only cycle,crash --wait-quiet 0.5`);
+  process.exit(0);
+}
 const quick = args.quick;
 const only = args.only ? args.only.split(',') : FIGURES;
 for (const name of only) if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
