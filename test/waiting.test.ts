@@ -167,6 +167,7 @@ describe('waiting acquire', () => {
       const refused = await lease.acquire('s1', 'eager').catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(LeaseHeldError);
       expect((refused as Error).message).toContain('reserved for a queued waiter');
+      expect(refused).toMatchObject({ holder: { owner: 'holder' } }); // the record's (crashed) holder
       const started = Date.now();
       const grant = await lease.acquire('s1', 'eager', { waitMs: 5_000 });
       expect(grant.owner).toBe('eager');

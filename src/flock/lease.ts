@@ -298,6 +298,7 @@ export class Lease implements SessionLease {
         const refusal = new LeaseHeldError(
           `lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
           sessionId,
+          record && holderOf(record), // what the record says (expired, released): like any refusal
         );
         const watch = join(this.dir, waitName(safe, ahead));
         return this.#refuse(safe, lockFd, now, line, refusal, watch, queue.freeSince + this.#waiterGraceMs, { queue, original });
