@@ -687,20 +687,49 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 // flock(LOCK_SH), so a crash is seen the moment the kernel drops the lock, with no polling. A
 // watch cannot be cancelled; it ends when the lock it watches ends, so callers share one watch
 // per file (see watch.ts). Pool threads are reused: a wait costs no thread creation.
+//
+// Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
+// deletes its threadsafe function even while other threads still hold it, so a pool thread woken
+// at that moment must not touch it. Each environment's watch state is reference-counted (the
+// environment and every queued request hold one), and a cleanup hook, which Node runs before the
+// threadsafe function's own (hooks run last-in, first-out), closes it and waits for deliveries
+// already under way.
 
 #define MAX_WATCH_THREADS 64
+
+typedef struct {
+  napi_threadsafe_function tsfn;
+  int closed;   // the environment is being torn down: deliver nothing more
+  int inflight; // deliveries in progress
+  int refs;     // the environment's, plus one per queued request
+} watch_env;
 
 typedef struct watch_request {
   int fd;
   uint32_t id;
-  napi_threadsafe_function tsfn;
+  watch_env *env;
   struct watch_request *next;
 } watch_request;
 
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t watch_ready = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t watch_drained = PTHREAD_COND_INITIALIZER;
 static watch_request *watch_head, *watch_tail;
 static int watch_threads, watch_idle;
+
+// Drops a reference; under watch_lock.
+static void watch_env_unref(watch_env *e) {
+  if (--e->refs == 0) free(e);
+}
+
+static void watch_env_cleanup(void *arg) {
+  watch_env *e = arg;
+  pthread_mutex_lock(&watch_lock);
+  e->closed = 1;
+  while (e->inflight > 0) pthread_cond_wait(&watch_drained, &watch_lock);
+  watch_env_unref(e);
+  pthread_mutex_unlock(&watch_lock);
+}
 
 static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
   (void)context;
@@ -732,8 +761,17 @@ static void *watch_worker(void *arg) {
     while (rc != 0 && errno == EINTR);
     uintptr_t err = rc == 0 ? 0 : (uintptr_t)(errno & 0xffff);
     close(r->fd); // drops our shared lock at once: we only wanted to know when it became free
-    napi_call_threadsafe_function(r->tsfn, (void *)(((uintptr_t)r->id << 16) | err), napi_tsfn_blocking);
-    napi_release_threadsafe_function(r->tsfn, napi_tsfn_release);
+
+    watch_env *e = r->env;
+    pthread_mutex_lock(&watch_lock);
+    int deliver = !e->closed;
+    if (deliver) e->inflight++;
+    pthread_mutex_unlock(&watch_lock);
+    if (deliver) napi_call_threadsafe_function(e->tsfn, (void *)(((uintptr_t)r->id << 16) | err), napi_tsfn_nonblocking);
+    pthread_mutex_lock(&watch_lock);
+    if (deliver && --e->inflight == 0 && e->closed) pthread_cond_broadcast(&watch_drained);
+    watch_env_unref(e);
+    pthread_mutex_unlock(&watch_lock);
     free(r);
   }
   return NULL;
@@ -742,26 +780,29 @@ static void *watch_worker(void *arg) {
 // watchInit(dispatcher): this environment's (id, errno) callback for finished watches.
 static napi_value watch_init(napi_env env, napi_callback_info info) {
   ARGS(1);
-  napi_threadsafe_function *tsfn = NULL;
-  napi_get_instance_data(env, (void **)&tsfn);
-  if (tsfn != NULL) return NULL;
-  tsfn = malloc(sizeof *tsfn);
+  watch_env *e = NULL;
+  napi_get_instance_data(env, (void **)&e);
+  if (e != NULL) return NULL;
+  e = calloc(1, sizeof *e);
+  e->refs = 1;
   napi_value name;
   napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, tsfn) != napi_ok) {
-    free(tsfn);
+  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn) != napi_ok) {
+    free(e);
     return throw_errno(env, ENOMEM, "watchInit", NULL);
   }
-  napi_unref_threadsafe_function(env, *tsfn); // pending watches must not keep the process alive
-  napi_set_instance_data(env, tsfn, NULL, NULL);
+  napi_unref_threadsafe_function(env, e->tsfn); // pending watches must not keep the process alive
+  // Added after the threadsafe function, so it runs before it is torn down.
+  napi_add_env_cleanup_hook(env, watch_env_cleanup, e);
+  napi_set_instance_data(env, e, NULL, NULL);
   return NULL;
 }
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   ARGS(2);
-  napi_threadsafe_function *tsfn = NULL;
-  napi_get_instance_data(env, (void **)&tsfn);
-  if (tsfn == NULL) {
+  watch_env *e = NULL;
+  napi_get_instance_data(env, (void **)&e);
+  if (e == NULL) {
     napi_throw_error(env, NULL, "watchInit must be called first");
     return NULL;
   }
@@ -782,9 +823,9 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     watch_request *r = calloc(1, sizeof *r);
     r->fd = fd;
     r->id = id;
-    r->tsfn = *tsfn;
-    napi_acquire_threadsafe_function(r->tsfn);
+    r->env = e;
     pthread_mutex_lock(&watch_lock);
+    e->refs++;
     if (watch_tail) watch_tail->next = r;
     else watch_head = r;
     watch_tail = r;
