@@ -243,6 +243,31 @@ describe('waiting acquire', () => {
     expect(order).toEqual(['a', 'b']);
   });
 
+  test('waitMs: Infinity waits without spinning, even while the transition lock is busy', async () => {
+    const dir = freshDir();
+    const { flockSync } = (await import('fs-ext')).default;
+    fs.mkdirSync(dir, { recursive: true });
+    const fd = fs.openSync(leaseFiles(dir, 's1').lock, 'a');
+    flockSync(fd, 'ex'); // as if another process were stopped mid-operation
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => void warnings.push(warning);
+    process.on('warning', onWarning);
+    const controller = new AbortController();
+    try {
+      const cpuBefore = process.cpuUsage();
+      const waiting = new Lease(dir).acquire('s1', 'alice', { waitMs: Infinity, signal: controller.signal });
+      await sleep(300);
+      const cpu = process.cpuUsage(cpuBefore);
+      expect((cpu.user + cpu.system) / 1000).toBeLessThan(100); // not a 1 ms timer loop
+      fs.closeSync(fd);
+      expect((await waiting).owner).toBe('alice');
+      expect(warnings.map((w) => w.name)).not.toContain('TimeoutOverflowWarning');
+    } finally {
+      process.off('warning', onWarning);
+      controller.abort();
+    }
+  });
+
   test('bad waitMs values are refused before anything happens', async () => {
     const lease = new Lease(freshDir());
     await expect(lease.acquire('s1', 'a', { waitMs: -1 })).rejects.toBeInstanceOf(RangeError);
@@ -328,6 +353,20 @@ describe('hold', () => {
     await until(() => readRecordFile(dir, 's1').owner === '', 'the release');
     expect(hold.signal.aborted).toBe(true);
     expect(hold.lost).toBe(false);
+  });
+
+  test('a TTL beyond what a timer can hold renews rarely, not every millisecond', async () => {
+    const renewed: unknown[] = [];
+    const onRenew = (message: unknown): void => void renewed.push(message);
+    diagnostics.subscribe('flocklease:renew', onRenew);
+    try {
+      const hold = await new Lease(freshDir(), { ttlMs: 1e12 }).hold('s1', 'alice'); // renew every ~3.3e11 ms
+      await sleep(200);
+      expect(renewed).toEqual([]);
+      await hold.release();
+    } finally {
+      diagnostics.unsubscribe('flocklease:renew', onRenew);
+    }
   });
 
   test('works over MemoryLease too', async () => {

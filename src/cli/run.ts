@@ -12,6 +12,7 @@ import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Lease } from '../flock/lease.js';
 import { inspectLeaseDir } from '../flock/operator.js';
+import { timerDelay } from '../port/abort.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
 import { compact, isoSeconds, relative } from './format.js';
@@ -88,7 +89,7 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
     killTimer = setTimeout(() => {
       out.say(`the command did not exit within ${compact(options.killAfterMs)} of SIGTERM: SIGKILL`);
       signal('SIGKILL');
-    }, options.killAfterMs);
+    }, timerDelay(options.killAfterMs));
   };
   const verbose = (channel: string, text: (message: { grant: { token: bigint; expiry: Date } }) => string) => {
     const listener = (message: unknown): void => {

@@ -3,7 +3,7 @@
  * for the cross-process flock (flock locks belong to open file descriptions, so two operations of
  * one process would otherwise spin against each other).
  */
-import { abortable } from './abort.js';
+import { abortable } from '../port/abort.js';
 
 export class KeyedGate {
   readonly #tails = new Map<string, Promise<void>>();

@@ -32,7 +32,7 @@ import {
   resolveTtl,
   resolveWaitMs,
 } from '../port/validate.js';
-import { sleep } from './abort.js';
+import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
 import { liveName, lockName, recordName, safeID, waitName } from './layout.js';

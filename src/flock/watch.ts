@@ -3,7 +3,7 @@
  * `.wait` file however many waiters want it (the thread cannot be cancelled and ends when that
  * lock ends, so sharing bounds them). Past MAX_THREADS watched files, waiters poll instead.
  */
-import { sleep } from './abort.js';
+import { sleep } from '../port/abort.js';
 import type { LeaseIO } from './io.js';
 
 const MAX_THREADS = 64;

@@ -21,7 +21,7 @@ import {
   resolveTtl,
   resolveWaitMs,
 } from '../port/validate.js';
-import { sleep } from '../flock/abort.js';
+import { sleep } from '../port/abort.js';
 
 interface MemoryRecord {
   /** "" once released. */

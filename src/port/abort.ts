@@ -19,6 +19,15 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
   });
 }
 
+/** setTimeout's longest delay: Node fires a longer one (Infinity included) after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A delay setTimeout keeps: at most ~24.8 days (callers re-check their deadline when it fires). */
+export function timerDelay(ms: number): number {
+  return Math.min(Math.max(ms, 0), MAX_TIMER_MS);
+}
+
+/** Resolves after `ms` (at most ~24.8 days: callers re-check their deadline when it fires). */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise((resolve, reject) => {
@@ -29,7 +38,7 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);
       resolve();
-    }, ms);
+    }, timerDelay(ms));
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }

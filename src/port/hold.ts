@@ -3,6 +3,7 @@
  * Works over any backend (it only uses the port). `await using hold = await lease.hold(...)`
  * releases it at the end of the scope.
  */
+import { timerDelay } from './abort.js';
 import { LeaseExpiredError, type LeaseError } from './errors.js';
 import type { AcquireOptions, LeaseGrant, SessionLease } from './types.js';
 import { checkOptions, checkPositiveMs } from './validate.js';
@@ -91,7 +92,7 @@ class Hold implements LeaseHold {
     // flocks go when it exits, and the next acquire takes over at once).
     this.#timer = setTimeout(() => {
       this.#renewing = this.#renew().finally(() => (this.#renewing = undefined));
-    }, ms).unref();
+    }, timerDelay(ms)).unref();
   }
 
   async #renew(retryMs = RETRY_FIRST_MS): Promise<void> {
@@ -116,7 +117,7 @@ class Hold implements LeaseHold {
       // Transient (I/O error, transition lock busy): retry, faster and faster as the expiry nears.
       this.#timer = setTimeout(() => {
         this.#renewing = this.#renew(retryMs * 2).finally(() => (this.#renewing = undefined));
-      }, Math.min(retryMs, Math.max(1, leftMs / 2), this.#renewEveryMs)).unref();
+      }, timerDelay(Math.min(retryMs, Math.max(1, leftMs / 2), this.#renewEveryMs))).unref();
     }
   }
 
