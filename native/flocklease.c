@@ -172,6 +172,37 @@ static napi_value int_value(napi_env env, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Lease files
+
+// Every lease file is opened here: never following a symlink (a planted link is an error, not a
+// redirect), close-on-exec (a child must not inherit a lease), and only if it is a regular file (a
+// FIFO or a directory planted there is refused; O_NONBLOCK in `flags` keeps a FIFO from hanging
+// the open). The fd, or -1 with *err (an errno, or FTYPE_ERROR) and *syscall set. `st`, if given,
+// receives its fstat. `step` names the open's fault point.
+static int open_lease_file(const char *path, int flags, const char *step, struct stat *st, int *err, const char **syscall) {
+  int fault_errno;
+  struct stat own;
+  if (st == NULL) st = &own;
+  int fd = STEP(step, open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd < 0) {
+    *err = errno;
+    *syscall = "open";
+    return -1;
+  }
+  if (fstat(fd, st) != 0) {
+    *err = errno;
+    *syscall = "fstat";
+  } else if (!S_ISREG(st->st_mode)) {
+    *err = FTYPE_ERROR;
+    *syscall = "open";
+  } else {
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Synchronous, non-blocking calls
 
 // lockTransition(path) → fd, -1 when another holder has it, -2 when the path no longer names
@@ -180,22 +211,13 @@ static napi_value lock_transition(napi_env env, napi_callback_info info) {
   ARGS(1);
   char *path = get_string(env, argv[0]);
   if (!path) return throw_errno(env, EINVAL, "open", NULL);
-  int fault_errno;
+  int fault_errno, err;
+  const char *call;
   napi_value result = NULL;
-  int fd = STEP("lock.open", open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (fd < 0) {
-    throw_errno(env, errno, "open", path);
-    goto out;
-  }
   struct stat locked, current;
-  if (fstat(fd, &locked) != 0) {
-    throw_errno(env, errno, "fstat", path);
-    close(fd);
-    goto out;
-  }
-  if (!S_ISREG(locked.st_mode)) {
-    throw_errno(env, FTYPE_ERROR, "open", path);
-    close(fd);
+  int fd = open_lease_file(path, O_RDWR | O_CREAT, "lock.open", &locked, &err, &call);
+  if (fd < 0) {
+    throw_errno(env, err, call, path);
     goto out;
   }
   if (STEP("lock.flock", flock(fd, LOCK_EX | LOCK_NB)) != 0) {
@@ -223,24 +245,16 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
   ARGS(1);
   char *path = get_string(env, argv[0]);
   if (!path) return throw_errno(env, EINVAL, "open", NULL);
-  int fault_errno;
+  int fault_errno, err;
+  const char *call;
   napi_value result = NULL;
   char *buffer = NULL;
-  // O_NONBLOCK: a FIFO planted here must not hang the open.
-  int fd = STEP("read.open", open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd < 0) {
-    if (errno == ENOENT) napi_get_undefined(env, &result);
-    else throw_errno(env, errno, "open", path);
-    goto out;
-  }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    throw_errno(env, errno, "fstat", path);
-    goto close_out;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw_errno(env, FTYPE_ERROR, "read", path);
-    goto close_out;
+  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "read.open", &st, &err, &call);
+  if (fd < 0) {
+    if (err == ENOENT) napi_get_undefined(env, &result);
+    else throw_errno(env, err, call, path);
+    goto out;
   }
   if (st.st_size > MAX_RECORD_BYTES) {
     throw_errno(env, EFBIG, "read", path);
@@ -277,20 +291,16 @@ static napi_value probe_live(napi_env env, napi_callback_info info) {
   ARGS(1);
   char *path = get_string(env, argv[0]);
   if (!path) return throw_errno(env, EINVAL, "open", NULL);
-  int fault_errno;
+  int fault_errno, err;
+  const char *call;
   napi_value result = NULL;
-  int fd = STEP("probe.open", open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "probe.open", NULL, &err, &call);
   if (fd < 0) {
-    if (errno == ENOENT) napi_get_boolean(env, false, &result); // no liveness file: nobody holds it
-    else throw_errno(env, errno, "open", path);
+    if (err == ENOENT) napi_get_boolean(env, false, &result); // no liveness file: nobody holds it
+    else throw_errno(env, err, call, path);
     goto out;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    throw_errno(env, errno, "fstat", path);
-  } else if (!S_ISREG(st.st_mode)) {
-    throw_errno(env, FTYPE_ERROR, "open", path);
-  } else if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) == 0) {
+  if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) == 0) {
     napi_get_boolean(env, false, &result);
   } else if (errno == EWOULDBLOCK) {
     napi_get_boolean(env, true, &result);
@@ -431,14 +441,8 @@ static void commit_run(commit_t *c) {
     if (STEP("adopt.rename", rename(c->adopt_from, c->live_path)) != 0) FAIL("rename", c->adopt_from);
     c->adopted = 1;
   } else if (c->live_path) {
-    c->live_fd = STEP("live.open", open(c->live_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (c->live_fd < 0) FAIL("open", c->live_path);
-    struct stat st;
-    if (fstat(c->live_fd, &st) != 0) FAIL("fstat", c->live_path);
-    if (!S_ISREG(st.st_mode)) {
-      errno = 0;
-      c->err = FTYPE_ERROR;
-      c->syscall = "open";
+    c->live_fd = open_lease_file(c->live_path, O_RDWR | O_CREAT, "live.open", NULL, &c->err, &c->syscall);
+    if (c->live_fd < 0) {
       c->err_path = c->live_path;
       goto fail_set;
     }
@@ -613,17 +617,14 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
   ARGS(1);
   char *path = get_string(env, argv[0]);
   if (!path) return throw_errno(env, EINVAL, "open", NULL);
-  int fault_errno;
   napi_value result = NULL;
-  struct stat st;
-  int fd = STEP("wait.open", open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  int err;
+  const char *call;
+  int fd = open_lease_file(path, O_RDWR | O_CREAT, "wait.open", NULL, &err, &call);
   if (fd < 0) {
-    throw_errno(env, errno, "open", path);
-  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw_errno(env, FTYPE_ERROR, "open", path);
-    close(fd);
+    throw_errno(env, err, call, path);
   } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
+    err = errno;
     close(fd);
     if (err == EWOULDBLOCK) result = int_value(env, -1);
     else throw_errno(env, err, "flock", path);
@@ -811,14 +812,12 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   char *path = get_string(env, argv[0]);
   if (!path) return throw_errno(env, EINVAL, "open", NULL);
   napi_value result = NULL;
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  struct stat st;
+  int err;
+  const char *call;
+  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "watch.open", NULL, &err, &call);
   if (fd < 0) {
-    if (errno == ENOENT) napi_get_boolean(env, false, &result);
-    else throw_errno(env, errno, "open", path);
-  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    throw_errno(env, FTYPE_ERROR, "open", path);
+    if (err == ENOENT) napi_get_boolean(env, false, &result);
+    else throw_errno(env, err, call, path);
   } else {
     watch_request *r = calloc(1, sizeof *r);
     r->fd = fd;
