@@ -87,7 +87,9 @@ describe('flocklease run', () => {
   ])('a Ctrl-C typed at a terminal reaches the command exactly once, %s', async (_name, flags) => {
     // A real terminal: `script` runs run under a pseudo-terminal whose input we type into.
     const dir = freshDir();
-    const command = [node, BIN, ...runArgs(dir, 'job', ...flags, '--', node, CHILD, 'trap')].map((a) => `'${a}'`).join(' ');
+    // `exec`: script runs the line with $SHELL -c (or /bin/sh); a shell left waiting in the
+    // foreground would take the Ctrl-C itself (dash then dies of it once run exits).
+    const command = `exec ${[node, BIN, ...runArgs(dir, 'job', ...flags, '--', node, CHILD, 'trap')].map((a) => `'${a}'`).join(' ')}`;
     const tty = spawn('script', ['-qefc', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
     let screen = '';
     tty.stdout!.on('data', (chunk: Buffer) => (screen += chunk.toString()));
