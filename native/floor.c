@@ -167,18 +167,35 @@ static void renew(const char *id, uint64_t token) {
   close(lfd);
 }
 
+// The contention floors' transition lock: a blocking flock, as a waiting process takes it.
+static int wait_transition(const char *lock) {
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) die("lock");
+  return fd;
+}
+
+// The contention floors' record: held by this process under `token`, or (held = 0) released.
+static void write_contended_record(const char *record, int held, uint64_t token) {
+  char data[512];
+  if (held)
+    snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
+             (unsigned long long)token);
+  else
+    snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
+  write_record(record, data);
+}
+
 // A waiting acquire + release, as the lease does it, with blocking kernel waits instead of an
 // event loop: the transition lock is taken with a blocking flock; a held lease is waited out with
 // a blocking shared flock on its holder's liveness file. Returns when it had the lease (the
 // acquire's end: record written, transition lock let go), before the release.
 static uint64_t contended_cycle(uint64_t token) {
-  char lock[4096], record[4096], live[4096], data[512], buffer[4096];
+  char lock[4096], record[4096], live[4096], buffer[4096];
   snprintf(lock, sizeof lock, "%s/contended.lock", dir);
   snprintf(record, sizeof record, "%s/contended.lease.json", dir);
   snprintf(live, sizeof live, "%s/contended.%llu.live", dir, (unsigned long long)token);
   for (;;) {
-    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+    int lfd = wait_transition(lock);
     memset(buffer, 0, sizeof buffer);
     read_record(record, buffer, sizeof buffer - 1);
     char *owner = strstr(buffer, "\"owner\":\"");
@@ -199,16 +216,12 @@ static uint64_t contended_cycle(uint64_t token) {
     }
     int live_fd = open(live, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (live_fd < 0 || flock(live_fd, LOCK_EX | LOCK_NB) != 0) die("live");
-    snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
-             (unsigned long long)token);
-    write_record(record, data);
+    write_contended_record(record, 1, token);
     close(lfd);
     uint64_t acquired = now_ns();
     // release
-    lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
-    snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
-    write_record(record, data);
+    lfd = wait_transition(lock);
+    write_contended_record(record, 0, token);
     unlink(live);
     close(live_fd);
     close(lfd);
@@ -223,11 +236,10 @@ static uint64_t contended_cycle(uint64_t token) {
 // lease release wakes the front waiter). Acquire and release then write the record as above.
 // Not a lease (no crash handling of waiters): the physical floor of a fair hand-off.
 static uint64_t fair_cycle(uint64_t token) {
-  char lock[4096], record[4096], mine[4096], ahead[4096], data[512], buffer[4096];
+  char lock[4096], record[4096], mine[4096], ahead[4096], buffer[4096];
   snprintf(lock, sizeof lock, "%s/fair.lock", dir);
   snprintf(record, sizeof record, "%s/fair.lease.json", dir);
-  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  int lfd = wait_transition(lock);
   uint64_t tail = 0;
   if (pread(lfd, &tail, sizeof tail, 0) < 0) die("pread");
   uint64_t ticket = tail + 1;
@@ -244,18 +256,13 @@ static uint64_t fair_cycle(uint64_t token) {
       close(afd);
     }
   }
-  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
+  lfd = wait_transition(lock);
   read_record(record, buffer, sizeof buffer);
-  snprintf(data, sizeof data, "{\"owner\":\"p%d\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (int)getpid(),
-           (unsigned long long)token);
-  write_record(record, data);
+  write_contended_record(record, 1, token);
   close(lfd);
   uint64_t acquired = now_ns();
-  lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) die("lock");
-  snprintf(data, sizeof data, "{\"owner\":\"\",\"token\":%llu,\"expiry\":\"2026-11-29T10:00:00.000Z\"}", (unsigned long long)token);
-  write_record(record, data);
+  lfd = wait_transition(lock);
+  write_contended_record(record, 0, token);
   unlink(mine);
   close(mfd); // wakes the next in line
   close(lfd);
