@@ -1,6 +1,7 @@
-/** Node fires a timer of more than 2^31-1 ms after 1 ms (with a warning): clamp every delay. */
+/** setTimeout's longest delay: Node fires a longer one (Infinity included) after 1 ms. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** A delay setTimeout keeps: at most ~24.8 days (callers re-check their deadline when it fires). */
 export function timerDelay(ms: number): number {
   return Math.min(Math.max(ms, 0), MAX_TIMER_MS);
 }

@@ -4,9 +4,10 @@
  * an unexpired holder is always live.
  */
 import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../port/errors.js';
-import { channels, publish } from '../port/events.js';
+import { publish } from '../kernel/events.js';
+import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
-import { nextToken } from '../port/token.js';
+import { nextToken } from '../kernel/token.js';
 import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {

@@ -3,7 +3,7 @@
  * Works over any backend (it only uses the port). `await using hold = await lease.hold(...)`
  * releases it at the end of the scope.
  */
-import { timerDelay } from './abort.js';
+import { timerDelay } from '../kernel/timers.js';
 import { LeaseExpiredError, type LeaseError } from './errors.js';
 import type { AcquireOptions, LeaseGrant, SessionLease } from './types.js';
 import { checkOptions, checkPositiveMs } from './validate.js';

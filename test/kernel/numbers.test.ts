@@ -15,7 +15,7 @@ describe('checkNumber', () => {
     for (const bad of [0, -1, Number.NaN, Infinity, -Infinity]) {
       expect(() => checkNumber(bad, 'ttlMs')).toThrow(RangeError);
     }
-    expect(() => checkNumber(-1, 'n', { zero: true })).toThrow(/n must be a finite number >= 0, got -1/);
+    expect(() => checkNumber(-1, 'n', { zero: true })).toThrow(/n must be a finite number, 0 or more, got -1/);
     expect(() => checkNumber(1.5, 'n', { integer: true })).toThrow(/n must be an integer/);
     expect(() => checkNumber(8, 'n', { max: 7 })).toThrow(/n must be at most 7, got 8/);
     expect(() => checkOptionalNumber(null, 'n')).toThrow(TypeError);
