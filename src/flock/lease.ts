@@ -255,8 +255,9 @@ export class Lease implements SessionLease {
    * Acquires and keeps renewing (about every ttlMs/3) until released or lost; `hold.signal`
    * aborts on loss. `await using hold = await lease.hold(id, owner)` releases at scope end.
    */
-  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
-    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  async hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    checkOptions(options, 'options');
+    return holdLease(this, sessionId, owner, { clock: this.#clock, ...options });
   }
 
   /** One try: the grant, or the refusal and what to wait for. Runs under the transition lock. */

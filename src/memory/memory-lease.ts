@@ -90,8 +90,9 @@ export class MemoryLease implements SessionLease {
   }
 
   /** Acquires and keeps renewing until released or lost (see Lease.hold). */
-  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
-    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  async hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    checkOptions(options, 'options');
+    return holdLease(this, sessionId, owner, { clock: this.#clock, ...options });
   }
 
   #tryAcquire(sessionId: string, owner: string, first: boolean): LeaseGrant {
