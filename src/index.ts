@@ -12,7 +12,7 @@ export {
   type LeaseHolder,
 } from './port/errors.js';
 export type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from './port/types.js';
-export type { HoldOptions, LeaseHold } from './port/hold.js';
+export { holdLease, type HoldOptions, type LeaseHold } from './port/hold.js';
 export { channels } from './port/events.js';
 export type {
   AcquireMessage,

@@ -3,7 +3,7 @@ import { describe, expect, test } from 'vitest';
 import { JsonNumber, parseJson } from '../src/flock/json.js';
 import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
 import { formatRecord, parseRecord, parseRfc3339, RecordFormatError } from '../src/flock/record.js';
-import { MAX_TOKEN, nextToken } from '../src/port/token.js';
+import { MAX_TOKEN, nextToken } from '../src/kernel/token.js';
 
 interface Vectors {
   safeID: Array<{ id: string; safeID: string }>;

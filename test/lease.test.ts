@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
 import { kIO, Lease, type FileLeaseOptions } from '../src/flock/lease.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError } from '../src/port/errors.js';
-import { MAX_TOKEN } from '../src/port/token.js';
+import { MAX_TOKEN } from '../src/kernel/token.js';
 import type { LeaseGrant } from '../src/port/types.js';
 import { freshDir } from './helpers/dirs.js';
 import { fdsOf, isFlocked, leaseFiles, openFdCount, readRecordFile, snapshot, writeRecordFile } from './helpers/lease-files.js';

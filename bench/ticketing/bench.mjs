@@ -81,7 +81,7 @@ async function runWorker(config) {
   let acquireRelease;
   let closeAll;
   if (system === 'ticketing') {
-    const { TicketClient } = await import(join(root, 'dist', 'ticketing', 'index.js'));
+    const { TicketClient } = await import(join(root, 'ticketing', 'dist', 'index.js'));
     // `connections` counts TCP sockets: each TicketClient has two (its pipelined connection and
     // its release lane), so half as many clients.
     const count = Math.max(1, Math.floor(connections / 2));
@@ -221,7 +221,7 @@ async function freePort() {
 }
 
 async function startTicketing() {
-  const child = spawn(process.execPath, [join(root, 'dist', 'ticketing', 'cli.js'), 'serve', '--host', '127.0.0.1', '--port', '0'], {
+  const child = spawn(process.execPath, [join(root, 'ticketing', 'dist', 'cli.js'), 'serve', '--host', '127.0.0.1', '--port', '0'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let text = '';

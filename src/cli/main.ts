@@ -11,7 +11,7 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { parseDuration } from '../duration.js';
+import { parseDuration } from '../kernel/duration.js';
 import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError, LeaseUnsupportedError } from '../port/errors.js';
 import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';

@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Lease } from '../flock/lease.js';
 import { inspectLeaseDir } from '../flock/operator.js';
-import { timerDelay } from '../port/abort.js';
+import { timerDelay } from '../kernel/timers.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
 import { compact, isoSeconds, relative } from './format.js';

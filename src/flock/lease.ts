@@ -13,9 +13,10 @@ import {
   LeaseTokenExhaustedError,
   type LeaseHolder,
 } from '../port/errors.js';
-import { channels, publish } from '../port/events.js';
+import { publish } from '../kernel/events.js';
+import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
-import { nextToken } from '../port/token.js';
+import { nextToken } from '../kernel/token.js';
 import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
@@ -254,8 +255,9 @@ export class Lease implements SessionLease {
    * Acquires and keeps renewing (about every ttlMs/3) until released or lost; `hold.signal`
    * aborts on loss. `await using hold = await lease.hold(id, owner)` releases at scope end.
    */
-  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
-    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  async hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    checkOptions(options, 'options');
+    return holdLease(this, sessionId, owner, { clock: this.#clock, ...options });
   }
 
   /** One try: the grant, or the refusal and what to wait for. Runs under the transition lock. */

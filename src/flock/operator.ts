@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseCorruptError, LeaseTimeoutError, LeaseTokenExhaustedError } from '../port/errors.js';
-import { nextToken } from '../port/token.js';
+import { nextToken } from '../kernel/token.js';
 import { checkSessionId } from '../port/validate.js';
 import { fileIO, type LeaseIO } from './io.js';
 import { liveName, lockName, parseLeaseFileName, recordName, safeID, waitName } from './layout.js';

@@ -3,7 +3,7 @@
  * `{"owner": string, "token": uint64, "expiry": RFC 3339}`, plus our optional `"session"` (the raw
  * id, for the CLI). Readers accept records without it and ignore unknown fields.
  */
-import { MAX_TOKEN } from '../port/token.js';
+import { MAX_TOKEN } from '../kernel/token.js';
 import { JsonNumber, parseJson } from './json.js';
 
 export interface LeaseRecord {

@@ -4,9 +4,10 @@
  * an unexpired holder is always live.
  */
 import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../port/errors.js';
-import { channels, publish } from '../port/events.js';
+import { publish } from '../kernel/events.js';
+import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
-import { nextToken } from '../port/token.js';
+import { nextToken } from '../kernel/token.js';
 import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
@@ -89,8 +90,9 @@ export class MemoryLease implements SessionLease {
   }
 
   /** Acquires and keeps renewing until released or lost (see Lease.hold). */
-  hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
-    return holdLease(this, this.ttlMs, this.#clock, sessionId, owner, options);
+  async hold(sessionId: string, owner: string, options?: HoldOptions): Promise<LeaseHold> {
+    checkOptions(options, 'options');
+    return holdLease(this, sessionId, owner, { clock: this.#clock, ...options });
   }
 
   #tryAcquire(sessionId: string, owner: string, first: boolean): LeaseGrant {

@@ -1,4 +1,5 @@
 /** AbortSignal plumbing: waits reject with `signal.reason`, as fetch and the web platform do. */
+import { timerDelay } from '../kernel/timers.js';
 
 export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (signal === undefined) return promise;
@@ -17,14 +18,6 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
       },
     );
   });
-}
-
-/** setTimeout's longest delay: Node fires a longer one (Infinity included) after 1 ms. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** A delay setTimeout keeps: at most ~24.8 days (callers re-check their deadline when it fires). */
-export function timerDelay(ms: number): number {
-  return Math.min(Math.max(ms, 0), MAX_TIMER_MS);
 }
 
 /** Resolves after `ms` (at most ~24.8 days: callers re-check their deadline when it fires). */

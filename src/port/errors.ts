@@ -2,6 +2,7 @@
  * Errors are classes with a stable string `code` (match on `code`, not on the message).
  * I/O failures that are not one of these surface as Node's own errors (`code`, `syscall`, `path`).
  */
+import { CodedError } from '../kernel/errors.js';
 
 /** What a lease record said about its holder when an operation was refused. */
 export interface LeaseHolder {
@@ -10,13 +11,8 @@ export interface LeaseHolder {
   readonly expiry: Date;
 }
 
-export abstract class LeaseError extends Error {
-  abstract readonly code: string;
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = new.target.name;
-  }
-}
+/** Every lease error: one coded-error base shared with Ticketing (see src/kernel/errors.ts). */
+export abstract class LeaseError extends CodedError {}
 
 /**
  * acquire: another live owner holds the lease (transient: try again later).

@@ -58,7 +58,3 @@ export const channels = {
   /** A renew found the lease lost (taken over, broken, or no longer held here). */
   loss: diagnostics.channel('flocklease:loss'),
 } as const;
-
-export function publish<T>(channel: diagnostics.Channel, message: () => T): void {
-  if (channel.hasSubscribers) channel.publish(message());
-}

@@ -1,18 +1,21 @@
 /**
  * A held lease that renews itself: acquire, then renew about every TTL/3 until released or lost.
- * Works over any backend (it only uses the port). `await using hold = await lease.hold(...)`
- * releases it at the end of the scope.
+ * Works over any backend that meets the port (it uses nothing else): `holdLease(lease, id, owner)`.
+ * The built-in backends also offer it as `lease.hold(id, owner)`. `await using` (TypeScript, or
+ * Node 24+) releases it at the end of the scope.
  */
-import { timerDelay } from './abort.js';
+import { timerDelay } from '../kernel/timers.js';
 import { LeaseExpiredError, type LeaseError } from './errors.js';
 import type { AcquireOptions, LeaseGrant, SessionLease } from './types.js';
-import { checkOptions, checkPositiveMs } from './validate.js';
+import { checkOptions, checkPositiveMs, resolveClock } from './validate.js';
 
 export interface HoldOptions extends AcquireOptions {
   /** Called once when the lease is lost (taken over, broken, or expired while renew kept failing). */
   readonly onLost?: ((reason: LeaseError) => void) | undefined;
-  /** How often to renew; default ttlMs / 3. */
+  /** How often to renew; default a third of the first grant's lifetime (ttlMs / 3). */
   readonly renewEveryMs?: number | undefined;
+  /** The backend's clock, in epoch ms (default Date.now): decides when a failing renew gives up. */
+  readonly clock?: (() => number) | undefined;
 }
 
 export interface LeaseHold extends AsyncDisposable {
@@ -28,10 +31,9 @@ export interface LeaseHold extends AsyncDisposable {
 
 const RETRY_FIRST_MS = 25;
 
+/** Acquires `sessionId` for `owner` on any `SessionLease` and keeps it renewed until released or lost. */
 export async function holdLease(
   lease: SessionLease,
-  ttlMs: number,
-  clock: () => number,
   sessionId: string,
   owner: string,
   options: HoldOptions = {},
@@ -39,8 +41,11 @@ export async function holdLease(
   checkOptions(options, 'options');
   if (options.onLost !== undefined && typeof options.onLost !== 'function') throw new TypeError('onLost must be a function');
   checkPositiveMs(options.renewEveryMs, 'renewEveryMs');
+  const clock = resolveClock(options.clock);
   const grant = await lease.acquire(sessionId, owner, { waitMs: options.waitMs, signal: options.signal });
-  return new Hold(lease, grant, options.renewEveryMs ?? ttlMs / 3, clock, options.onLost, options.signal);
+  // The port carries no TTL: the first grant's remaining lifetime is it (renew well before it ends).
+  const renewEveryMs = options.renewEveryMs ?? Math.max(1, (grant.expiry.getTime() - clock()) / 3);
+  return new Hold(lease, grant, renewEveryMs, clock, options.onLost, options.signal);
 }
 
 class Hold implements LeaseHold {

@@ -1,6 +1,7 @@
 /** Up-front argument checks: a bad argument throws before any file is touched. */
 import type { LeaseGrant } from './types.js';
-import { MAX_TOKEN } from './token.js';
+import { checkOptionalNumber } from '../kernel/numbers.js';
+import { MAX_TOKEN } from '../kernel/token.js';
 
 export const DEFAULT_TTL_MS = 30_000;
 /** 9999-12-31T23:59:59.999Z: the last instant RFC 3339 (and Go's time) can write. */
@@ -45,11 +46,9 @@ export function checkSignal(value: unknown): asserts value is AbortSignal | unde
   if (value !== undefined && !(value instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
 }
 
-/** A millisecond duration that must be a finite positive number when given. */
+/** A millisecond duration that must be a finite positive number when given (the kernel's rule). */
 export function checkPositiveMs(value: unknown, what: string): asserts value is number | undefined {
-  if (value === undefined) return;
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${what} must be a finite positive number, got ${value}`);
+  checkOptionalNumber(value, what);
 }
 
 /** A wait: absent means 0 (do not wait); Infinity waits until aborted. */

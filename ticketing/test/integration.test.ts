@@ -1,8 +1,8 @@
 /** The client against the real server: FIFO hand-off one holder at a time, fencing, expiry,
  * auth and draining, end to end over loopback. */
 import { afterEach, describe, expect, test } from 'vitest';
-import { TicketClient, type AcquireResult } from '../../src/ticketing/client.js';
-import { TicketServer } from '../../src/ticketing/server.js';
+import { TicketClient, type AcquireResult } from '../src/client.js';
+import { TicketServer } from '../src/server.js';
 import { sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

@@ -14,7 +14,7 @@ import {
   isTokenText,
   parseReply,
   parseRequest,
-} from '../../src/ticketing/protocol.js';
+} from '../src/protocol.js';
 
 describe('requests', () => {
   test('A, R and H parse; numbers are exact', () => {

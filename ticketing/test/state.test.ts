@@ -1,8 +1,8 @@
 /** The lock table as a pure state machine: every row of the two tables, expiry, tokens, limits,
  * determinism. Time is a number passed in; nothing here sleeps. */
 import { describe, expect, test } from 'vitest';
-import { MAX_TOKEN } from '../../src/ticketing/protocol.js';
-import { TicketState, type Command, type Effect } from '../../src/ticketing/state.js';
+import { MAX_TOKEN } from '../src/protocol.js';
+import { TicketState, type Command, type Effect } from '../src/state.js';
 
 const T0 = 1_800_000_000_000; // epoch ms
 const LEASE = 1_000;

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
-import { parseDuration } from '../duration.js';
+import { parseDuration } from '#kernel';
 import { isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server.js';
 

@@ -4,8 +4,8 @@
  * connection — a client doing real work throughout — must be unaffected.
  */
 import { afterEach, expect, test } from 'vitest';
-import { TicketClient } from '../../src/ticketing/client.js';
-import { parseReply } from '../../src/ticketing/protocol.js';
+import { TicketClient } from '../src/client.js';
+import { parseReply } from '../src/protocol.js';
 import { LineSocket, sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

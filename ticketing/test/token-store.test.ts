@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, test } from 'vitest';
-import { TokenStore, formatStateFile, parseStateFile } from '../../src/ticketing/token-store.js';
+import { TokenStore, formatStateFile, parseStateFile } from '../src/token-store.js';
 
 const fileIn = (): string => join(mkdtempSync(join(tmpdir(), 'ticketing-tokens-')), 'tokens.json');
 const markIn = (path: string): bigint => parseStateFile(readFileSync(path, 'utf8'), path);

@@ -4,9 +4,9 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { TicketServer, type TicketServerOptions } from '../../src/ticketing/server.js';
+import { TicketServer, type TicketServerOptions } from '../src/server.js';
 
-export const CLI = fileURLToPath(new URL('../../dist/ticketing/cli.js', import.meta.url));
+export const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 

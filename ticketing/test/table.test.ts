@@ -1,6 +1,6 @@
 /** The hash table used instead of Map on hot paths: a randomized differential test against Map. */
 import { expect, test } from 'vitest';
-import { Table } from '../../src/ticketing/table.js';
+import { Table } from '../src/table.js';
 
 test('behaves like a Map under random set/get/delete, through growth and shrinking', () => {
   let seed = 7;

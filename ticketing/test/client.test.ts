@@ -7,8 +7,8 @@ import diagnostics from 'node:diagnostics_channel';
 import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, test } from 'vitest';
-import { TicketClient, type TicketClientOptions } from '../../src/ticketing/client.js';
-import { ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../../src/ticketing/errors.js';
+import { TicketClient, type TicketClientOptions } from '../src/client.js';
+import { ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../src/errors.js';
 import { FakeServer, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

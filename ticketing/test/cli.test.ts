@@ -7,7 +7,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
-import { TicketClient } from '../../src/ticketing/client.js';
+import { TicketClient } from '../src/client.js';
 import { CLI, LineSocket, runCli, sleep, spawnServer, tokenOf } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

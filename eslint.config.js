@@ -1,0 +1,25 @@
+// Lint: typescript-eslint's type-checked rules, chosen over Biome for the rules this code needs
+// most (floating and misused promises across async I/O). Formatting is prettier's job alone.
+import js from '@eslint/js';
+import prettier from 'eslint-config-prettier';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['**/dist/', 'native/build/', 'bench/out/', 'coverage/', '.test-tmp/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      globals: globals.node,
+      parserOptions: { project: ['./tsconfig.test.json'], tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      // Rejecting with an AbortSignal's reason is what Node's own APIs do; the reason is `any`.
+      '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingAny: true }],
+    },
+  },
+  // Plain JS (benchmarks, fixtures, config): no type information, so only the untyped rules.
+  { files: ['**/*.js', '**/*.mjs', '**/*.cjs'], ...tseslint.configs.disableTypeChecked },
+  prettier,
+);

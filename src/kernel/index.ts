@@ -1,0 +1,10 @@
+/**
+ * The shared kernel: what every flocklease package imports (the file lease and Ticketing alike).
+ * It depends on nothing but Node.
+ */
+export { CodedError } from './errors.js';
+export { checkNumber, checkOptionalNumber, type NumberRule } from './numbers.js';
+export { MAX_TOKEN, nextToken } from './token.js';
+export { MAX_TIMER_MS, timerDelay } from './timers.js';
+export { publish } from './events.js';
+export { parseDuration, formatDuration } from './duration.js';

@@ -1,0 +1,7 @@
+/** setTimeout's longest delay: Node fires a longer one (Infinity included) after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A delay setTimeout keeps: at most ~24.8 days (callers re-check their deadline when it fires). */
+export function timerDelay(ms: number): number {
+  return Math.min(Math.max(ms, 0), MAX_TIMER_MS);
+}
