@@ -37,7 +37,7 @@ import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
 import { liveName, lockName, recordName, safeID, waitName } from './layout.js';
 import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
-import { formatRecord, parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
+import { expiresAtMs, formatRecord, isExpired, parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
 import { whenUnlocked } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
@@ -162,7 +162,7 @@ export class Lease implements SessionLease {
       // Still ours, even if it had expired: nobody took it over meanwhile (the sleep-past-TTL reclaim).
       await this.#commit(safe, { owner, token, expiryMs, session: sessionId });
       const renewed = grantOf(sessionId, owner, token, expiryMs);
-      if (record.expiryMs <= now) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
+      if (isExpired(record, now)) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
       else publish(channels.renew, () => ({ lease: this, grant: renewed }));
       return renewed;
     });
@@ -271,7 +271,7 @@ export class Lease implements SessionLease {
     if (record === undefined) reason = 'free';
     else if (record.owner === '') reason = 'released';
     // Expired: replaceable even if the old process is alive and still holds its .live.
-    else if (record.expiryMs <= now) reason = 'expired';
+    else if (isExpired(record, now)) reason = 'expired';
     else {
       const live = join(this.dir, liveName(safe, record.token));
       if (held?.token === record.token) {
@@ -282,10 +282,10 @@ export class Lease implements SessionLease {
           publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
           return { grant };
         }
-        return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
+        return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, expiresAtMs(record));
       }
       // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
-      if (this.#io.probeLive(live)) return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
+      if (this.#io.probeLive(live)) return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, expiresAtMs(record));
       reason = 'crashed';
     }
 
@@ -322,7 +322,7 @@ export class Lease implements SessionLease {
     line.fd = undefined;
     line.ticket = undefined;
     let expiryMs = record.expiryMs;
-    if (expiryMs <= now) {
+    if (isExpired(record, now)) {
       // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
       expiryMs = now + this.ttlMs;
       await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
@@ -468,7 +468,7 @@ export class Lease implements SessionLease {
     try {
       const record = this.#readRecord(safe);
       const now = readClock(this.#clock);
-      if (line.fd === undefined || record?.owner !== owner || record.expiryMs <= now) return undefined;
+      if (line.fd === undefined || record?.owner !== owner || isExpired(record, now)) return undefined;
       if (!this.#io.sameFile(line.fd, join(this.dir, liveName(safe, record.token)))) return undefined;
       const attempt = await this.#adopt(safe, sessionId, owner, now, record, line.fd, line);
       return 'grant' in attempt ? attempt.grant : undefined;
