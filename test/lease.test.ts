@@ -606,3 +606,31 @@ describe('the event loop', () => {
     expect(grant.owner).toBe('alice');
   });
 });
+
+describe('the addon: every system call a named fault point, every argument checked', () => {
+  test.each([
+    ['wait.flock', 'flock'],
+    ['queue.write', 'pwrite'],
+  ])('a waiting acquire whose %s fails rejects with that error; the holder keeps its lease', async (step, syscall) => {
+    const holder = await lease().acquire('s1', 'alice');
+    faults.fail(step, 'EIO');
+    const error = await lease()
+      .acquire('s1', 'bob', { waitMs: 5_000 })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'EIO', syscall });
+    expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'alice', token: holder.token });
+    expect(await isFlocked(leaseFiles(dir, 's1').live(holder.token))).toBe(true);
+  });
+
+  test('a bad descriptor is a TypeError, not a stat of whatever fd -1 would be', () => {
+    expect(() => fileIO.sameFile(-1, join(dir, 'x'))).toThrow(TypeError);
+    expect(() => fileIO.readLockData(-1)).toThrow(TypeError);
+  });
+
+  test('a commit plan without its strings is a TypeError and creates nothing', async () => {
+    fs.mkdirSync(dir, { recursive: true });
+    const plan = { record: join(dir, 'r.lease.json'), data: undefined as unknown as string };
+    await expect(fileIO.commit(dir, plan)).rejects.toThrow(TypeError);
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+});

@@ -1,4 +1,4 @@
-// The C floor (native/floor.c): built here with the system compiler, run as a child process. Its
+// The C floor (bench/floor.c): built here with the system compiler, run as a child process. Its
 // latencies are taken inside the C program (clock_gettime around each cycle), so process start-up
 // is not in them.
 import { execFile, execFileSync, spawn } from 'node:child_process';
