@@ -9,11 +9,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const source = join(root, 'native', 'floor.c');
-export const FLOOR_BIN = join(root, 'native', 'build', 'floor');
+const source = join(root, 'bench', 'floor.c');
+export const FLOOR_BIN = join(root, 'bench', 'out', 'floor');
 const CFLAGS = ['-O2', '-Wall', '-Wextra'];
 
-/** Builds native/build/floor from native/floor.c (if it is older than the source). */
+/** Builds bench/out/floor from bench/floor.c (if it is older than the source). */
 export function buildFloor() {
   let fresh = false;
   try {
