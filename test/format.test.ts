@@ -78,6 +78,25 @@ describe('record (golden vectors)', () => {
     expect(formatRecord(record)).toContain('"expiry":"2026-11-29T09:15:30.123456789Z"');
   });
 
+  // The reader has a fast path for the exact layout this port writes; a space after `{` sends the
+  // same record through the general reader, and the two must agree on every record.
+  test.each([
+    ...vectors.records.map((r) => r.text),
+    formatRecord({ owner: 'quote " backslash \\ é \u0001 \u2028', token: MAX_TOKEN, expiryMs: 0, session: '../x' }),
+    '{"owner":"a\\u00e9\\n","token":0,"expiry":"0001-01-01T00:00:00.000000001-23:59"}',
+  ])('the fast path and the general reader agree on %s', (text) => {
+    expect(parseRecord(bytes(text))).toEqual(parseRecord(bytes(text.replace(/^\{/, '{ '))));
+  });
+
+  test.each([
+    '{"owner":"a\\x","token":1,"expiry":"2026-11-29T09:00:00.000Z"}',
+    '{"owner":"a","token":18446744073709551616,"expiry":"2026-11-29T09:00:00.000Z"}',
+    '{"owner":"a","token":1,"expiry":"2026-02-30T09:00:00.000Z"}',
+    '{"owner":"a","token":01,"expiry":"2026-11-29T09:00:00.000Z"}',
+  ])('a record in our layout but invalid is still refused: %s', (text) => {
+    expect(() => parseRecord(bytes(text))).toThrow(RecordFormatError);
+  });
+
   test('ignores unknown fields and accepts a record without "session"', () => {
     const record = parseRecord(bytes('{"future":{"nested":[1,2.5e3,null,true]},"owner":"a","token":3,"expiry":"2026-11-29T09:00:00Z","session":7}'));
     expect(record).toEqual({ owner: 'a', token: 3n, expiryMs: Date.UTC(2026, 10, 29, 9), session: undefined });

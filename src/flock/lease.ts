@@ -5,7 +5,7 @@
  * its own `<safeID>.<token>.live` flock for its whole life, so the kernel tells everyone the moment
  * a holder dies; `<safeID>.lease.json` records owner, token and expiry. See README "How it works".
  */
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../port/errors.js';
 import { channels, publish } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
@@ -28,7 +28,7 @@ import {
 import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
-import { liveName, lockName, recordName, safeID } from './layout.js';
+import { inDir, liveName, lockName, recordName, safeID } from './layout.js';
 import { expiresAtMs, formatRecord, isExpired, type LeaseRecord } from './record.js';
 import { lockTransition, readRecordAt } from './transition.js';
 import { WaitLine, type Place, type Refused, type TransitionContext } from './waitline.js';
@@ -393,7 +393,7 @@ export class Lease implements SessionLease {
     try {
       const lockFd = await lockTransition({
         io: this.#io,
-        path: join(this.dir, lockName(safe)),
+        path: inDir(this.dir, lockName(safe)),
         sessionId,
         deadline: request.deadline ?? performance.now() + this.transitionTimeoutMs,
         signal,
@@ -479,16 +479,16 @@ export class Lease implements SessionLease {
   }
 
   #readRecord(safe: string): LeaseRecord | undefined {
-    return readRecordAt(this.#io, join(this.dir, recordName(safe)));
+    return readRecordAt(this.#io, inDir(this.dir, recordName(safe)));
   }
 
   #livePath(safe: string, token: bigint): string {
-    return join(this.dir, liveName(safe, token));
+    return inDir(this.dir, liveName(safe, token));
   }
 
   /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
   async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
-    const result = await this.#io.commit(this.dir, { ...plan, record: join(this.dir, recordName(safe)), data: formatRecord(record) });
+    const result = await this.#io.commit(this.dir, { ...plan, record: inDir(this.dir, recordName(safe)), data: formatRecord(record) });
     for (const failure of result.removalErrors) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
     }

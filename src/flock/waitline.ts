@@ -7,9 +7,8 @@ import { LeaseHeldError, type LeaseHolder } from '../port/errors.js';
 import { nextToken } from '../port/token.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
 import type { LeaseIO } from './io.js';
-import { waitName } from './layout.js';
+import { inDir, waitName } from './layout.js';
 import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
-import { join } from 'node:path';
 
 /** A waiting acquire's place in the id's queue, once it has one. */
 export interface Place {
@@ -79,7 +78,7 @@ export class WaitLine {
 
   /** The `.wait` file of a ticket. */
   waitPath(safe: string, ticket: number): string {
-    return join(this.#dir, waitName(safe, ticket));
+    return inDir(this.#dir, waitName(safe, ticket));
   }
 
   /**
