@@ -57,6 +57,31 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
   return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
 }
 
+/**
+ * The C hand-off: two processes taking turns first come first served, each holding the lease
+ * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
+ * Lease is). Each sample is one process's release returning → the other's acquire done, in ms.
+ */
+export async function floorHandOffs(dir, { cycles, durable, holdMs }) {
+  const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
+  const runs = await Promise.all([run(args), run(args)]);
+  const events = runs.flatMap(({ acquiredNs, releasedNs }, who) => [
+    ...acquiredNs.map((t) => ({ t, who, kind: 'acquired' })),
+    ...releasedNs.map((t) => ({ t, who, kind: 'released' })),
+  ]);
+  events.sort((a, b) => a.t - b.t);
+  const handOffs = [];
+  const lastRelease = [undefined, undefined];
+  for (const e of events) {
+    if (e.kind === 'released') lastRelease[e.who] = e.t;
+    else if (lastRelease[1 - e.who] !== undefined) {
+      handOffs.push((e.t - lastRelease[1 - e.who]) / 1e6);
+      lastRelease[1 - e.who] = undefined; // one hand-off per release
+    }
+  }
+  return handOffs;
+}
+
 function lineReader(child) {
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   return async () => {
