@@ -18,6 +18,8 @@
 //                                                 the CLOCK_MONOTONIC times (ns) of each acquire and
 //                                                 each release returning: run 2 at once, and a release
 //                                                 of one → the next acquire of the other is a C hand-off
+//                                                 (the release commits the record naming the next in
+//                                                 line, as the lease's does; the acquirer reads it)
 //   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
 //   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
 //                                                 until nobody holds it exclusively, prints the
@@ -45,6 +47,9 @@
 
 static const char *dir;
 static int durable;
+// --handoff: as the lease's release does, the releaser commits the record naming the next in line
+// before waking it, and the woken acquirer only reads it (no write of its own).
+static int release_commits;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -263,7 +268,7 @@ static uint64_t fair_cycle(uint64_t token, uint64_t hold_ns, uint64_t *released)
   }
   lfd = wait_transition(lock);
   read_record(record, buffer, sizeof buffer);
-  write_contended_record(record, 1, token);
+  if (!release_commits) write_contended_record(record, 1, token);
   close(lfd);
   uint64_t acquired = now_ns();
   if (hold_ns) {
@@ -271,7 +276,7 @@ static uint64_t fair_cycle(uint64_t token, uint64_t hold_ns, uint64_t *released)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
   }
   lfd = wait_transition(lock);
-  write_contended_record(record, 0, token);
+  write_contended_record(record, release_commits, token + 1); // a hand-off commit, or a tombstone
   unlink(mine);
   close(mfd); // wakes the next in line
   close(lfd);
@@ -318,6 +323,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[2], "--handoff") == 0 && argc > 5) {
     int cycles = atoi(argv[3]);
     durable = atoi(argv[4]);
+    release_commits = 1;
     uint64_t hold_ns = (uint64_t)(atof(argv[5]) * 1e6), token = (uint64_t)getpid() << 32;
     uint64_t *acquired = calloc((size_t)cycles, sizeof *acquired), *released = calloc((size_t)cycles, sizeof *released);
     if (!acquired || !released) die("calloc");

@@ -1,5 +1,5 @@
 // Evidence for docs/bench.md ("The per-step budget"). Run from the repository root after npm run build:
-//   node --expose-gc bench/evidence/budget.mjs [disk dir] [tmpfs dir] [cycles] [dist dir]
+//   node --expose-gc bench/evidence/budget.mjs [disk dir] [tmpfs dir] [cycles] [dist dir] [disk cycles]
 // Where the µs of one acquire + release go, on disk and on tmpfs: each native step (every LeaseIO
 // call timed around the addon, so the Node-API crossing is in it; on disk the commit's time includes
 // the worker-thread hop), the record codec (timed on its own), GC (perf_hooks 'gc' entries), and the
@@ -10,17 +10,17 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [diskRoot = '/tmp', tmpfsRoot = '/dev/shm', cyclesArg = '3000', distArg = 'dist'] = process.argv.slice(2);
+const [diskRoot = '/tmp', tmpfsRoot = '/dev/shm', cyclesArg = '3000', distArg = 'dist', diskCyclesArg = cyclesArg] = process.argv.slice(2);
 const dist = pathToFileURL(resolve(distArg)).href;
 const { Lease } = await import(`${dist}/index.js`);
 const { kIO } = await import(`${dist}/flock/lease.js`);
 const { fileIO } = await import(`${dist}/flock/io.js`);
 const { parseRecord, formatRecord } = await import(`${dist}/flock/record.js`);
-const N = Number(cyclesArg);
+
 
 const turn = () => new Promise((r) => setImmediate(r));
 
-async function measure(root) {
+async function measure(root, N) {
   const times = {};
   const io = {};
   for (const [name, fn] of Object.entries(fileIO)) {
@@ -85,14 +85,14 @@ function codec() {
 }
 
 const c = codec();
-const out = { cycles: N, codec: c };
-for (const [fs, root] of [
-  ['disk', diskRoot],
-  ['tmpfs', tmpfsRoot],
+const out = { codec: c };
+for (const [fs, root, cycles] of [
+  ['disk', diskRoot, Number(diskCyclesArg)],
+  ['tmpfs', tmpfsRoot, Number(cyclesArg)],
 ]) {
-  const m = await measure(root);
+  const m = await measure(root, cycles);
   const nativeUs = Object.values(m.steps).reduce((a, s) => a + s.perCycle * s.meanUs, 0);
   const codecUs = 2 * (c.decodeUs + c.encodeUs); // acquire and release each read and write one record
-  out[fs] = { ...m, nativeUs, codecUs, restUs: m.wallUs - nativeUs - codecUs - m.gcUs };
+  out[fs] = { cycles, ...m, nativeUs, codecUs, restUs: m.wallUs - nativeUs - codecUs - m.gcUs };
 }
 console.log(JSON.stringify(out, (k, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v), 1));

@@ -60,7 +60,9 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
 /**
  * The C hand-off: two processes taking turns first come first served, each holding the lease
  * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
- * Lease is). Each sample is one process's release returning → the other's acquire done, in ms.
+ * Lease is). As in the lease, the release commits the record naming the next in line and the
+ * woken acquirer only reads it. Each sample is one process's release returning → the other's
+ * acquire done, in ms.
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
