@@ -154,7 +154,8 @@ try {
       const out = {};
       for (const key of CROSS_PROCESS_IMPLS) out[key] = await wakeUp({ key, dir: join(dir, 'wake'), samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'], log });
       // The C hand-off making the same (durable) commit, its waiter asleep as long as the Lease's.
-      const handOffs = await floorHandOffs(join(dir, 'wake-floor'), { cycles: Math.ceil(config.wake.samples.lease / 2) + 1, durable: true, holdMs: 40 });
+      const cycles = Math.ceil(config.wake.samples.lease / 2) + 1;
+      const handOffs = await floorHandOffs(join(dir, 'wake-floor'), { cycles, durable: true, holdMs: 40 });
       out['floor-handoff'] = summarize(handOffs);
       return out;
     }),

@@ -105,7 +105,8 @@ static void throw_napi_failure(napi_env env, const char *call) {
   bool pending = false;
   if (napi_is_exception_pending(env, &pending) == napi_ok && pending) return;
   const napi_extended_error_info *info = NULL;
-  const char *why = napi_get_last_error_info(env, &info) == napi_ok && info && info->error_message ? info->error_message : "failed";
+  const char *why = "failed";
+  if (napi_get_last_error_info(env, &info) == napi_ok && info && info->error_message) why = info->error_message;
   char message[256];
   snprintf(message, sizeof message, "flocklease addon: %s: %s", call, why);
   napi_throw_error(env, "ERR_FLOCKLEASE_NAPI", message);
@@ -282,7 +283,8 @@ static napi_value lock_transition(napi_env env, napi_callback_info info) {
   }
   // Prune may have unlinked (and someone recreated) the path while we opened and locked it: a
   // lock on that inode serializes nothing.
-  if (STEP("lock.lstat", lstat(path, &current)) != 0 || current.st_ino != locked.st_ino || current.st_dev != locked.st_dev) {
+  if (STEP("lock.lstat", lstat(path, &current)) != 0 || current.st_ino != locked.st_ino ||
+      current.st_dev != locked.st_dev) {
     close(fd);
     result = int_value(env, -2);
     goto out;
@@ -397,8 +399,8 @@ static napi_value same_file(napi_env env, napi_callback_info info) {
   struct stat a, b;
   if (!get_fd(env, argv[0], &fd)) goto out;
   // A failing stat answers "not the same file": the caller then takes the locked path.
-  bool same = STEP("same.fstat", fstat(fd, &a)) == 0 && STEP("same.lstat", lstat(path, &b)) == 0 && a.st_ino == b.st_ino &&
-              a.st_dev == b.st_dev;
+  bool same = STEP("same.fstat", fstat(fd, &a)) == 0 && STEP("same.lstat", lstat(path, &b)) == 0 &&
+              a.st_ino == b.st_ino && a.st_dev == b.st_dev;
   result = bool_value(env, same);
 out:
   free(path);
@@ -638,9 +640,11 @@ static commit_t *commit_parse(napi_env env, napi_value plan) {
   }
   c->live_fd = -1;
   c->durable = 1;
-  bool ok = get_optional_string(env, plan, "live", &c->live_path) && get_optional_string(env, plan, "adoptFrom", &c->adopt_from) &&
-            get_optional_string(env, plan, "record", &c->record_path) && get_optional_string(env, plan, "dir", &c->dir_path) &&
-            get_optional_string(env, plan, "data", &c->data) && get_optional_string(env, plan, "remove0", &c->remove_paths[0]) &&
+  bool ok = get_optional_string(env, plan, "live", &c->live_path) &&
+            get_optional_string(env, plan, "adoptFrom", &c->adopt_from) &&
+            get_optional_string(env, plan, "record", &c->record_path) &&
+            get_optional_string(env, plan, "dir", &c->dir_path) && get_optional_string(env, plan, "data", &c->data) &&
+            get_optional_string(env, plan, "remove0", &c->remove_paths[0]) &&
             get_optional_string(env, plan, "remove1", &c->remove_paths[1]);
   if (ok && (!c->record_path || !c->dir_path || !c->data)) {
     napi_throw_type_error(env, NULL, "commit plan needs record, dir and data strings");
@@ -884,9 +888,9 @@ static napi_value watch_init(napi_env env, napi_callback_info info) {
   e->refs = 1;
   napi_value name;
   NAPI_CHECK_OR(env, napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name), free(e); return NULL);
-  NAPI_CHECK_OR(env, napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn),
-                free(e);
-                return NULL);
+  napi_status created =
+      napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn);
+  NAPI_CHECK_OR(env, created, free(e); return NULL);
   // Pending watches must not keep the process alive. From here `e` is shared with the
   // threadsafe function, so a failure below is reported but `e` is not freed.
   NAPI_CHECK(env, napi_unref_threadsafe_function(env, e->tsfn));

@@ -2,7 +2,15 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
 import { JsonNumber, parseJson } from '../src/flock/json.js';
 import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
-import { expiresAtMs, formatRecord, isExpired, parseRecord, parseRfc3339, parseRfc3339Instant, RecordFormatError } from '../src/flock/record.js';
+import {
+  expiresAtMs,
+  formatRecord,
+  isExpired,
+  parseRecord,
+  parseRfc3339,
+  parseRfc3339Instant,
+  RecordFormatError,
+} from '../src/flock/record.js';
 import { MAX_TOKEN, nextToken } from '../src/port/token.js';
 
 interface Vectors {

@@ -10,7 +10,8 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [diskRoot = '/tmp', tmpfsRoot = '/dev/shm', cyclesArg = '3000', distArg = 'dist', diskCyclesArg = cyclesArg] = process.argv.slice(2);
+const [diskRoot = '/tmp', tmpfsRoot = '/dev/shm', cyclesArg = '3000', distArg = 'dist', diskCyclesArg = cyclesArg] =
+  process.argv.slice(2);
 const dist = pathToFileURL(resolve(distArg)).href;
 const { Lease } = await import(`${dist}/index.js`);
 const { kIO } = await import(`${dist}/flock/lease.js`);
@@ -64,7 +65,10 @@ async function measure(root, N) {
   observer.disconnect();
   rmSync(dir, { recursive: true, force: true });
   const steps = Object.fromEntries(
-    Object.entries(times).map(([name, v]) => [name, { perCycle: v.length / N, meanUs: v.reduce((a, b) => a + b, 0) / v.length }]),
+    Object.entries(times).map(([name, v]) => {
+      const meanUs = v.reduce((a, b) => a + b, 0) / v.length;
+      return [name, { perCycle: v.length / N, meanUs }];
+    }),
   );
   return { wallUs, userUs: cpu.user / N, systemUs: cpu.system / N, gcUs: (gcMs * 1000) / N, steps };
 }
@@ -80,7 +84,7 @@ function codec() {
   };
   return {
     decodeUs: time(() => parseRecord(bytes)),
-    encodeUs: time(() => formatRecord({ owner: 'me', token: 1796047534164000n, expiryMs: 1796047534164, session: 'id-1' })),
+    encodeUs: time(() => formatRecord({ owner: 'me', token: 17960475341640n, expiryMs: 1796047534164, session: 's' })),
   };
 }
 

@@ -130,7 +130,8 @@ export class Lease implements SessionLease {
     const signal = operationSignal(options);
     const waitMs = resolveWaitMs(options?.waitMs);
     if (waitMs > 0) return this.#acquireWaiting(sessionId, owner, waitMs, signal);
-    const attempt = await this.#transition({ operation: 'acquire', sessionId, signal }, (tx) => this.#attempt(tx, owner));
+    const request = { operation: 'acquire', sessionId, signal } as const;
+    const attempt = await this.#transition(request, (tx) => this.#attempt(tx, owner));
     if ('grant' in attempt) return attempt.grant;
     throw attempt.refusal;
   }
@@ -163,7 +164,9 @@ export class Lease implements SessionLease {
       // Still ours, even if it had expired: nobody took it over meanwhile (the sleep-past-TTL reclaim).
       await this.#commit(safe, { owner, token, expiryMs, session: sessionId });
       const renewed = grantOf(sessionId, owner, token, expiryMs);
-      if (isExpired(record, now)) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
+      if (isExpired(record, now)) {
+        publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
+      }
       else publish(channels.renew, () => ({ lease: this, grant: renewed }));
       return renewed;
     });
@@ -250,7 +253,12 @@ export class Lease implements SessionLease {
         return { grant };
       }
       case 'held':
-        return this.#line.refuse(tx, heldError(sessionId, record!), this.#livePath(safe, record!.token), expiresAtMs(record!));
+        return this.#line.refuse(
+          tx,
+          heldError(sessionId, record!),
+          this.#livePath(safe, record!.token),
+          expiresAtMs(record!),
+        );
       case 'free':
       case 'released':
       case 'expired':
@@ -332,7 +340,12 @@ export class Lease implements SessionLease {
    * lock — the record is replaced atomically, and our own flock on the handed-over file is what
    * keeps everyone else off an unexpired lease. (Expired, or anything else: the locked path.)
    */
-  async #adoptHandOff(sessionId: string, owner: string, place: Place, signal: AbortSignal | undefined): Promise<LeaseGrant | undefined> {
+  async #adoptHandOff(
+    sessionId: string,
+    owner: string,
+    place: Place,
+    signal: AbortSignal | undefined,
+  ): Promise<LeaseGrant | undefined> {
     if (place.fd === undefined) return undefined;
     const safe = safeID(sessionId);
     const leave = await this.#gate.enter(safe, signal);
@@ -488,7 +501,8 @@ export class Lease implements SessionLease {
 
   /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
   async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
-    const result = await this.#io.commit(this.dir, { ...plan, record: inDir(this.dir, recordName(safe)), data: formatRecord(record) });
+    const path = inDir(this.dir, recordName(safe));
+    const result = await this.#io.commit(this.dir, { ...plan, record: path, data: formatRecord(record) });
     for (const failure of result.removalErrors) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
     }

@@ -32,7 +32,8 @@ const UINT = /^(?:0|[1-9]\d*)$/;
  */
 const STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\[^u]|\\u[0-9a-fA-F]{4})*"`;
 const OWN_LAYOUT = new RegExp(
-  String.raw`^\{"owner":(${STRING}),"token":(0|[1-9]\d{0,19}),"expiry":"([0-9Tt:.+\-Zz]{20,40})"(?:,"session":(${STRING}))?\}$`,
+  String.raw`^\{"owner":(${STRING}),"token":(0|[1-9]\d{0,19}),` +
+    String.raw`"expiry":"([0-9Tt:.+\-Zz]{20,40})"(?:,"session":(${STRING}))?\}$`,
 );
 
 export function parseRecord(bytes: Uint8Array): LeaseRecord {
@@ -51,7 +52,8 @@ function parseOwnLayout(text: string): LeaseRecord | undefined {
   const tokenText = m[2]!;
   const token = BigInt(tokenText);
   const instant = parseRfc3339Instant(m[3]!);
-  if ((tokenText.length === 20 && token > MAX_TOKEN) || instant === undefined) return undefined; // the general reader says why
+  // Out of range, or not a time: the general reader says why.
+  if ((tokenText.length === 20 && token > MAX_TOKEN) || instant === undefined) return undefined;
   let owner: string;
   let session: string | undefined;
   try {
@@ -103,7 +105,8 @@ export function isExpired(record: LeaseRecord, nowMs: number): boolean {
 
 export function formatRecord(record: LeaseRecord): string {
   const session = record.session === undefined ? '' : `,"session":${JSON.stringify(record.session)}`;
-  return `{"owner":${JSON.stringify(record.owner)},"token":${record.token},"expiry":"${formatExpiry(record)}"${session}}`;
+  const { owner, token } = record;
+  return `{"owner":${JSON.stringify(owner)},"token":${token},"expiry":"${formatExpiry(record)}"${session}}`;
 }
 
 /** UTC with milliseconds, as this port always wrote; a read instant finer than that (a Go

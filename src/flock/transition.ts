@@ -44,7 +44,8 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
     if (left <= 0) {
       const within = request.timeoutMs === undefined ? 'in time' : `within ${request.timeoutMs} ms`;
       throw new LeaseTimeoutError(
-        `the transition lock ${path} was not free ${within}: another process is in (or stopped in) an operation on this id`,
+        `the transition lock ${path} was not free ${within}: ` +
+          'another process is in (or stopped in) an operation on this id',
         request.sessionId,
       );
     }
@@ -54,7 +55,12 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
 }
 
 /** Waits until nobody holds `path` exclusively, `leftMs` passes, or `signal` aborts (which rejects). */
-async function waitForUnlock(io: LeaseIO, path: string, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
+async function waitForUnlock(
+  io: LeaseIO,
+  path: string,
+  leftMs: number,
+  signal: AbortSignal | undefined,
+): Promise<void> {
   const round = new AbortController();
   const onAbort = (): void => round.abort();
   signal?.addEventListener('abort', onAbort, { once: true });
@@ -83,6 +89,7 @@ export function readRecordAt(io: LeaseIO, path: string): LeaseRecord | undefined
     return parseRecord(bytes);
   } catch (error) {
     if (!(error instanceof RecordFormatError)) throw error;
-    throw new LeaseCorruptError(`${path}: ${error.message}; nothing was changed (see \`flocklease repair\`)`, path, { cause: error });
+    const message = `${path}: ${error.message}; nothing was changed (see \`flocklease repair\`)`;
+    throw new LeaseCorruptError(message, path, { cause: error });
   }
 }

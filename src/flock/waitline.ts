@@ -97,7 +97,8 @@ export class WaitLine {
           tx.sessionId,
           holder,
         );
-        return this.refuse(tx, refusal, this.waitPath(tx.safe, ahead), queue.freeSince + this.#graceMs, { queue, original });
+        const watch = this.waitPath(tx.safe, ahead);
+        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, { queue, original });
       }
       const mine = queue.waiters.findIndex((w) => w.ticket === tx.place?.ticket);
       if (mine >= 0) queue.waiters.splice(mine, 1);
