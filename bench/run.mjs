@@ -4,7 +4,7 @@
 //   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD]
 //
 // Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
-// proper-lockfile, lockfile and the C floor (native/floor.c): acquire+release cycle, renew,
+// proper-lockfile, lockfile and the C floor (bench/floor.c): acquire+release cycle, renew,
 // event-loop delay, crash takeover, wake-up after release, contention (8 processes) and scale
 // (10 000 held ids). Prints a markdown table; writes results.json, results.md and chart.svg to the
 // output directory (full run: bench/; quick: bench/out/, which git ignores). Imports the BUILT
@@ -20,10 +20,11 @@ import { cycleFigure, renewFigure } from './figures/latency.mjs';
 import { scaleFigure } from './figures/scale.mjs';
 import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeover.mjs';
 import { chartSvg } from './lib/chart.mjs';
-import { buildFloor } from './lib/floor.mjs';
+import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
 import { loadAverage, machineInfo } from './lib/machine.mjs';
 import { markdown, targets } from './lib/report.mjs';
+import { summarize } from './lib/stats.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const FIGURES = ['cycle', 'renew', 'eventLoop', 'scale', 'crash', 'wake', 'contention'];
@@ -152,6 +153,10 @@ try {
     perFs(async (fs, dir) => {
       const out = {};
       for (const key of CROSS_PROCESS_IMPLS) out[key] = await wakeUp({ key, dir: join(dir, 'wake'), samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'], log });
+      // The C hand-off making the same (durable) commit, its waiter asleep as long as the Lease's.
+      const cycles = Math.ceil(config.wake.samples.lease / 2) + 1;
+      const handOffs = await floorHandOffs(join(dir, 'wake-floor'), { cycles, durable: true, holdMs: 40 });
+      out['floor-handoff'] = summarize(handOffs);
       return out;
     }),
   );

@@ -99,6 +99,30 @@ static const char *errno_code(int err) {
   }
 }
 
+// A failed Node-API call: make sure an exception is pending (the call may have set one) so the
+// JS caller sees an error, never a silently wrong value.
+static void throw_napi_failure(napi_env env, const char *call) {
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) == napi_ok && pending) return;
+  const napi_extended_error_info *info = NULL;
+  const char *why = "failed";
+  if (napi_get_last_error_info(env, &info) == napi_ok && info && info->error_message) why = info->error_message;
+  char message[256];
+  snprintf(message, sizeof message, "flocklease addon: %s: %s", call, why);
+  napi_throw_error(env, "ERR_FLOCKLEASE_NAPI", message);
+}
+
+// Every napi_status is checked: on failure, throw (if nothing is pending yet) and bail out.
+#define NAPI_CHECK_OR(env, call, on_failure) \
+  do {                                       \
+    if ((call) != napi_ok) {                 \
+      throw_napi_failure(env, #call);        \
+      on_failure;                            \
+    }                                        \
+  } while (0)
+#define NAPI_CHECK(env, call) NAPI_CHECK_OR(env, call, return NULL)
+
+// NULL (with an exception pending) if the error object itself could not be made.
 static napi_value make_error(napi_env env, int err, const char *syscall, const char *path) {
   const char *named = err == FTYPE_ERROR ? NULL : errno_code(err);
   const char *code = err == FTYPE_ERROR ? "EFTYPE" : named ? named : uv_err_name(-err);
@@ -106,68 +130,100 @@ static napi_value make_error(napi_env env, int err, const char *syscall, const c
   char message[4096 + 256];
   snprintf(message, sizeof message, "%s: %s, %s '%s'", code, desc, syscall, path ? path : "");
   napi_value js_message, js_code, error, value;
-  napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &js_message);
-  napi_create_string_utf8(env, code, NAPI_AUTO_LENGTH, &js_code);
-  napi_create_error(env, js_code, js_message, &error);
-  napi_set_named_property(env, error, "code", js_code);
-  napi_create_int32(env, err == FTYPE_ERROR ? -1000 : -err, &value);
-  napi_set_named_property(env, error, "errno", value);
-  napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &value);
-  napi_set_named_property(env, error, "syscall", value);
+  NAPI_CHECK(env, napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &js_message));
+  NAPI_CHECK(env, napi_create_string_utf8(env, code, NAPI_AUTO_LENGTH, &js_code));
+  NAPI_CHECK(env, napi_create_error(env, js_code, js_message, &error));
+  NAPI_CHECK(env, napi_set_named_property(env, error, "code", js_code));
+  NAPI_CHECK(env, napi_create_int32(env, err == FTYPE_ERROR ? -1000 : -err, &value));
+  NAPI_CHECK(env, napi_set_named_property(env, error, "errno", value));
+  NAPI_CHECK(env, napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &value));
+  NAPI_CHECK(env, napi_set_named_property(env, error, "syscall", value));
   if (path) {
-    napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &value);
-    napi_set_named_property(env, error, "path", value);
+    NAPI_CHECK(env, napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &value));
+    NAPI_CHECK(env, napi_set_named_property(env, error, "path", value));
   }
   return error;
 }
 
 static napi_value throw_errno(napi_env env, int err, const char *syscall, const char *path) {
-  napi_throw(env, make_error(env, err, syscall, path));
+  napi_value error = make_error(env, err, syscall, path);
+  if (error) NAPI_CHECK(env, napi_throw(env, error));
   return NULL;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Argument helpers
 
-static char *get_string(napi_env env, napi_value value) {
+// A JS string as a malloc'd C string; NULL with an exception pending (not a string: TypeError;
+// no memory: ENOMEM naming `what`).
+static char *get_string(napi_env env, napi_value value, const char *what) {
   size_t length;
-  if (napi_get_value_string_utf8(env, value, NULL, 0, &length) != napi_ok) return NULL;
+  if (napi_get_value_string_utf8(env, value, NULL, 0, &length) != napi_ok) {
+    napi_throw_type_error(env, NULL, "expected a string argument");
+    return NULL;
+  }
   char *buffer = malloc(length + 1);
-  if (!buffer) return NULL;
-  napi_get_value_string_utf8(env, value, buffer, length + 1, &length);
+  if (!buffer) {
+    throw_errno(env, ENOMEM, what, NULL);
+    return NULL;
+  }
+  NAPI_CHECK_OR(env, napi_get_value_string_utf8(env, value, buffer, length + 1, &length), free(buffer); return NULL);
   return buffer;
 }
 
-static char *get_string_property(napi_env env, napi_value object, const char *name) {
+// An optional string property: *out is NULL when absent (undefined). false with an exception
+// pending on any other failure.
+static bool get_optional_string(napi_env env, napi_value object, const char *name, char **out) {
   napi_value value;
   napi_valuetype type;
-  if (napi_get_named_property(env, object, name, &value) != napi_ok) return NULL;
-  napi_typeof(env, value, &type);
-  return type == napi_string ? get_string(env, value) : NULL;
+  *out = NULL;
+  NAPI_CHECK_OR(env, napi_get_named_property(env, object, name, &value), return false);
+  NAPI_CHECK_OR(env, napi_typeof(env, value, &type), return false);
+  if (type == napi_undefined) return true;
+  *out = get_string(env, value, "commit");
+  return *out != NULL;
 }
 
-static int get_int_property(napi_env env, napi_value object, const char *name, int fallback) {
-  napi_value value;
-  napi_valuetype type;
-  int32_t result;
-  if (napi_get_named_property(env, object, name, &value) != napi_ok) return fallback;
-  napi_typeof(env, value, &type);
-  if (type != napi_number || napi_get_value_int32(env, value, &result) != napi_ok) return fallback;
-  return result;
+static bool get_fd(napi_env env, napi_value value, int32_t *fd) {
+  if (napi_get_value_int32(env, value, fd) != napi_ok || *fd < 0) {
+    napi_throw_type_error(env, NULL, "expected a file descriptor");
+    return false;
+  }
+  return true;
 }
 
-#define ARGS(n)                                                     \
-  size_t argc = n;                                                  \
-  napi_value argv[n];                                               \
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);             \
-  if (argc < n) {                                                   \
-    napi_throw_type_error(env, NULL, "missing argument");           \
-    return NULL;                                                    \
+// The prologue of every call: its `n` arguments into argv, or NULL with a TypeError pending.
+#define ARGS(n)                                                          \
+  size_t argc = n;                                                       \
+  napi_value argv[n];                                                    \
+  NAPI_CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL)); \
+  if (argc < n) {                                                        \
+    napi_throw_type_error(env, NULL, "missing argument");                \
+    return NULL;                                                         \
   }
 
+// ...and a path argument as `path` (malloc'd; the function frees it), for calls on one file.
+#define PATH_ARGS(n, index, syscall)                      \
+  ARGS(n);                                                \
+  char *path = get_string(env, argv[index], syscall);     \
+  if (!path) return NULL
+
+// NULL with an exception pending on failure, like every napi_value this file returns.
 static napi_value int_value(napi_env env, int64_t n) {
   napi_value value;
-  napi_create_int64(env, n, &value);
+  NAPI_CHECK(env, napi_create_int64(env, n, &value));
+  return value;
+}
+
+static napi_value bool_value(napi_env env, bool b) {
+  napi_value value;
+  NAPI_CHECK(env, napi_get_boolean(env, b, &value));
+  return value;
+}
+
+static napi_value undefined_value(napi_env env) {
+  napi_value value;
+  NAPI_CHECK(env, napi_get_undefined(env, &value));
   return value;
 }
 
@@ -208,9 +264,7 @@ static int open_lease_file(const char *path, int flags, const char *step, struct
 // lockTransition(path) → fd, -1 when another holder has it, -2 when the path no longer names
 // the inode we locked (pruned meanwhile: the caller retries at once).
 static napi_value lock_transition(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  PATH_ARGS(1, 0, "open");
   int fault_errno, err;
   const char *call;
   napi_value result = NULL;
@@ -229,7 +283,8 @@ static napi_value lock_transition(napi_env env, napi_callback_info info) {
   }
   // Prune may have unlinked (and someone recreated) the path while we opened and locked it: a
   // lock on that inode serializes nothing.
-  if (lstat(path, &current) != 0 || current.st_ino != locked.st_ino || current.st_dev != locked.st_dev) {
+  if (STEP("lock.lstat", lstat(path, &current)) != 0 || current.st_ino != locked.st_ino ||
+      current.st_dev != locked.st_dev) {
     close(fd);
     result = int_value(env, -2);
     goto out;
@@ -242,9 +297,7 @@ out:
 
 // readRecord(path) → Buffer, or undefined when there is no record.
 static napi_value read_record(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  PATH_ARGS(1, 0, "open");
   int fault_errno, err;
   const char *call;
   napi_value result = NULL;
@@ -252,7 +305,7 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
   struct stat st;
   int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "read.open", &st, &err, &call);
   if (fd < 0) {
-    if (err == ENOENT) napi_get_undefined(env, &result);
+    if (err == ENOENT) result = undefined_value(env);
     else throw_errno(env, err, call, path);
     goto out;
   }
@@ -262,6 +315,10 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
   }
   size_t capacity = (size_t)st.st_size + 1, length = 0; // +1: notice a file that grew
   buffer = malloc(capacity);
+  if (!buffer) {
+    throw_errno(env, ENOMEM, "read", path);
+    goto close_out;
+  }
   for (;;) {
     ssize_t n = STEP("read.read", read(fd, buffer + length, capacity - length));
     if (n < 0 && errno == EINTR) continue;
@@ -276,7 +333,7 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
       goto close_out;
     }
   }
-  napi_create_buffer_copy(env, length, buffer, NULL, &result);
+  NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, buffer, NULL, &result), result = NULL);
 close_out:
   close(fd);
 out:
@@ -288,22 +345,20 @@ out:
 // probeLive(path) → true when some process holds the generation's liveness lock. A shared probe,
 // so two probes (an acquirer and `flocklease inspect`) never take each other for a holder.
 static napi_value probe_live(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  PATH_ARGS(1, 0, "open");
   int fault_errno, err;
   const char *call;
   napi_value result = NULL;
   int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "probe.open", NULL, &err, &call);
   if (fd < 0) {
-    if (err == ENOENT) napi_get_boolean(env, false, &result); // no liveness file: nobody holds it
+    if (err == ENOENT) result = bool_value(env, false); // no liveness file: nobody holds it
     else throw_errno(env, err, call, path);
     goto out;
   }
   if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) == 0) {
-    napi_get_boolean(env, false, &result);
+    result = bool_value(env, false);
   } else if (errno == EWOULDBLOCK) {
-    napi_get_boolean(env, true, &result);
+    result = bool_value(env, true);
   } else {
     throw_errno(env, errno, "flock", path);
   }
@@ -318,7 +373,7 @@ out:
 static napi_value close_fd(napi_env env, napi_callback_info info) {
   ARGS(1);
   int32_t fd;
-  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_errno(env, EBADF, "close", NULL);
+  if (!get_fd(env, argv[0], &fd)) return NULL;
   int fault_errno;
   if (STEP("close", 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
   close(fd);
@@ -327,9 +382,7 @@ static napi_value close_fd(napi_env env, napi_callback_info info) {
 
 // removeFile(path): unlink; a missing file is not an error.
 static napi_value remove_file(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "unlink", NULL);
+  PATH_ARGS(1, 0, "unlink");
   int fault_errno;
   if (STEP("unlink", unlink(path)) != 0 && errno != ENOENT) throw_errno(env, errno, "unlink", path);
   free(path);
@@ -339,27 +392,28 @@ static napi_value remove_file(napi_env env, napi_callback_info info) {
 // sameFile(fd, path) → whether `path` (not followed) names the file open as `fd`: a waiter asks
 // whether its flocked .wait file has been handed over as the new generation's .live.
 static napi_value same_file(napi_env env, napi_callback_info info) {
-  ARGS(2);
+  PATH_ARGS(2, 1, "lstat");
   int32_t fd;
-  napi_get_value_int32(env, argv[0], &fd);
-  char *path = get_string(env, argv[1]);
-  if (!path) return throw_errno(env, EINVAL, "lstat", NULL);
+  int fault_errno;
+  napi_value result = NULL;
   struct stat a, b;
-  bool same = fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+  if (!get_fd(env, argv[0], &fd)) goto out;
+  // A failing stat answers "not the same file": the caller then takes the locked path.
+  bool same = STEP("same.fstat", fstat(fd, &a)) == 0 && STEP("same.lstat", lstat(path, &b)) == 0 &&
+              a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+  result = bool_value(env, same);
+out:
   free(path);
-  napi_value result;
-  napi_get_boolean(env, same, &result);
   return result;
 }
 
 // fsType(dir) → the file system's magic number (statfs f_type), for the tmpfs decision.
 static napi_value fs_type(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "statfs", NULL);
+  PATH_ARGS(1, 0, "statfs");
   struct statfs st;
+  int fault_errno;
   napi_value result = NULL;
-  if (statfs(path, &st) != 0) throw_errno(env, errno, "statfs", path);
+  if (STEP("statfs", statfs(path, &st)) != 0) throw_errno(env, errno, "statfs", path);
   else result = int_value(env, (int64_t)(uint32_t)st.f_type);
   free(path);
   return result;
@@ -485,7 +539,7 @@ static void commit_run(commit_t *c) {
     dir_fd = STEP("dir.open", open(c->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dir_fd < 0) FAIL("open", c->dir_path);
     if (STEP("dir.fsync", fsync(dir_fd)) != 0) FAIL("fsync", c->dir_path);
-    close(dir_fd);
+    if (STEP("dir.close", close(dir_fd)) != 0 && fault_errno) close(dir_fd); // read-only: a failing close loses nothing
     dir_fd = -1;
   }
   for (int i = 0; i < 2; i++) {
@@ -521,57 +575,83 @@ static void commit_undo(commit_t *c) {
   }
 }
 
+// NULL with an exception pending if the result could not be made (the commit itself is done).
 static napi_value commit_result(napi_env env, commit_t *c) {
-  napi_value result, value;
-  napi_create_object(env, &result);
-  napi_set_named_property(env, result, "liveFd", int_value(env, c->live_fd));
-  napi_create_array(env, &value);
+  napi_value result, value, fd = int_value(env, c->live_fd);
+  if (!fd) return NULL;
+  NAPI_CHECK(env, napi_create_object(env, &result));
+  NAPI_CHECK(env, napi_set_named_property(env, result, "liveFd", fd));
+  NAPI_CHECK(env, napi_create_array(env, &value));
   uint32_t n = 0;
   for (int i = 0; i < 2; i++) {
     if (c->removal_failed[i]) {
-      napi_set_element(env, value, n++, make_error(env, c->removal_failed[i], "unlink", c->remove_paths[i]));
+      napi_value error = make_error(env, c->removal_failed[i], "unlink", c->remove_paths[i]);
+      if (!error) return NULL;
+      NAPI_CHECK(env, napi_set_element(env, value, n++, error));
     }
   }
-  napi_set_named_property(env, result, "removalErrors", value);
+  NAPI_CHECK(env, napi_set_named_property(env, result, "removalErrors", value));
   return result;
 }
 
 // The error of a failed commit. Before the rename, the new generation is undone (the old record
 // stands); after it, the error carries `committed: true` and the new generation's `liveFd`.
+// NULL with an exception pending if the error object could not be made.
 static napi_value commit_error(napi_env env, commit_t *c) {
+  if (!c->committed) commit_undo(c);
   napi_value error = make_error(env, c->err, c->syscall, c->err_path);
-  napi_value committed;
-  napi_get_boolean(env, c->committed, &committed);
-  napi_set_named_property(env, error, "committed", committed);
-  if (c->committed) napi_set_named_property(env, error, "liveFd", int_value(env, c->live_fd));
-  else commit_undo(c);
+  if (!error) return NULL;
+  napi_value committed = bool_value(env, c->committed);
+  if (!committed) return NULL;
+  NAPI_CHECK(env, napi_set_named_property(env, error, "committed", committed));
+  if (c->committed) {
+    napi_value fd = int_value(env, c->live_fd);
+    if (!fd) return NULL;
+    NAPI_CHECK(env, napi_set_named_property(env, error, "liveFd", fd));
+  }
   return error;
 }
 
+// Settles the promise. If the outcome cannot be made into a value, reject with the pending
+// exception: the caller must never see a commit as successful when it cannot be told the fd.
 static void commit_complete(napi_env env, napi_status status, void *data) {
   commit_t *c = data;
-  if (status == napi_ok && c->err == 0) napi_resolve_deferred(env, c->deferred, commit_result(env, c));
-  else napi_reject_deferred(env, c->deferred, commit_error(env, c));
-  napi_delete_async_work(env, c->work);
+  if (status != napi_ok && c->err == 0) {
+    c->err = ECANCELED; // the work never ran (or was cancelled): nothing changed
+    c->syscall = "commit";
+  }
+  napi_value outcome = c->err == 0 ? commit_result(env, c) : commit_error(env, c);
+  if (outcome == NULL) {
+    napi_get_and_clear_last_exception(env, &outcome);
+    if (c->err == 0 && c->live_fd >= 0) close(c->live_fd); // no one can be told it is theirs
+  }
+  if (c->err == 0 && outcome != NULL) NAPI_CHECK_OR(env, napi_resolve_deferred(env, c->deferred, outcome), (void)0);
+  else NAPI_CHECK_OR(env, napi_reject_deferred(env, c->deferred, outcome), (void)0);
+  NAPI_CHECK_OR(env, napi_delete_async_work(env, c->work), (void)0);
   commit_free(c);
 }
 
+// The plan's fields; NULL with an exception pending when one is missing or not a string.
 static commit_t *commit_parse(napi_env env, napi_value plan) {
   commit_t *c = calloc(1, sizeof *c);
-  c->live_path = get_string_property(env, plan, "live");
-  c->adopt_from = get_string_property(env, plan, "adoptFrom");
-  c->record_path = get_string_property(env, plan, "record");
-  c->dir_path = get_string_property(env, plan, "dir");
-  c->remove_paths[0] = get_string_property(env, plan, "remove0");
-  c->remove_paths[1] = get_string_property(env, plan, "remove1");
-  c->durable = get_int_property(env, plan, "durable", 1);
+  if (!c) {
+    throw_errno(env, ENOMEM, "commit", NULL);
+    return NULL;
+  }
   c->live_fd = -1;
-  napi_value data;
-  napi_get_named_property(env, plan, "data", &data);
-  c->data = get_string(env, data);
-  if (!c->record_path || !c->dir_path || !c->data) {
-    commit_free(c);
+  c->durable = 1;
+  bool ok = get_optional_string(env, plan, "live", &c->live_path) &&
+            get_optional_string(env, plan, "adoptFrom", &c->adopt_from) &&
+            get_optional_string(env, plan, "record", &c->record_path) &&
+            get_optional_string(env, plan, "dir", &c->dir_path) && get_optional_string(env, plan, "data", &c->data) &&
+            get_optional_string(env, plan, "remove0", &c->remove_paths[0]) &&
+            get_optional_string(env, plan, "remove1", &c->remove_paths[1]);
+  if (ok && (!c->record_path || !c->dir_path || !c->data)) {
     napi_throw_type_error(env, NULL, "commit plan needs record, dir and data strings");
+    ok = false;
+  }
+  if (!ok) {
+    commit_free(c);
     return NULL;
   }
   c->data_length = strlen(c->data);
@@ -584,10 +664,22 @@ static napi_value commit_async(napi_env env, napi_callback_info info) {
   commit_t *c = commit_parse(env, argv[0]);
   if (!c) return NULL;
   napi_value promise, name;
-  napi_create_promise(env, &c->deferred, &promise);
-  napi_create_string_utf8(env, "flocklease.commit", NAPI_AUTO_LENGTH, &name);
-  napi_create_async_work(env, NULL, name, commit_execute, commit_complete, c, &c->work);
-  napi_queue_async_work(env, c->work);
+  NAPI_CHECK_OR(env, napi_create_promise(env, &c->deferred, &promise), commit_free(c); return NULL);
+  // From here the promise exists: a failure rejects it (through commit_complete's error path).
+  if (napi_create_string_utf8(env, "flocklease.commit", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_create_async_work(env, NULL, name, commit_execute, commit_complete, c, &c->work) != napi_ok) {
+    throw_napi_failure(env, "napi_create_async_work");
+    napi_value error;
+    // Best effort: if even this fails, Node reports the pending exception as uncaught.
+    if (napi_get_and_clear_last_exception(env, &error) == napi_ok) (void)napi_reject_deferred(env, c->deferred, error);
+    commit_free(c);
+    return promise;
+  }
+  if (napi_queue_async_work(env, c->work) != napi_ok) {
+    c->err = ECANCELED;
+    c->syscall = "commit";
+    commit_complete(env, napi_cancelled, c);
+  }
   return promise;
 }
 
@@ -601,8 +693,10 @@ static napi_value commit_sync(napi_env env, napi_callback_info info) {
   napi_value result = NULL;
   if (c->err == 0) {
     result = commit_result(env, c);
+    if (!result && c->live_fd >= 0) close(c->live_fd); // no one can be told it is theirs
   } else {
-    napi_throw(env, commit_error(env, c));
+    napi_value error = commit_error(env, c);
+    if (error) NAPI_CHECK_OR(env, napi_throw(env, error), (void)0);
   }
   commit_free(c);
   return result;
@@ -614,16 +708,14 @@ static napi_value commit_sync(napi_env env, napi_callback_info info) {
 // lockFile(path) → fd of a newly created (or reused) file we now hold exclusively, or -1 when
 // someone else holds it. For a waiter's `<safeID>.<ticket>.wait` liveness file.
 static napi_value lock_file(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  PATH_ARGS(1, 0, "open");
   napi_value result = NULL;
-  int err;
+  int err, fault_errno;
   const char *call;
   int fd = open_lease_file(path, O_RDWR | O_CREAT, "wait.open", NULL, &err, &call);
   if (fd < 0) {
     throw_errno(env, err, call, path);
-  } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  } else if (STEP("wait.flock", flock(fd, LOCK_EX | LOCK_NB)) != 0) {
     err = errno;
     close(fd);
     if (err == EWOULDBLOCK) result = int_value(env, -1);
@@ -640,21 +732,20 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
 static napi_value read_lock_data(napi_env env, napi_callback_info info) {
   ARGS(1);
   int32_t fd;
-  napi_get_value_int32(env, argv[0], &fd);
+  if (!get_fd(env, argv[0], &fd)) return NULL;
   struct stat st;
+  int fault_errno;
   napi_value result = NULL;
-  if (fstat(fd, &st) != 0) return throw_errno(env, errno, "fstat", NULL);
-  if (st.st_size == 0) {
-    napi_get_undefined(env, &result);
-    return result;
-  }
+  if (STEP("queue.fstat", fstat(fd, &st)) != 0) return throw_errno(env, errno, "fstat", NULL);
+  if (st.st_size == 0) return undefined_value(env);
   if (st.st_size > MAX_RECORD_BYTES) return throw_errno(env, EFBIG, "read", NULL);
   char *buffer = malloc((size_t)st.st_size);
+  if (!buffer) return throw_errno(env, ENOMEM, "pread", NULL);
   ssize_t n;
-  do n = pread(fd, buffer, (size_t)st.st_size, 0);
+  do n = STEP("queue.read", pread(fd, buffer, (size_t)st.st_size, 0));
   while (n < 0 && errno == EINTR);
   if (n < 0) throw_errno(env, errno, "pread", NULL);
-  else napi_create_buffer_copy(env, (size_t)n, buffer, NULL, &result);
+  else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, (size_t)n, buffer, NULL, &result), result = NULL);
   free(buffer);
   return result;
 }
@@ -664,12 +755,13 @@ static napi_value read_lock_data(napi_env env, napi_callback_info info) {
 static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   ARGS(2);
   int32_t fd;
-  napi_get_value_int32(env, argv[0], &fd);
-  char *text = get_string(env, argv[1]);
-  if (!text) return throw_errno(env, EINVAL, "pwrite", NULL);
+  int fault_errno;
+  if (!get_fd(env, argv[0], &fd)) return NULL;
+  char *text = get_string(env, argv[1], "pwrite");
+  if (!text) return NULL;
   size_t length = strlen(text), done = 0;
   while (done < length) {
-    ssize_t n = pwrite(fd, text + done, length - done, (off_t)done);
+    ssize_t n = STEP("queue.write", pwrite(fd, text + done, length - done, (off_t)done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       free(text);
@@ -678,7 +770,7 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
     done += (size_t)n;
   }
   free(text);
-  if (ftruncate(fd, (off_t)length) != 0) return throw_errno(env, errno, "ftruncate", NULL);
+  if (STEP("queue.truncate", ftruncate(fd, (off_t)length)) != 0) return throw_errno(env, errno, "ftruncate", NULL);
   return NULL;
 }
 
@@ -708,6 +800,7 @@ typedef struct {
 typedef struct watch_request {
   int fd;
   uint32_t id;
+  int err; // the watch's outcome: 0, or the errno its flock failed with
   watch_env *env;
   struct watch_request *next;
 } watch_request;
@@ -732,15 +825,20 @@ static void watch_env_cleanup(void *arg) {
   pthread_mutex_unlock(&watch_lock);
 }
 
+// Runs on the JS thread with the finished request (which it frees), or with env NULL at teardown.
 static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
   (void)context;
+  watch_request *r = data;
+  uint32_t id = r->id;
+  int32_t err = r->err;
+  free(r);
   if (env == NULL || dispatcher == NULL) return; // the environment is shutting down
-  uintptr_t packed = (uintptr_t)data;
   napi_value args[2], global;
-  napi_create_uint32(env, (uint32_t)(packed >> 16), &args[0]);
-  napi_create_int32(env, (int32_t)(packed & 0xffff), &args[1]);
-  napi_get_global(env, &global);
-  napi_call_function(env, global, dispatcher, 2, args, NULL);
+  // No JS caller to throw to: a failure leaves the exception to Node's uncaught handling.
+  NAPI_CHECK_OR(env, napi_create_uint32(env, id, &args[0]), return);
+  NAPI_CHECK_OR(env, napi_create_int32(env, err, &args[1]), return);
+  NAPI_CHECK_OR(env, napi_get_global(env, &global), return);
+  NAPI_CHECK_OR(env, napi_call_function(env, global, dispatcher, 2, args, NULL), return);
 }
 
 static void *watch_worker(void *arg) {
@@ -757,10 +855,10 @@ static void *watch_worker(void *arg) {
     if (watch_head == NULL) watch_tail = NULL;
     pthread_mutex_unlock(&watch_lock);
 
-    int rc;
-    do rc = flock(r->fd, LOCK_SH);
+    int rc, fault_errno;
+    do rc = STEP("watch.flock", flock(r->fd, LOCK_SH));
     while (rc != 0 && errno == EINTR);
-    uintptr_t err = rc == 0 ? 0 : (uintptr_t)(errno & 0xffff);
+    r->err = rc == 0 ? 0 : errno;
     close(r->fd); // drops our shared lock at once: we only wanted to know when it became free
 
     watch_env *e = r->env;
@@ -768,12 +866,13 @@ static void *watch_worker(void *arg) {
     int deliver = !e->closed;
     if (deliver) e->inflight++;
     pthread_mutex_unlock(&watch_lock);
-    if (deliver) napi_call_threadsafe_function(e->tsfn, (void *)(((uintptr_t)r->id << 16) | err), napi_tsfn_nonblocking);
+    // Queued, the request is watch_dispatch's to free; not queued (closing), it is still ours.
+    int queued = deliver && napi_call_threadsafe_function(e->tsfn, r, napi_tsfn_nonblocking) == napi_ok;
     pthread_mutex_lock(&watch_lock);
     if (deliver && --e->inflight == 0 && e->closed) pthread_cond_broadcast(&watch_drained);
     watch_env_unref(e);
     pthread_mutex_unlock(&watch_lock);
-    free(r);
+    if (!queued) free(r);
   }
   return NULL;
 }
@@ -782,44 +881,55 @@ static void *watch_worker(void *arg) {
 static napi_value watch_init(napi_env env, napi_callback_info info) {
   ARGS(1);
   watch_env *e = NULL;
-  napi_get_instance_data(env, (void **)&e);
+  NAPI_CHECK(env, napi_get_instance_data(env, (void **)&e));
   if (e != NULL) return NULL;
   e = calloc(1, sizeof *e);
+  if (!e) return throw_errno(env, ENOMEM, "watchInit", NULL);
   e->refs = 1;
   napi_value name;
-  napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn) != napi_ok) {
-    free(e);
-    return throw_errno(env, ENOMEM, "watchInit", NULL);
-  }
-  napi_unref_threadsafe_function(env, e->tsfn); // pending watches must not keep the process alive
+  NAPI_CHECK_OR(env, napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name), free(e); return NULL);
+  napi_status created =
+      napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn);
+  NAPI_CHECK_OR(env, created, free(e); return NULL);
+  // Pending watches must not keep the process alive. From here `e` is shared with the
+  // threadsafe function, so a failure below is reported but `e` is not freed.
+  NAPI_CHECK(env, napi_unref_threadsafe_function(env, e->tsfn));
   // Added after the threadsafe function, so it runs before it is torn down.
-  napi_add_env_cleanup_hook(env, watch_env_cleanup, e);
-  napi_set_instance_data(env, e, NULL, NULL);
+  NAPI_CHECK(env, napi_add_env_cleanup_hook(env, watch_env_cleanup, e));
+  NAPI_CHECK(env, napi_set_instance_data(env, e, NULL, NULL));
   return NULL;
 }
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   ARGS(2);
   watch_env *e = NULL;
-  napi_get_instance_data(env, (void **)&e);
+  NAPI_CHECK(env, napi_get_instance_data(env, (void **)&e));
   if (e == NULL) {
     napi_throw_error(env, NULL, "watchInit must be called first");
     return NULL;
   }
   uint32_t id;
-  napi_get_value_uint32(env, argv[1], &id);
-  char *path = get_string(env, argv[0]);
-  if (!path) return throw_errno(env, EINVAL, "open", NULL);
+  if (napi_get_value_uint32(env, argv[1], &id) != napi_ok) {
+    napi_throw_type_error(env, NULL, "expected a watch id");
+    return NULL;
+  }
+  char *path = get_string(env, argv[0], "open");
+  if (!path) return NULL;
   napi_value result = NULL;
   int err;
   const char *call;
   int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "watch.open", NULL, &err, &call);
   if (fd < 0) {
-    if (err == ENOENT) napi_get_boolean(env, false, &result);
+    if (err == ENOENT) result = bool_value(env, false);
     else throw_errno(env, err, call, path);
   } else {
     watch_request *r = calloc(1, sizeof *r);
+    if (!r) {
+      close(fd);
+      throw_errno(env, ENOMEM, "watchUnlock", path);
+      free(path);
+      return NULL;
+    }
     r->fd = fd;
     r->id = id;
     r->env = e;
@@ -845,7 +955,7 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
       }
       pthread_attr_destroy(&attr);
     }
-    napi_get_boolean(env, true, &result);
+    result = bool_value(env, true);
   }
   free(path);
   return result;
@@ -858,11 +968,18 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
 // "sleep" (value = ms); count = how many executions (-1 = all).
 static napi_value set_fault(napi_env env, napi_callback_info info) {
   ARGS(4);
-  char *step = get_string(env, argv[0]);
-  char *kind = get_string(env, argv[1]);
   int32_t value = 0, count = 1;
-  napi_get_value_int32(env, argv[2], &value);
-  napi_get_value_int32(env, argv[3], &count);
+  if (napi_get_value_int32(env, argv[2], &value) != napi_ok || napi_get_value_int32(env, argv[3], &count) != napi_ok) {
+    napi_throw_type_error(env, NULL, "setFault: value and count must be numbers");
+    return NULL;
+  }
+  char *step = get_string(env, argv[0], "setFault");
+  if (!step) return NULL;
+  char *kind = get_string(env, argv[1], "setFault");
+  if (!kind) {
+    free(step);
+    return NULL;
+  }
   int k = !kind ? FAULT_NONE
           : strcmp(kind, "errno") == 0 ? FAULT_ERRNO
           : strcmp(kind, "kill") == 0  ? FAULT_KILL
@@ -925,7 +1042,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"setFault", NULL, set_fault, NULL, NULL, NULL, napi_default, NULL},
       {"clearFaults", NULL, clear_faults, NULL, NULL, NULL, napi_default, NULL},
   };
-  napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods);
+  NAPI_CHECK(env, napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods));
   return exports;
 }
 

@@ -82,7 +82,9 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
       expectSummary(crash.kernelUnlock, `crash ${fs} kernel part`);
       expect(crash.p50).toBeLessThan(1_000); // immediate, not a timeout
       expectSummary(results.figures.crash?.[fs]?.['floor-crash'], `crash ${fs} floor`);
-      for (const key of ['lease', 'proper-lockfile', 'lockfile']) expectSummary(results.figures.wake?.[fs]?.[key], `wake ${fs} ${key}`);
+      for (const key of ['lease', 'proper-lockfile', 'lockfile', 'floor-handoff']) {
+        expectSummary(results.figures.wake?.[fs]?.[key], `wake ${fs} ${key}`);
+      }
       for (const key of ['lease', 'floor-durable', 'floor-fair']) {
         const c = results.figures.contention?.[fs]?.[key] as { throughput: number; maxOverMean: number } | undefined;
         expect(c?.throughput, `contention ${fs} ${key}`).toBeGreaterThan(0);
@@ -99,8 +101,8 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
     expect((results.figures.crash?.tmpfs?.['proper-lockfile'] as unknown as Summary).p50).toBeGreaterThan(500);
   });
 
-  test('T1–T7 each have a measured value and a verdict', () => {
-    expect(results.targets.map((t) => t.id)).toEqual(['T1', 'T2', 'T3', 'T4', 'T5', 'T6', 'T7']);
+  test('T1–T8 each have a measured value and a verdict', () => {
+    expect(results.targets.map((t) => t.id)).toEqual(['T1', 'T2', 'T3', 'T4', 'T5', 'T6', 'T7', 'T8']);
     for (const t of results.targets) {
       expect(Number.isFinite(t.measured), t.id).toBe(true);
       expect(typeof t.met, t.id).toBe('boolean');
@@ -111,7 +113,7 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
     for (const heading of ['Acquire + release cycle', 'Renew', 'Event-loop delay', 'Crash takeover', 'Wake-up', 'Contention', 'Scale', 'Targets']) {
       expect(stdout).toContain(`### ${heading}`);
     }
-    expect(stdout).toMatch(/\| T7 \|/);
+    expect(stdout).toMatch(/\| T8 \|/);
     expect(readFileSync(join(out, 'results.md'), 'utf8')).toContain('### Targets');
     const svg = readFileSync(join(out, 'chart.svg'), 'utf8');
     expect(svg.startsWith('<svg')).toBe(true);

@@ -2,7 +2,15 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
 import { JsonNumber, parseJson } from '../src/flock/json.js';
 import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
-import { formatRecord, parseRecord, parseRfc3339, RecordFormatError } from '../src/flock/record.js';
+import {
+  expiresAtMs,
+  formatRecord,
+  isExpired,
+  parseRecord,
+  parseRfc3339,
+  parseRfc3339Instant,
+  RecordFormatError,
+} from '../src/flock/record.js';
 import { MAX_TOKEN, nextToken } from '../src/kernel/token.js';
 
 interface Vectors {
@@ -65,6 +73,38 @@ describe('record (golden vectors)', () => {
     expect(formatRecord({ owner: 'o', token: MAX_TOKEN, expiryMs: 0 })).toContain('"token":18446744073709551615,');
   });
 
+  test('keeps the nanoseconds of a Go expiry: never expired before its recorded instant', () => {
+    const go = vectors.records.find((r) => r.text.includes('.123456789+01:00'))!;
+    const record = parseRecord(bytes(go.text));
+    expect(record.expiryNanos).toBe(456_789);
+    expect(expiresAtMs(record)).toBe(go.expiry_ms + 1);
+    expect(isExpired(record, go.expiry_ms)).toBe(false); // 0.456789 ms early: the port once took over here
+    expect(isExpired(record, go.expiry_ms + 1)).toBe(true);
+    const whole = parseRecord(bytes('{"owner":"a","token":1,"expiry":"2026-11-29T11:00:00.123000000+02:00"}'));
+    expect(whole.expiryNanos).toBeUndefined();
+    expect(isExpired(whole, Date.UTC(2026, 10, 29, 9, 0, 0, 123))).toBe(true);
+    expect(formatRecord(record)).toContain('"expiry":"2026-11-29T09:15:30.123456789Z"');
+  });
+
+  // The reader has a fast path for the exact layout this port writes; a space after `{` sends the
+  // same record through the general reader, and the two must agree on every record.
+  test.each([
+    ...vectors.records.map((r) => r.text),
+    formatRecord({ owner: 'quote " backslash \\ é \u0001 \u2028', token: MAX_TOKEN, expiryMs: 0, session: '../x' }),
+    '{"owner":"a\\u00e9\\n","token":0,"expiry":"0001-01-01T00:00:00.000000001-23:59"}',
+  ])('the fast path and the general reader agree on %s', (text) => {
+    expect(parseRecord(bytes(text))).toEqual(parseRecord(bytes(text.replace(/^\{/, '{ '))));
+  });
+
+  test.each([
+    '{"owner":"a\\x","token":1,"expiry":"2026-11-29T09:00:00.000Z"}',
+    '{"owner":"a","token":18446744073709551616,"expiry":"2026-11-29T09:00:00.000Z"}',
+    '{"owner":"a","token":1,"expiry":"2026-02-30T09:00:00.000Z"}',
+    '{"owner":"a","token":01,"expiry":"2026-11-29T09:00:00.000Z"}',
+  ])('a record in our layout but invalid is still refused: %s', (text) => {
+    expect(() => parseRecord(bytes(text))).toThrow(RecordFormatError);
+  });
+
   test('ignores unknown fields and accepts a record without "session"', () => {
     const record = parseRecord(bytes('{"future":{"nested":[1,2.5e3,null,true]},"owner":"a","token":3,"expiry":"2026-11-29T09:00:00Z","session":7}'));
     expect(record).toEqual({ owner: 'a', token: 3n, expiryMs: Date.UTC(2026, 10, 29, 9), session: undefined });
@@ -96,6 +136,15 @@ describe('RFC 3339', () => {
     ['9999-12-31T23:59:59.999999999Z', 253402300799999],
   ])('reads %s', (text, ms) => {
     expect(parseRfc3339(text)).toBe(ms);
+  });
+
+  test.each([
+    ['2026-11-29T11:00:00.000004+02:00', Date.UTC(2026, 10, 29, 9), 4_000],
+    ['2026-11-29T10:59:59.999999999+02:00', Date.UTC(2026, 10, 29, 8, 59, 59, 999), 999_999],
+    ['2026-11-29T09:00:00.0000000019Z', Date.UTC(2026, 10, 29, 9), 1],
+    ['0001-01-01T00:00:00.000000001Z', -62135596800000, 1],
+  ])('reads %s to the nanosecond', (text, ms, nanos) => {
+    expect(parseRfc3339Instant(text)).toEqual({ ms, nanos });
   });
 
   test.each(['2026-11-29 10:15:30Z', '2026-13-01T00:00:00Z', '2023-02-29T00:00:00Z', '2026-11-29T24:00:00Z', '2026-11-29T10:15:60Z', '2026-11-29T10:15:30', '2026-11-29T10:15:30+24:00', '2026-11-29T10:15:30.Z', ' 2026-11-29T10:15:30Z'])(

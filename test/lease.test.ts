@@ -95,6 +95,33 @@ describe('acquire', () => {
     expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'bob', token: grant.token });
   });
 
+  // Go writes the expiry with nanoseconds in its local zone. A live Go holder keeps its lease until
+  // that exact instant: the port must not take over even a microsecond (or a nanosecond) early.
+  test.each([
+    ['4 µs after now', '2026-11-29T11:00:00.000004+02:00', false],
+    ['1 ns after now', '2026-11-29T11:00:00.000000001+02:00', false],
+    ['4 µs before now', '2026-11-29T10:59:59.999996+02:00', true],
+    ['1 ns before now', '2026-11-29T10:59:59.999999999+02:00', true],
+  ])('a live Go holder whose expiry is %s (+02:00, sub-ms digits)', async (_what, expiry, expired) => {
+    const f = leaseFiles(dir, 's1');
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    fs.writeFileSync(f.record, `{"owner":"go-holder","token":5,"expiry":"${expiry}"}`, { mode: 0o600 });
+    const holderFd = fileIO.lockFile(f.live(5n))!; // the Go holder's flock: alive throughout
+    try {
+      if (expired) {
+        expect((await lease().acquire('s1', 'bob')).token).toBe(BigInt(now) * 1000n);
+        return;
+      }
+      await expect(lease().acquire('s1', 'bob')).rejects.toSatisfy(held);
+      expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'go-holder', token: 5n });
+      now += 1; // the first whole millisecond past the recorded instant
+      const grant = await lease().acquire('s1', 'bob');
+      expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'bob', token: grant.token });
+    } finally {
+      fileIO.closeFile(holderFd);
+    }
+  });
+
   test('same owner with the local handle: refreshes the expiry, keeps the token', async () => {
     const l = lease();
     const first = await l.acquire('s1', 'alice');
@@ -577,5 +604,33 @@ describe('the event loop', () => {
     expect(took).toBeGreaterThanOrEqual(195);
     expect(ticks).toBeGreaterThanOrEqual(10); // ~40 if the loop ran freely, 0 if the fsync blocked it
     expect(grant.owner).toBe('alice');
+  });
+});
+
+describe('the addon: every system call a named fault point, every argument checked', () => {
+  test.each([
+    ['wait.flock', 'flock'],
+    ['queue.write', 'pwrite'],
+  ])('a waiting acquire whose %s fails rejects with that error; the holder keeps its lease', async (step, syscall) => {
+    const holder = await lease().acquire('s1', 'alice');
+    faults.fail(step, 'EIO');
+    const error = await lease()
+      .acquire('s1', 'bob', { waitMs: 5_000 })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'EIO', syscall });
+    expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'alice', token: holder.token });
+    expect(await isFlocked(leaseFiles(dir, 's1').live(holder.token))).toBe(true);
+  });
+
+  test('a bad descriptor is a TypeError, not a stat of whatever fd -1 would be', () => {
+    expect(() => fileIO.sameFile(-1, join(dir, 'x'))).toThrow(TypeError);
+    expect(() => fileIO.readLockData(-1)).toThrow(TypeError);
+  });
+
+  test('a commit plan without its strings is a TypeError and creates nothing', async () => {
+    fs.mkdirSync(dir, { recursive: true });
+    const plan = { record: join(dir, 'r.lease.json'), data: undefined as unknown as string };
+    await expect(fileIO.commit(dir, plan)).rejects.toThrow(TypeError);
+    expect(fs.readdirSync(dir)).toEqual([]);
   });
 });

@@ -1,4 +1,4 @@
-// The C floor (native/floor.c): built here with the system compiler, run as a child process. Its
+// The C floor (bench/floor.c): built here with the system compiler, run as a child process. Its
 // latencies are taken inside the C program (clock_gettime around each cycle), so process start-up
 // is not in them.
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -9,11 +9,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const source = join(root, 'native', 'floor.c');
-export const FLOOR_BIN = join(root, 'native', 'build', 'floor');
+const source = join(root, 'bench', 'floor.c');
+export const FLOOR_BIN = join(root, 'bench', 'out', 'floor');
 const CFLAGS = ['-O2', '-Wall', '-Wextra'];
 
-/** Builds native/build/floor from native/floor.c (if it is older than the source). */
+/** Builds bench/out/floor from bench/floor.c (if it is older than the source). */
 export function buildFloor() {
   let fresh = false;
   try {
@@ -55,6 +55,33 @@ export async function floorRenews(dir, { renews, warmup, durable }) {
 export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false }) {
   const { waitsNs, cycles } = await run([dir, fair ? '--contend-fair' : '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)]);
   return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
+}
+
+/**
+ * The C hand-off: two processes taking turns first come first served, each holding the lease
+ * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
+ * Lease is). As in the lease, the release commits the record naming the next in line and the
+ * woken acquirer only reads it. Each sample is one process's release returning → the other's
+ * acquire done, in ms.
+ */
+export async function floorHandOffs(dir, { cycles, durable, holdMs }) {
+  const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
+  const runs = await Promise.all([run(args), run(args)]);
+  const events = runs.flatMap(({ acquiredNs, releasedNs }, who) => [
+    ...acquiredNs.map((t) => ({ t, who, kind: 'acquired' })),
+    ...releasedNs.map((t) => ({ t, who, kind: 'released' })),
+  ]);
+  events.sort((a, b) => a.t - b.t);
+  const handOffs = [];
+  const lastRelease = [undefined, undefined];
+  for (const e of events) {
+    if (e.kind === 'released') lastRelease[e.who] = e.t;
+    else if (lastRelease[1 - e.who] !== undefined) {
+      handOffs.push((e.t - lastRelease[1 - e.who]) / 1e6);
+      lastRelease[1 - e.who] = undefined; // one hand-off per release
+    }
+  }
+  return handOffs;
 }
 
 function lineReader(child) {

@@ -31,6 +31,10 @@ export function safeID(id: string): string {
   return safe;
 }
 
+/** `dir/name` for a resolved `dir` (absolute, normalized) and a bare file name: what path.join
+ * returns, without its normalizing pass (a third of a µs, several times per operation). */
+export const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
+
 export const lockName = (safe: string): string => `${safe}.lock`;
 export const liveName = (safe: string, token: bigint): string => `${safe}.${token}.live`;
 export const recordName = (safe: string): string => `${safe}.lease.json`;

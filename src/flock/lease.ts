@@ -5,14 +5,8 @@
  * its own `<safeID>.<token>.live` flock for its whole life, so the kernel tells everyone the moment
  * a holder dies; `<safeID>.lease.json` records owner, token and expiry. See README "How it works".
  */
-import { join, resolve } from 'node:path';
-import {
-  LeaseCorruptError,
-  LeaseHeldError,
-  LeaseTimeoutError,
-  LeaseTokenExhaustedError,
-  type LeaseHolder,
-} from '../port/errors.js';
+import { resolve } from 'node:path';
+import { LeaseHeldError, LeaseTokenExhaustedError, type LeaseHolder } from '../port/errors.js';
 import { publish } from '../kernel/events.js';
 import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
@@ -27,7 +21,6 @@ import {
   checkPositiveMs,
   checkSessionId,
   checkSignal,
-  MAX_EXPIRY_MS,
   readClock,
   resolveClock,
   resolveTtl,
@@ -36,9 +29,10 @@ import {
 import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
-import { liveName, lockName, recordName, safeID, waitName } from './layout.js';
-import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
-import { formatRecord, parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
+import { inDir, liveName, lockName, recordName, safeID } from './layout.js';
+import { expiresAtMs, formatRecord, isExpired, type LeaseRecord } from './record.js';
+import { lockTransition, readRecordAt } from './transition.js';
+import { WaitLine, type Place, type Refused, type TransitionContext } from './waitline.js';
 import { whenUnlocked } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
@@ -63,33 +57,35 @@ interface Pending {
   readonly removals: Set<string>;
 }
 
-/** A waiting acquire's place in the id's queue, once it has one. */
-interface WaitLine {
-  readonly owner: string;
-  ticket?: number;
-  fd?: number;
-}
-
 /** One try of a (possibly waiting) acquire: the grant, or why not and what to wait for. */
-type Attempt =
-  | { readonly grant: LeaseGrant }
-  | {
-      readonly refusal: LeaseHeldError;
-      /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
-      readonly watch: string | undefined;
-      /** Clock time (epoch ms) at which to look again regardless (the holder's expiry, a waiter's grace). */
-      readonly until: number | undefined;
-    };
+type Attempt = { readonly grant: LeaseGrant } | Refused;
 
-type TakeoverReason = 'free' | 'released' | 'expired' | 'crashed';
+/** What an acquire finds, in the order it looks (the Go original's switch, plus the hand-off). */
+type LeaseState =
+  | 'handed-over' // a release handed it to this waiting acquire
+  | 'free' // no record
+  | 'released' // a tombstone
+  | 'expired' // replaceable even if the old process is alive and still holds its .live
+  | 'refresh' // this process holds the live generation for this owner
+  | 'held' // unexpired, and its holder (here, or another live process) keeps it
+  | 'crashed'; // unexpired, but nobody holds its .live
 
-/** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
-const TRANSITION_YIELDS = 3;
-/** How long a free lease stays reserved for a queued waiter that is alive but does not come for
- * it (stopped, or its event loop blocked) before the next one may go first. */
-const WAITER_GRACE_MAX_MS = 1_000;
-/** Beyond this many queued tickets, dead ones are pruned anywhere in the queue, not just in front. */
-const QUEUE_PRUNE_AT = 16;
+/** A waiting acquire's hand-off, taken under the transition lock or (see #adoptHandOff) without it. */
+type HandOffContext = Omit<TransitionContext, 'lockFd' | 'place'> & { readonly place: Place };
+
+type TakeoverReason = Extract<LeaseState, 'free' | 'released' | 'expired' | 'crashed'>;
+
+/** The operations that run under the transition lock. */
+interface TransitionRequest {
+  /** An acquire fails closed on a predecessor that still will not close (see #retryPending). */
+  readonly operation: 'acquire' | 'renew' | 'release';
+  readonly sessionId: string;
+  readonly signal: AbortSignal | undefined;
+  /** `performance.now()` by which the transition lock must be ours; default transitionTimeoutMs. */
+  readonly deadline?: number | undefined;
+  /** A waiting acquire's place in the line. */
+  readonly place?: Place | undefined;
+}
 
 
 export class Lease implements SessionLease {
@@ -105,6 +101,7 @@ export class Lease implements SessionLease {
   readonly #pending = new Map<string, Pending>();
   /** safeID → waiting acquires of this process, woken when this process changes that lease. */
   readonly #wakers = new Map<string, Set<() => void>>();
+  readonly #line: WaitLine;
   #dirReady = false;
 
   constructor(dir: string, options: FileLeaseOptions = {}) {
@@ -116,6 +113,12 @@ export class Lease implements SessionLease {
     this.transitionTimeoutMs = options.transitionTimeoutMs ?? Math.min(this.ttlMs, 10_000);
     this.dir = resolve(dir);
     this.#io = (options as { [kIO]?: LeaseIO })[kIO] ?? fileIO;
+    this.#line = new WaitLine({
+      io: this.#io,
+      dir: this.dir,
+      ttlMs: this.ttlMs,
+      closeOrDefer: (safe, fd) => this.#closeOrDefer(safe, fd),
+    });
   }
 
   /**
@@ -128,9 +131,8 @@ export class Lease implements SessionLease {
     const signal = operationSignal(options);
     const waitMs = resolveWaitMs(options?.waitMs);
     if (waitMs > 0) return this.#acquireWaiting(sessionId, owner, waitMs, signal);
-    const attempt = await this.#transition(sessionId, signal, true, (safe, now, lockFd) =>
-      this.#attempt(safe, sessionId, owner, now, lockFd, undefined),
-    );
+    const request = { operation: 'acquire', sessionId, signal } as const;
+    const attempt = await this.#transition(request, (tx) => this.#attempt(tx, owner));
     if ('grant' in attempt) return attempt.grant;
     throw attempt.refusal;
   }
@@ -139,7 +141,7 @@ export class Lease implements SessionLease {
     checkGrant(grant);
     const { sessionId, owner, token } = grant;
     const signal = operationSignal(options);
-    return this.#transition(sessionId, signal, false, async (safe, now) => {
+    return this.#transition({ operation: 'renew', sessionId, signal }, async ({ safe, now }) => {
       const expiryMs = now + this.ttlMs;
       checkExpiry(expiryMs);
       const held = this.#held.get(safe);
@@ -163,7 +165,9 @@ export class Lease implements SessionLease {
       // Still ours, even if it had expired: nobody took it over meanwhile (the sleep-past-TTL reclaim).
       await this.#commit(safe, { owner, token, expiryMs, session: sessionId });
       const renewed = grantOf(sessionId, owner, token, expiryMs);
-      if (record.expiryMs <= now) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
+      if (isExpired(record, now)) {
+        publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
+      }
       else publish(channels.renew, () => ({ lease: this, grant: renewed }));
       return renewed;
     });
@@ -176,7 +180,8 @@ export class Lease implements SessionLease {
     const safe = safeID(sessionId);
     // Unknown, stale or already released, and nothing to retry: a no-op that needs no lock.
     if (!this.#holds(safe, owner, token) && !this.#pending.has(safe) && this.#gate.size === 0) return;
-    await this.#transition(sessionId, signal, false, async (safe, now, lockFd) => {
+    await this.#transition({ operation: 'release', sessionId, signal }, async (tx) => {
+      const { now } = tx;
       const held = this.#held.get(safe);
       if (held?.token !== token || held.owner !== owner) return;
       const record = this.#readRecord(safe);
@@ -185,10 +190,10 @@ export class Lease implements SessionLease {
         this.#dropGeneration(safe, held);
         return;
       }
-      const ourLive = join(this.dir, liveName(safe, token));
+      const ourLive = this.#livePath(safe, token);
       try {
         for (;;) {
-          const handOff = this.#nextInLine(safe, lockFd, token, now);
+          const handOff = this.#line.nextInLine(tx, token);
           if (handOff === undefined) {
             await this.#commit(safe, { owner: '', token, expiryMs: now, session: sessionId }, { remove: [ourLive] });
             break;
@@ -196,8 +201,8 @@ export class Lease implements SessionLease {
           // Hand the lease straight to the front waiter: its flocked .wait file becomes the new
           // generation's .live (a rename keeps the inode and so the flock), the record names it.
           const { waiter, next, queue } = handOff;
-          const live = join(this.dir, liveName(safe, next));
-          const adoptFrom = join(this.dir, waitName(safe, waiter.ticket));
+          const live = this.#livePath(safe, next);
+          const adoptFrom = this.#line.waitPath(safe, waiter.ticket);
           queue.waiters.shift();
           queue.freeSince = 0;
           try {
@@ -207,10 +212,10 @@ export class Lease implements SessionLease {
             // The waiter gave up just now (it removes its .wait file without our lock): nothing
             // changed, so hand to the next one in line instead.
             if (failure.committed || failure.code !== 'ENOENT' || failure.path !== adoptFrom) throw error;
-            this.#io.writeLockData(lockFd, formatQueue(queue));
+            this.#line.handedOff(tx, queue);
             continue;
           }
-          this.#io.writeLockData(lockFd, formatQueue(queue));
+          this.#line.handedOff(tx, queue);
           break;
         }
       } catch (error) {
@@ -225,33 +230,6 @@ export class Lease implements SessionLease {
   }
 
   /**
-   * The queued waiter a release hands the lease to: the first live one (dead ones are dropped),
-   * with the token it gets. Under the transition lock.
-   */
-  #nextInLine(safe: string, lockFd: number, token: bigint, now: number): { waiter: QueuedWaiter; next: bigint; queue: WaitQueue } | undefined {
-    const queue = parseQueue(this.#io.readLockData(lockFd));
-    if (queue.waiters.length === 0) return undefined;
-    const original = formatQueue(queue);
-    let found: QueuedWaiter | undefined;
-    while (queue.waiters.length > 0) {
-      const front = queue.waiters[0]!;
-      const path = join(this.dir, waitName(safe, front.ticket));
-      if (this.#io.probeLive(path) && now + front.ttlMs <= MAX_EXPIRY_MS) {
-        found = front;
-        break;
-      }
-      queue.waiters.shift(); // its process is gone
-      this.#removeQuietly(path);
-    }
-    const next = nextToken(token, now);
-    if (found === undefined || next === undefined) {
-      if (formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
-      return undefined;
-    }
-    return { waiter: found, next, queue };
-  }
-
-  /**
    * Acquires and keeps renewing (about every ttlMs/3) until released or lost; `hold.signal`
    * aborts on loss. `await using hold = await lease.hold(id, owner)` releases at scope end.
    */
@@ -261,70 +239,65 @@ export class Lease implements SessionLease {
   }
 
   /** One try: the grant, or the refusal and what to wait for. Runs under the transition lock. */
-  async #attempt(safe: string, sessionId: string, owner: string, now: number, lockFd: number, line: WaitLine | undefined): Promise<Attempt> {
+  async #attempt(tx: TransitionContext, owner: string): Promise<Attempt> {
+    const { safe, sessionId, now } = tx;
     const expiryMs = now + this.ttlMs;
     checkExpiry(expiryMs);
     const record = this.#readRecord(safe);
-    if (line?.fd !== undefined && record?.owner === owner && this.#io.sameFile(line.fd, join(this.dir, liveName(safe, record.token)))) {
-      return this.#adopt(safe, sessionId, owner, now, record, line.fd, line);
-    }
-    const held = this.#held.get(safe);
-    let reason: TakeoverReason;
-    if (record === undefined) reason = 'free';
-    else if (record.owner === '') reason = 'released';
-    // Expired: replaceable even if the old process is alive and still holds its .live.
-    else if (record.expiryMs <= now) reason = 'expired';
-    else {
-      const live = join(this.dir, liveName(safe, record.token));
-      if (held?.token === record.token) {
-        // This process holds the live generation: only its own owner may refresh it.
-        if (record.owner === owner) {
-          await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
-          const grant = grantOf(sessionId, owner, record.token, expiryMs);
-          publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
-          return { grant };
-        }
-        return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
+    const state = this.#stateOf(tx, owner, record);
+    switch (state) {
+      case 'handed-over':
+        return this.#adopt(tx as HandOffContext, owner, record!);
+      case 'refresh': {
+        await this.#commit(safe, { owner, token: record!.token, expiryMs, session: sessionId });
+        const grant = grantOf(sessionId, owner, record!.token, expiryMs);
+        publish(channels.acquire, () => ({ lease: this, grant, refreshed: true }));
+        return { grant };
       }
-      // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
-      if (this.#io.probeLive(live)) return this.#refuse(safe, lockFd, now, line, heldError(sessionId, record), live, record.expiryMs);
-      reason = 'crashed';
-    }
-
-    // Takeable. Queued waiters go first, in arrival order.
-    const queue = parseQueue(this.#io.readLockData(lockFd));
-    if (queue.waiters.length > 0) {
-      const original = formatQueue(queue);
-      const ahead = this.#waiterAhead(safe, queue, line?.ticket, now);
-      if (ahead !== undefined) {
-        const refusal = new LeaseHeldError(
-          `lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
-          sessionId,
-          record && holderOf(record), // what the record says (expired, released): like any refusal
+      case 'held':
+        return this.#line.refuse(
+          tx,
+          heldError(sessionId, record!),
+          this.#livePath(safe, record!.token),
+          expiresAtMs(record!),
         );
-        const watch = join(this.dir, waitName(safe, ahead));
-        return this.#refuse(safe, lockFd, now, line, refusal, watch, queue.freeSince + this.#waiterGraceMs, { queue, original });
+      case 'free':
+      case 'released':
+      case 'expired':
+      case 'crashed': {
+        // Takeable. Queued waiters go first, in arrival order.
+        const refused = this.#line.claim(tx, record && holderOf(record));
+        if (refused !== undefined) return refused;
+        return { grant: await this.#takeOver(tx, owner, record, expiryMs, state) };
       }
-      const mine = queue.waiters.findIndex((w) => w.ticket === line?.ticket);
-      if (mine >= 0) queue.waiters.splice(mine, 1);
-      queue.freeSince = 0;
-      this.#io.writeLockData(lockFd, formatQueue(queue));
     }
-    // Out of line first: our .wait file must not linger as a lock of this process.
-    this.#leaveLine(safe, line);
-    const grant = await this.#takeOver(safe, sessionId, owner, record, expiryMs, now, reason);
-    return { grant };
+  }
+
+  /** What an acquire by `owner` finds under the transition lock. */
+  #stateOf(tx: TransitionContext, owner: string, record: LeaseRecord | undefined): LeaseState {
+    if (record === undefined) return 'free';
+    const fd = tx.place?.fd;
+    if (fd !== undefined && record.owner === owner && this.#io.sameFile(fd, this.#livePath(tx.safe, record.token))) {
+      return 'handed-over';
+    }
+    if (record.owner === '') return 'released';
+    if (isExpired(record, tx.now)) return 'expired';
+    // This process holds the live generation: only its own owner may refresh it.
+    if (this.#held.get(tx.safe)?.token === record.token) return record.owner === owner ? 'refresh' : 'held';
+    // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
+    return this.#io.probeLive(this.#livePath(tx.safe, record.token)) ? 'held' : 'crashed';
   }
 
   /** A release handed us the lease while we waited: our .wait file is its .live. */
-  async #adopt(safe: string, sessionId: string, owner: string, now: number, record: LeaseRecord, fd: number, line: WaitLine): Promise<Attempt> {
+  async #adopt(ctx: HandOffContext, owner: string, record: LeaseRecord): Promise<Attempt> {
+    const { safe, sessionId, now, place } = ctx;
     const predecessor = this.#held.get(safe);
     if (predecessor !== undefined) this.#dropGeneration(safe, predecessor);
-    this.#held.set(safe, { token: record.token, owner, fd });
-    line.fd = undefined;
-    line.ticket = undefined;
+    this.#held.set(safe, { token: record.token, owner, fd: place.fd! });
+    place.fd = undefined;
+    place.ticket = undefined;
     let expiryMs = record.expiryMs;
-    if (expiryMs <= now) {
+    if (isExpired(record, now)) {
       // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
       expiryMs = now + this.ttlMs;
       await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
@@ -335,109 +308,14 @@ export class Lease implements SessionLease {
     return { grant };
   }
 
-  get #waiterGraceMs(): number {
-    return Math.min(this.ttlMs, WAITER_GRACE_MAX_MS);
-  }
-
-  /**
-   * The live waiter a free lease is reserved for, unless it is `mine`. Drops dead waiters from the
-   * front, and skips one that has not come for the lease within the grace (it rejoins at the back
-   * when it wakes). Changes `queue` in place; the caller writes it back. Under the transition lock.
-   */
-  #waiterAhead(safe: string, queue: WaitQueue, mine: number | undefined, now: number): number | undefined {
-    while (queue.waiters.length > 0) {
-      const front = queue.waiters[0]!.ticket;
-      if (front === mine) return undefined;
-      const path = join(this.dir, waitName(safe, front));
-      if (!this.#io.probeLive(path)) {
-        queue.waiters.shift(); // its process is gone
-        queue.freeSince = 0;
-        this.#removeQuietly(path);
-        continue;
-      }
-      if (queue.freeSince === 0) queue.freeSince = now;
-      if (now - queue.freeSince < this.#waiterGraceMs) return front;
-      queue.waiters.shift(); // alive but not coming: let the next one go
-      queue.freeSince = now;
-    }
-    return undefined;
-  }
-
-  /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. `known` is
-   * the queue as already read (and maybe changed) under this transition, with its text as read. */
-  #refuse(
-    safe: string,
-    lockFd: number,
-    now: number,
-    line: WaitLine | undefined,
-    refusal: LeaseHeldError,
-    watch: string,
-    until: number,
-    known?: { queue: WaitQueue; original: string },
-  ): Attempt {
-    let queue = known?.queue;
-    let original = known?.original;
-    if (line !== undefined) {
-      if (queue === undefined) {
-        queue = parseQueue(this.#io.readLockData(lockFd));
-        original = formatQueue(queue);
-      }
-      if (line.ticket === undefined || !queue.waiters.some((w) => w.ticket === line.ticket)) {
-        // First refusal, or skipped while away: (re)join at the back.
-        this.#leaveLine(safe, line);
-        if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(safe, queue);
-        const waiter = { ticket: nextTicket(queue, now), owner: line.owner, ttlMs: this.ttlMs };
-        queue.waiters.push(waiter);
-        const fits = formatQueue(queue).length <= MAX_QUEUE_TEXT;
-        const fd = fits ? this.#io.lockFile(join(this.dir, waitName(safe, waiter.ticket))) : undefined;
-        if (fd === undefined) queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
-        else Object.assign(line, { ticket: waiter.ticket, fd });
-      }
-    }
-    if (queue !== undefined && formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
-    const place = line?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === line.ticket);
-    if (place > 0) {
-      // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
-      // leaves the line (gave up, or died) — or, once it was handed the lease and its .wait file
-      // became the .live, when it releases: exactly when our turn comes. So a release wakes one
-      // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
-      const ahead = join(this.dir, waitName(safe, queue!.waiters[place - 1]!.ticket));
-      return { refusal, watch: ahead, until: now + this.#waiterGraceMs };
-    }
-    return { refusal, watch, until };
-  }
-
-  #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
-    for (let i = queue.waiters.length - 1; i >= 0; i--) {
-      const path = join(this.dir, waitName(safe, queue.waiters[i]!.ticket));
-      if (!this.#io.probeLive(path)) {
-        queue.waiters.splice(i, 1);
-        this.#removeQuietly(path);
-      }
-    }
-  }
-
-  /** Gives up a place in the queue: the entry goes stale and is pruned by whoever meets it. */
-  #leaveLine(safe: string, line: WaitLine | undefined): void {
-    if (line?.fd === undefined) return;
-    this.#closeOrDefer(safe, line.fd);
-    this.#removeQuietly(join(this.dir, waitName(safe, line.ticket!)));
-    line.fd = undefined;
-    line.ticket = undefined;
-  }
-
   async #acquireWaiting(sessionId: string, owner: string, waitMs: number, signal: AbortSignal | undefined): Promise<LeaseGrant> {
     const deadline = performance.now() + waitMs;
     const safe = safeID(sessionId);
-    const line: WaitLine = { owner };
+    const place: Place = { owner };
     try {
       for (let idleRounds = 0, lastWatch: string | undefined; ; ) {
-        const attempt = await this.#transition(
-          sessionId,
-          signal,
-          true,
-          (safe, now, lockFd) => this.#attempt(safe, sessionId, owner, now, lockFd, line),
-          deadline,
+        const attempt = await this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
+          this.#attempt(tx, owner),
         );
         if ('grant' in attempt) return attempt.grant;
         // Rounds that end at once on the same watch saw no change: pause a little so we never spin.
@@ -446,14 +324,14 @@ export class Lease implements SessionLease {
         if (left <= 0) throw attempt.refusal;
         const started = performance.now();
         await this.#waitForChange(safe, attempt, left, signal);
-        const adopted = await this.#adoptHandOff(safe, sessionId, owner, line, signal);
+        const adopted = await this.#adoptHandOff(sessionId, owner, place, signal);
         if (adopted !== undefined) return adopted;
         idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
         lastWatch = attempt.watch;
       }
     } finally {
-      if (line.fd !== undefined) {
-        this.#leaveLine(safe, line);
+      if (place.fd !== undefined) {
+        this.#line.leave(safe, place);
         this.#wake(safe); // whoever queued behind us may be first now
       }
     }
@@ -464,15 +342,21 @@ export class Lease implements SessionLease {
    * lock — the record is replaced atomically, and our own flock on the handed-over file is what
    * keeps everyone else off an unexpired lease. (Expired, or anything else: the locked path.)
    */
-  async #adoptHandOff(safe: string, sessionId: string, owner: string, line: WaitLine, signal: AbortSignal | undefined): Promise<LeaseGrant | undefined> {
-    if (line.fd === undefined) return undefined;
+  async #adoptHandOff(
+    sessionId: string,
+    owner: string,
+    place: Place,
+    signal: AbortSignal | undefined,
+  ): Promise<LeaseGrant | undefined> {
+    if (place.fd === undefined) return undefined;
+    const safe = safeID(sessionId);
     const leave = await this.#gate.enter(safe, signal);
     try {
       const record = this.#readRecord(safe);
       const now = readClock(this.#clock);
-      if (line.fd === undefined || record?.owner !== owner || record.expiryMs <= now) return undefined;
-      if (!this.#io.sameFile(line.fd, join(this.dir, liveName(safe, record.token)))) return undefined;
-      const attempt = await this.#adopt(safe, sessionId, owner, now, record, line.fd, line);
+      if (place.fd === undefined || record?.owner !== owner || isExpired(record, now)) return undefined;
+      if (!this.#io.sameFile(place.fd, this.#livePath(safe, record.token))) return undefined;
+      const attempt = await this.#adopt({ sessionId, safe, now, place }, owner, record);
       return 'grant' in attempt ? attempt.grant : undefined;
     } finally {
       leave();
@@ -483,7 +367,7 @@ export class Lease implements SessionLease {
    * the lease, the wait runs out, or `signal` aborts (which rejects). */
   async #waitForChange(
     safe: string,
-    attempt: Extract<Attempt, { refusal: LeaseHeldError }>,
+    attempt: Refused,
     leftMs: number,
     signal: AbortSignal | undefined,
   ): Promise<void> {
@@ -516,60 +400,29 @@ export class Lease implements SessionLease {
   }
 
   /** Runs `body` with the id's in-process gate and cross-process transition lock held. */
-  async #transition<T>(
-    sessionId: string,
-    signal: AbortSignal | undefined,
-    failClosed: boolean,
-    body: (safe: string, now: number, lockFd: number) => Promise<T>,
-    deadline = performance.now() + this.transitionTimeoutMs,
-  ): Promise<T> {
+  async #transition<T>(request: TransitionRequest, body: (tx: TransitionContext) => Promise<T>): Promise<T> {
+    const { sessionId, signal } = request;
     signal?.throwIfAborted();
     const safe = safeID(sessionId);
     const leave = await this.#gate.enter(safe, signal);
     try {
-      const lockFd = await this.#lockTransition(safe, sessionId, signal, deadline);
+      const lockFd = await lockTransition({
+        io: this.#io,
+        path: inDir(this.dir, lockName(safe)),
+        sessionId,
+        deadline: request.deadline ?? performance.now() + this.transitionTimeoutMs,
+        signal,
+        tryLock: (path) => this.#tryLockTransition(path),
+      });
       try {
-        this.#retryPending(safe, failClosed);
-        return await body(safe, readClock(this.#clock), lockFd);
+        this.#retryPending(safe, request.operation === 'acquire');
+        return await body({ sessionId, safe, now: readClock(this.#clock), lockFd, place: request.place });
       } finally {
         this.#io.unlockTransition(lockFd);
       }
     } finally {
       leave();
       await yieldIfStarving(); // on tmpfs nothing above touched the event loop
-    }
-  }
-
-  async #lockTransition(safe: string, sessionId: string, signal: AbortSignal | undefined, deadline: number): Promise<number> {
-    const path = join(this.dir, lockName(safe));
-    for (let tries = 0; ; tries++) {
-      const fd = this.#tryLockTransition(path);
-      if (typeof fd === 'number') return fd;
-      if (fd === 'replaced') continue; // the lock file was pruned under us: lock the new one
-      const left = deadline - performance.now();
-      if (left <= 0) {
-        throw new LeaseTimeoutError(
-          `the transition lock ${path} was not free in time: another process is in (or stopped in) an operation on this id`,
-          sessionId,
-        );
-      }
-      // Another process is mid-operation, normally for microseconds: yield a few times, then wait
-      // in the kernel (a watcher thread blocked in flock) for it to finish, bounded by the deadline.
-      if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
-      else await this.#waitForLock(path, left, signal);
-    }
-  }
-
-  async #waitForLock(path: string, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
-    const round = new AbortController();
-    const onAbort = (): void => round.abort();
-    signal?.addEventListener('abort', onAbort, { once: true });
-    try {
-      await Promise.race([whenUnlocked(this.#io, path, round.signal), sleep(leftMs, round.signal).catch(() => {})]);
-      signal?.throwIfAborted();
-    } finally {
-      round.abort();
-      signal?.removeEventListener('abort', onAbort);
     }
   }
 
@@ -590,14 +443,13 @@ export class Lease implements SessionLease {
 
   /** Takes over: new token, new liveness lock, then the record (the commit point). */
   async #takeOver(
-    safe: string,
-    sessionId: string,
+    tx: TransitionContext,
     owner: string,
     record: LeaseRecord | undefined,
     expiryMs: number,
-    now: number,
     reason: TakeoverReason,
   ): Promise<LeaseGrant> {
+    const { safe, sessionId, now } = tx;
     const token = nextToken(record?.token ?? 0n, now);
     if (token === undefined) {
       throw new LeaseTokenExhaustedError(`lease ${JSON.stringify(sessionId)} has used every uint64 fencing token`, sessionId);
@@ -608,8 +460,8 @@ export class Lease implements SessionLease {
       this.#io.closeFile(predecessor.fd);
       this.#held.delete(safe);
     }
-    const live = join(this.dir, liveName(safe, token));
-    const remove = record === undefined ? [] : [join(this.dir, liveName(safe, record.token))];
+    const live = this.#livePath(safe, token);
+    const remove = record === undefined ? [] : [this.#livePath(safe, record.token)];
     let liveFd: number;
     try {
       ({ liveFd } = await this.#commit(safe, { owner, token, expiryMs, session: sessionId }, { live, remove }));
@@ -642,20 +494,17 @@ export class Lease implements SessionLease {
   }
 
   #readRecord(safe: string): LeaseRecord | undefined {
-    const path = join(this.dir, recordName(safe));
-    const bytes = this.#io.readRecord(path);
-    if (bytes === undefined) return undefined;
-    try {
-      return parseRecord(bytes);
-    } catch (error) {
-      if (!(error instanceof RecordFormatError)) throw error;
-      throw new LeaseCorruptError(`${path}: ${error.message}; nothing was changed (see \`flocklease repair\`)`, path, { cause: error });
-    }
+    return readRecordAt(this.#io, inDir(this.dir, recordName(safe)));
+  }
+
+  #livePath(safe: string, token: bigint): string {
+    return inDir(this.dir, liveName(safe, token));
   }
 
   /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
   async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
-    const result = await this.#io.commit(this.dir, { ...plan, record: join(this.dir, recordName(safe)), data: formatRecord(record) });
+    const path = inDir(this.dir, recordName(safe));
+    const result = await this.#io.commit(this.dir, { ...plan, record: path, data: formatRecord(record) });
     for (const failure of result.removalErrors) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
     }
@@ -673,14 +522,6 @@ export class Lease implements SessionLease {
       this.#io.closeFile(fd);
     } catch {
       this.#pendingFor(safe).closes.add(fd); // the generation is still held here: retry, never forget it
-    }
-  }
-
-  #removeQuietly(path: string): void {
-    try {
-      this.#io.removeFile(path);
-    } catch {
-      // A leftover .wait file of a dead waiter is harmless (nobody holds it); prune takes it later.
     }
   }
 
@@ -713,12 +554,6 @@ export class Lease implements SessionLease {
     }
     if (pending.closes.size === 0 && pending.removals.size === 0) this.#pending.delete(safe);
   }
-}
-
-function yieldToLoop(signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) =>
-    setImmediate(() => (signal?.aborted ? reject(signal.reason) : resolve())),
-  );
 }
 
 function operationSignal(options: OperationOptions | undefined): AbortSignal | undefined {

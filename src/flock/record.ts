@@ -10,7 +10,11 @@ export interface LeaseRecord {
   /** "" marks a tombstone (released). */
   readonly owner: string;
   readonly token: bigint;
+  /** The expiry, truncated to the millisecond (for display and for the ms this port writes). */
   readonly expiryMs: number;
+  /** Nanoseconds past `expiryMs` (1–999 999), when the writer recorded a finer instant (Go writes
+   * up to nine fractional digits); absent otherwise. See `expiresAtMs`. */
+  readonly expiryNanos?: number | undefined;
   /** The raw session id, when the writer recorded it. */
   readonly session?: string | undefined;
 }
@@ -20,7 +24,17 @@ export class RecordFormatError extends Error {}
 
 const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const UINT = /^(?:0|[1-9]\d*)$/;
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/;
+
+/**
+ * The exact layout this port writes (and the Go original, but for its expiry's form): read with
+ * one regex, the strings by JSON.parse. Anything else — other key orders, spaces, unknown fields,
+ * and every malformed record — goes to the general reader, which also words the errors.
+ */
+const STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\[^u]|\\u[0-9a-fA-F]{4})*"`;
+const OWN_LAYOUT = new RegExp(
+  String.raw`^\{"owner":(${STRING}),"token":(0|[1-9]\d{0,19}),` +
+    String.raw`"expiry":"([0-9Tt:.+\-Zz]{20,40})"(?:,"session":(${STRING}))?\}$`,
+);
 
 export function parseRecord(bytes: Uint8Array): LeaseRecord {
   let text: string;
@@ -29,6 +43,30 @@ export function parseRecord(bytes: Uint8Array): LeaseRecord {
   } catch {
     throw new RecordFormatError('record is not valid UTF-8');
   }
+  return parseOwnLayout(text) ?? parseAnyLayout(text);
+}
+
+function parseOwnLayout(text: string): LeaseRecord | undefined {
+  const m = OWN_LAYOUT.exec(text);
+  if (m === null) return undefined;
+  const tokenText = m[2]!;
+  const token = BigInt(tokenText);
+  const instant = parseRfc3339Instant(m[3]!);
+  // Out of range, or not a time: the general reader says why.
+  if ((tokenText.length === 20 && token > MAX_TOKEN) || instant === undefined) return undefined;
+  let owner: string;
+  let session: string | undefined;
+  try {
+    owner = JSON.parse(m[1]!) as string;
+    session = m[4] === undefined ? undefined : (JSON.parse(m[4]) as string);
+  } catch {
+    return undefined; // a bad escape
+  }
+  if (instant.nanos === 0) return { owner, token, expiryMs: instant.ms, session };
+  return { owner, token, expiryMs: instant.ms, expiryNanos: instant.nanos, session };
+}
+
+function parseAnyLayout(text: string): LeaseRecord {
   let json;
   try {
     json = parseJson(text);
@@ -45,37 +83,126 @@ export function parseRecord(bytes: Uint8Array): LeaseRecord {
   }
   const tokenValue = BigInt(token.text);
   if (tokenValue > MAX_TOKEN) throw new RecordFormatError('record "token" does not fit in 64 bits');
-  const expiryMs = typeof expiry === 'string' ? parseRfc3339(expiry) : undefined;
-  if (expiryMs === undefined) throw new RecordFormatError('record "expiry" is not an RFC 3339 time');
-  return { owner, token: tokenValue, expiryMs, session: typeof session === 'string' ? session : undefined };
+  const instant = typeof expiry === 'string' ? parseRfc3339Instant(expiry) : undefined;
+  if (instant === undefined) throw new RecordFormatError('record "expiry" is not an RFC 3339 time');
+  const sessionText = typeof session === 'string' ? session : undefined;
+  if (instant.nanos === 0) return { owner, token: tokenValue, expiryMs: instant.ms, session: sessionText };
+  return { owner, token: tokenValue, expiryMs: instant.ms, expiryNanos: instant.nanos, session: sessionText };
+}
+
+/**
+ * The first whole millisecond at which the lease is expired: its recorded instant rounded up, so a
+ * lease is never deemed expired before that instant (a Go holder's expiry has nanoseconds).
+ */
+export function expiresAtMs(record: LeaseRecord): number {
+  return record.expiryNanos === undefined ? record.expiryMs : record.expiryMs + 1;
+}
+
+/** Is the lease past its recorded expiry at `nowMs`? The one home of that comparison. */
+export function isExpired(record: LeaseRecord, nowMs: number): boolean {
+  return expiresAtMs(record) <= nowMs;
 }
 
 export function formatRecord(record: LeaseRecord): string {
   const session = record.session === undefined ? '' : `,"session":${JSON.stringify(record.session)}`;
-  return `{"owner":${JSON.stringify(record.owner)},"token":${record.token},"expiry":"${new Date(record.expiryMs).toISOString()}"${session}}`;
+  const { owner, token } = record;
+  return `{"owner":${JSON.stringify(owner)},"token":${token},"expiry":"${formatExpiry(record)}"${session}}`;
+}
+
+/** UTC with milliseconds, as this port always wrote; a read instant finer than that (a Go
+ * record's) keeps its nanoseconds, trailing zeros trimmed as Go does. */
+function formatExpiry(record: LeaseRecord): string {
+  const iso = new Date(record.expiryMs).toISOString();
+  if (record.expiryNanos === undefined) return iso;
+  const nanos = String(record.expiryNanos).padStart(6, '0').replace(/0+$/, '');
+  return `${iso.slice(0, -1)}${nanos}Z`;
 }
 
 /** Epoch ms of an RFC 3339 time in any form Go writes (nanoseconds, zone offsets), truncated to
  * the millisecond; `undefined` if it is not one. */
 export function parseRfc3339(text: string): number | undefined {
-  const m = RFC3339.exec(text);
-  if (m === null) return undefined;
-  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
-  const daysInMonth = [31, isLeap(year) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1];
-  if (daysInMonth === undefined || day < 1 || day > daysInMonth) return undefined;
+  return parseRfc3339Instant(text)?.ms;
+}
+
+/** An RFC 3339 time exactly: epoch ms (truncated) and the nanoseconds past it (digits beyond the
+ * ninth cannot change the instant by a nanosecond, and are dropped). Read by char codes: it runs
+ * for every record read, and a regex with a Date per call was a measurable part of a cycle. */
+export function parseRfc3339Instant(text: string): { ms: number; nanos: number } | undefined {
+  const n = text.length;
+  if (n < 20) return undefined;
+  const year = digits(text, 0, 4);
+  const month = digits(text, 5, 2);
+  const day = digits(text, 8, 2);
+  const hour = digits(text, 11, 2);
+  const minute = digits(text, 14, 2);
+  const second = digits(text, 17, 2);
+  const t = text.charCodeAt(10);
+  if (text.charCodeAt(4) !== 0x2d || text.charCodeAt(7) !== 0x2d || (t !== 0x54 && t !== 0x74)) return undefined;
+  if (text.charCodeAt(13) !== 0x3a || text.charCodeAt(16) !== 0x3a) return undefined;
+  if ((year | month | day | hour | minute | second) < 0) return undefined;
+  if (month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) return undefined;
   if (hour > 23 || minute > 59 || second > 59) return undefined;
-  let offsetMinutes = 0;
-  if (m[8] !== undefined) {
-    const offsetHours = Number(m[9]);
-    const offsetMins = Number(m[10]);
-    if (offsetHours > 23 || offsetMins > 59) return undefined;
-    offsetMinutes = (m[8] === '-' ? -1 : 1) * (offsetHours * 60 + offsetMins);
+  let at = 19;
+  let millis = 0;
+  let nanos = 0;
+  if (text.charCodeAt(at) === 0x2e) {
+    const from = ++at;
+    while (at < n && isDigit(text.charCodeAt(at))) {
+      const d = text.charCodeAt(at) - 0x30;
+      const place = at - from;
+      if (place < 3) millis = millis * 10 + d;
+      else if (place < 9) nanos = nanos * 10 + d;
+      at++;
+    }
+    const count = at - from;
+    if (count === 0) return undefined;
+    for (let place = count; place < 3; place++) millis *= 10;
+    for (let place = Math.max(count, 3); place < 9; place++) nanos *= 10;
   }
-  const millis = m[7] === undefined ? 0 : Number(m[7].slice(0, 3).padEnd(3, '0'));
-  const date = new Date(0);
-  date.setUTCFullYear(year, month - 1, day); // setUTCFullYear, unlike Date.UTC, keeps years 0–99
-  date.setUTCHours(hour, minute, second, millis);
-  return date.getTime() - offsetMinutes * 60_000;
+  let offsetMinutes = 0;
+  const zone = text.charCodeAt(at);
+  if (zone === 0x5a || zone === 0x7a) {
+    if (at + 1 !== n) return undefined;
+  } else if (zone === 0x2b || zone === 0x2d) {
+    if (at + 6 !== n || text.charCodeAt(at + 3) !== 0x3a) return undefined;
+    const offsetHours = digits(text, at + 1, 2);
+    const offsetMins = digits(text, at + 4, 2);
+    if (offsetHours < 0 || offsetMins < 0 || offsetHours > 23 || offsetMins > 59) return undefined;
+    offsetMinutes = (zone === 0x2d ? -1 : 1) * (offsetHours * 60 + offsetMins);
+  } else {
+    return undefined;
+  }
+  const seconds = daysFromCivil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second - offsetMinutes * 60;
+  return { ms: seconds * 1_000 + millis, nanos };
+}
+
+/** The decimal number in `count` digits at `at`, or -1. */
+function digits(text: string, at: number, count: number): number {
+  let value = 0;
+  for (let i = at; i < at + count; i++) {
+    const c = text.charCodeAt(i);
+    if (!isDigit(c)) return -1;
+    value = value * 10 + (c - 0x30);
+  }
+  return value;
+}
+
+function isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}
+
+function daysIn(year: number, month: number): number {
+  return month === 2 ? (isLeap(year) ? 29 : 28) : month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
+}
+
+/** Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+function daysFromCivil(year: number, month: number, day: number): number {
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yearOfEra = y - era * 400;
+  const dayOfYear = Math.floor((153 * (month + (month > 2 ? -3 : 9)) + 2) / 5) + day - 1;
+  const dayOfEra = yearOfEra * 365 + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100) + dayOfYear;
+  return era * 146_097 + dayOfEra - 719_468;
 }
 
 function isLeap(year: number): boolean {

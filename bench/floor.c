@@ -13,6 +13,13 @@
 //                                                 cycles of the first [warmup] seconds are not counted
 //   floor <dir> --contend-fair <seconds> <durable> [warmup seconds]
 //                                              → the same, first come first served (see fair_cycle)
+//   floor <dir> --handoff <cycles> <durable> <hold ms>
+//                                              → fair cycles that hold the lease <hold ms> each; prints
+//                                                 the CLOCK_MONOTONIC times (ns) of each acquire and
+//                                                 each release returning: run 2 at once, and a release
+//                                                 of one → the next acquire of the other is a C hand-off
+//                                                 (the release commits the record naming the next in
+//                                                 line, as the lease's does; the acquirer reads it)
 //   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
 //   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
 //                                                 until nobody holds it exclusively, prints the
@@ -40,6 +47,9 @@
 
 static const char *dir;
 static int durable;
+// --handoff: as the lease's release does, the releaser commits the record naming the next in line
+// before waking it, and the woken acquirer only reads it (no write of its own).
+static int release_commits;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -235,7 +245,7 @@ static uint64_t contended_cycle(uint64_t token) {
 // that waiter lets go of when it releases (so every hand-off wakes exactly the next process, as a
 // lease release wakes the front waiter). Acquire and release then write the record as above.
 // Not a lease (no crash handling of waiters): the physical floor of a fair hand-off.
-static uint64_t fair_cycle(uint64_t token) {
+static uint64_t fair_cycle(uint64_t token, uint64_t hold_ns, uint64_t *released) {
   char lock[4096], record[4096], mine[4096], ahead[4096], buffer[4096];
   snprintf(lock, sizeof lock, "%s/fair.lock", dir);
   snprintf(record, sizeof record, "%s/fair.lease.json", dir);
@@ -258,14 +268,19 @@ static uint64_t fair_cycle(uint64_t token) {
   }
   lfd = wait_transition(lock);
   read_record(record, buffer, sizeof buffer);
-  write_contended_record(record, 1, token);
+  if (!release_commits) write_contended_record(record, 1, token);
   close(lfd);
   uint64_t acquired = now_ns();
+  if (hold_ns) {
+    struct timespec ts = {(time_t)(hold_ns / 1000000000u), (long)(hold_ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  }
   lfd = wait_transition(lock);
-  write_contended_record(record, 0, token);
+  write_contended_record(record, release_commits, token + 1); // a hand-off commit, or a tombstone
   unlink(mine);
   close(mfd); // wakes the next in line
   close(lfd);
+  if (released) *released = now_ns();
   return acquired;
 }
 
@@ -298,11 +313,26 @@ int main(int argc, char **argv) {
     uint64_t until = warm + (uint64_t)(atof(argv[3]) * 1e9), cycles = 0, token = (uint64_t)getpid() << 32;
     printf("{\"waitsNs\":[");
     for (uint64_t start = now_ns(); start < until; start = now_ns()) {
-      uint64_t acquired = fair ? fair_cycle(++token) : contended_cycle(++token);
+      uint64_t acquired = fair ? fair_cycle(++token, 0, NULL) : contended_cycle(++token);
       if (start < warm) continue;
       printf("%s%llu", cycles++ ? "," : "", (unsigned long long)(acquired - start));
     }
     printf("],\"cycles\":%llu}\n", (unsigned long long)cycles);
+    return 0;
+  }
+  if (strcmp(argv[2], "--handoff") == 0 && argc > 5) {
+    int cycles = atoi(argv[3]);
+    durable = atoi(argv[4]);
+    release_commits = 1;
+    uint64_t hold_ns = (uint64_t)(atof(argv[5]) * 1e6), token = (uint64_t)getpid() << 32;
+    uint64_t *acquired = calloc((size_t)cycles, sizeof *acquired), *released = calloc((size_t)cycles, sizeof *released);
+    if (!acquired || !released) die("calloc");
+    for (int i = 0; i < cycles; i++) acquired[i] = fair_cycle(++token, hold_ns, &released[i]);
+    printf("{\"acquiredNs\":[");
+    for (int i = 0; i < cycles; i++) printf("%s%llu", i ? "," : "", (unsigned long long)acquired[i]);
+    printf("],\"releasedNs\":[");
+    for (int i = 0; i < cycles; i++) printf("%s%llu", i ? "," : "", (unsigned long long)released[i]);
+    printf("]}\n");
     return 0;
   }
   if (strcmp(argv[2], "--renew") == 0) {

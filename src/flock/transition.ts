@@ -1,0 +1,95 @@
+/**
+ * The two rules every transition of an id shares, for the Lease and the operator tools alike:
+ * taking the id's `<safeID>.lock` flock (bounded, re-checking the inode, waiting in the kernel),
+ * and reading its record (a format error is a LeaseCorruptError naming the file).
+ */
+import { sleep } from '../port/abort.js';
+import { LeaseCorruptError, LeaseTimeoutError } from '../port/errors.js';
+import type { LeaseIO } from './io.js';
+import { parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
+import { whenUnlocked } from './watch.js';
+
+/** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
+const TRANSITION_YIELDS = 3;
+
+export interface TransitionLockRequest {
+  readonly io: LeaseIO;
+  /** The id's `<safeID>.lock`. */
+  readonly path: string;
+  /** For the LeaseTimeoutError. */
+  readonly sessionId: string;
+  /** `performance.now()` by which the lock must be ours. */
+  readonly deadline: number;
+  /** The wait the caller asked for, named in the LeaseTimeoutError when given. */
+  readonly timeoutMs?: number | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Tries the lock once; defaults to `io.tryLockTransition` (the Lease also recreates its dir). */
+  readonly tryLock?: ((path: string) => number | 'busy' | 'replaced') | undefined;
+}
+
+/**
+ * Takes the id's transition lock: its fd (release with `io.unlockTransition`). Another process in
+ * a transition holds it for microseconds, so a busy lock is first retried after yielding to the
+ * event loop, then waited for in the kernel (a watcher thread blocked in flock), until `deadline`:
+ * then LeaseTimeoutError. A lock file pruned under us (`'replaced'`) is retried at once.
+ */
+export async function lockTransition(request: TransitionLockRequest): Promise<number> {
+  const { io, path, signal, deadline } = request;
+  const tryLock = request.tryLock ?? ((p: string) => io.tryLockTransition(p));
+  for (let tries = 0; ; tries++) {
+    const fd = tryLock(path);
+    if (typeof fd === 'number') return fd;
+    if (fd === 'replaced') continue; // the lock file was pruned under us: lock the new one
+    const left = deadline - performance.now();
+    if (left <= 0) {
+      const within = request.timeoutMs === undefined ? 'in time' : `within ${request.timeoutMs} ms`;
+      throw new LeaseTimeoutError(
+        `the transition lock ${path} was not free ${within}: ` +
+          'another process is in (or stopped in) an operation on this id',
+        request.sessionId,
+      );
+    }
+    if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
+    else await waitForUnlock(io, path, left, signal);
+  }
+}
+
+/** Waits until nobody holds `path` exclusively, `leftMs` passes, or `signal` aborts (which rejects). */
+async function waitForUnlock(
+  io: LeaseIO,
+  path: string,
+  leftMs: number,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const round = new AbortController();
+  const onAbort = (): void => round.abort();
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    await Promise.race([whenUnlocked(io, path, round.signal), sleep(leftMs, round.signal).catch(() => {})]);
+    signal?.throwIfAborted();
+  } finally {
+    round.abort();
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+function yieldToLoop(signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => setImmediate(() => (signal?.aborted ? reject(signal.reason) : resolve())));
+}
+
+/**
+ * The record at `path`, or `undefined` when there is none. An unreadable one (bad format, a
+ * symlink, not a regular file, too big) is a LeaseCorruptError naming the file; for a format
+ * error its `cause` is the RecordFormatError saying what is wrong.
+ */
+export function readRecordAt(io: LeaseIO, path: string): LeaseRecord | undefined {
+  const bytes = io.readRecord(path); // already a LeaseCorruptError for a file that is not a record
+  if (bytes === undefined) return undefined;
+  try {
+    return parseRecord(bytes);
+  } catch (error) {
+    if (!(error instanceof RecordFormatError)) throw error;
+    const message = `${path}: ${error.message}; nothing was changed (see \`flocklease repair\`)`;
+    throw new LeaseCorruptError(message, path, { cause: error });
+  }
+}

@@ -1,0 +1,240 @@
+/**
+ * The cross-process wait line of a lease directory: who a free lease is reserved for, where a
+ * refused waiting acquire queues, and who a release hands the lease to. The queue is the content
+ * of the id's `.lock` file (see queue.ts), so every method runs under that transition lock.
+ */
+import { LeaseHeldError, type LeaseHolder } from '../port/errors.js';
+import { nextToken } from '../kernel/token.js';
+import { MAX_EXPIRY_MS } from '../port/validate.js';
+import type { LeaseIO } from './io.js';
+import { inDir, waitName } from './layout.js';
+import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
+
+/** A waiting acquire's place in the id's queue, once it has one. */
+export interface Place {
+  readonly owner: string;
+  ticket?: number | undefined;
+  /** Its flocked `.wait` file; a hand-off renames that file to the new generation's `.live`. */
+  fd?: number | undefined;
+}
+
+/** One transition of an id, under its transition lock. */
+export interface TransitionContext {
+  readonly sessionId: string;
+  readonly safe: string;
+  /** The clock's time when the lock was taken (epoch ms). */
+  readonly now: number;
+  readonly lockFd: number;
+  /** The place of a waiting acquire; `undefined` for every other operation. */
+  readonly place?: Place | undefined;
+}
+
+/** A refused try, and what to wait for before the next one. */
+export interface Refused {
+  readonly refusal: LeaseHeldError;
+  /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
+  readonly watch: string | undefined;
+  /** Clock time (epoch ms) at which to look again regardless (the holder's expiry, a waiter's grace). */
+  readonly until: number | undefined;
+}
+
+/** The front waiter a release hands the lease to, with its new token. */
+export interface HandOff {
+  readonly waiter: QueuedWaiter;
+  readonly next: bigint;
+  /** The queue as read; the caller removes `waiter` and writes it back once the hand-off commits. */
+  readonly queue: WaitQueue;
+}
+
+/** How long a free lease stays reserved for a queued waiter that is alive but does not come for
+ * it (stopped, or its event loop blocked) before the next one may go first. */
+const WAITER_GRACE_MAX_MS = 1_000;
+/** Beyond this many queued tickets, dead ones are pruned anywhere in the queue, not just in front. */
+const QUEUE_PRUNE_AT = 16;
+
+export interface WaitLineOptions {
+  readonly io: LeaseIO;
+  readonly dir: string;
+  /** The lease length a queued waiter asks for. */
+  readonly ttlMs: number;
+  /** Closes a left place's `.wait` fd, or keeps it to retry (the Lease's pending cleanup). */
+  readonly closeOrDefer: (safe: string, fd: number) => void;
+}
+
+export class WaitLine {
+  readonly #io: LeaseIO;
+  readonly #dir: string;
+  readonly #ttlMs: number;
+  readonly #graceMs: number;
+  readonly #closeOrDefer: (safe: string, fd: number) => void;
+
+  constructor(options: WaitLineOptions) {
+    this.#io = options.io;
+    this.#dir = options.dir;
+    this.#ttlMs = options.ttlMs;
+    this.#graceMs = Math.min(options.ttlMs, WAITER_GRACE_MAX_MS);
+    this.#closeOrDefer = options.closeOrDefer;
+  }
+
+  /** The `.wait` file of a ticket. */
+  waitPath(safe: string, ticket: number): string {
+    return inDir(this.#dir, waitName(safe, ticket));
+  }
+
+  /**
+   * A takeable lease: `undefined` if this transition may take it (queued waiters go first, in
+   * arrival order; the caller's own place is given up), else the refusal naming the waiter it is
+   * reserved for. `holder` is what the record says (expired, released), as in any refusal.
+   */
+  claim(tx: TransitionContext, holder: LeaseHolder | undefined): Refused | undefined {
+    const queue = parseQueue(this.#io.readLockData(tx.lockFd));
+    if (queue.waiters.length > 0) {
+      const original = formatQueue(queue);
+      const ahead = this.#waiterAhead(tx, queue);
+      if (ahead !== undefined) {
+        const refusal = new LeaseHeldError(
+          `lease ${JSON.stringify(tx.sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
+          tx.sessionId,
+          holder,
+        );
+        const watch = this.waitPath(tx.safe, ahead);
+        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, { queue, original });
+      }
+      const mine = queue.waiters.findIndex((w) => w.ticket === tx.place?.ticket);
+      if (mine >= 0) queue.waiters.splice(mine, 1);
+      queue.freeSince = 0;
+      this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+    }
+    // Out of line first: our .wait file must not linger as a lock of this process.
+    this.leave(tx.safe, tx.place);
+    return undefined;
+  }
+
+  /**
+   * A refusal; a waiting acquire also takes (or keeps) its place in the queue here. `known` is the
+   * queue as already read (and maybe changed) under this transition, with its text as read.
+   */
+  refuse(
+    tx: TransitionContext,
+    refusal: LeaseHeldError,
+    watch: string,
+    until: number,
+    known?: { queue: WaitQueue; original: string },
+  ): Refused {
+    const { place, safe, lockFd } = tx;
+    let queue = known?.queue;
+    let original = known?.original;
+    if (place !== undefined) {
+      if (queue === undefined) {
+        queue = parseQueue(this.#io.readLockData(lockFd));
+        original = formatQueue(queue);
+      }
+      if (place.ticket === undefined || !queue.waiters.some((w) => w.ticket === place.ticket)) {
+        // First refusal, or skipped while away: (re)join at the back.
+        this.leave(safe, place);
+        if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(safe, queue);
+        const waiter = { ticket: nextTicket(queue, tx.now), owner: place.owner, ttlMs: this.#ttlMs };
+        queue.waiters.push(waiter);
+        const fits = formatQueue(queue).length <= MAX_QUEUE_TEXT;
+        const fd = fits ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
+        if (fd === undefined) queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
+        else Object.assign(place, { ticket: waiter.ticket, fd });
+      }
+    }
+    if (queue !== undefined && formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
+    const at = place?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === place.ticket);
+    if (at > 0) {
+      // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
+      // leaves the line (gave up, or died) — or, once it was handed the lease and its .wait file
+      // became the .live, when it releases: exactly when our turn comes. So a release wakes one
+      // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
+      const ahead = this.waitPath(safe, queue!.waiters[at - 1]!.ticket);
+      return { refusal, watch: ahead, until: tx.now + this.#graceMs };
+    }
+    return { refusal, watch, until };
+  }
+
+  /**
+   * The queued waiter a release (of generation `token`) hands the lease to: the first live one
+   * (dead ones are dropped, and the queue written back), with the token it gets.
+   */
+  nextInLine(tx: TransitionContext, token: bigint): HandOff | undefined {
+    const queue = parseQueue(this.#io.readLockData(tx.lockFd));
+    if (queue.waiters.length === 0) return undefined;
+    const original = formatQueue(queue);
+    let found: QueuedWaiter | undefined;
+    while (queue.waiters.length > 0) {
+      const front = queue.waiters[0]!;
+      const path = this.waitPath(tx.safe, front.ticket);
+      if (this.#io.probeLive(path) && tx.now + front.ttlMs <= MAX_EXPIRY_MS) {
+        found = front;
+        break;
+      }
+      queue.waiters.shift(); // its process is gone
+      this.#removeQuietly(path);
+    }
+    const next = nextToken(token, tx.now);
+    if (found === undefined || next === undefined) {
+      if (formatQueue(queue) !== original) this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+      return undefined;
+    }
+    return { waiter: found, next, queue };
+  }
+
+  /** Writes the queue back after a hand-off took (or skipped) its front waiter. */
+  handedOff(tx: TransitionContext, queue: WaitQueue): void {
+    this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+  }
+
+  /** Gives up a place in the queue: the entry goes stale and is pruned by whoever meets it. */
+  leave(safe: string, place: Place | undefined): void {
+    if (place?.fd === undefined) return;
+    this.#closeOrDefer(safe, place.fd);
+    this.#removeQuietly(this.waitPath(safe, place.ticket!));
+    place.fd = undefined;
+    place.ticket = undefined;
+  }
+
+  /**
+   * The live waiter a free lease is reserved for, unless it is this transition's own. Drops dead
+   * waiters from the front, and skips one that has not come for the lease within the grace (it
+   * rejoins at the back when it wakes). Changes `queue` in place; the caller writes it back.
+   */
+  #waiterAhead(tx: TransitionContext, queue: WaitQueue): number | undefined {
+    const { now } = tx;
+    while (queue.waiters.length > 0) {
+      const front = queue.waiters[0]!.ticket;
+      if (front === tx.place?.ticket) return undefined;
+      const path = this.waitPath(tx.safe, front);
+      if (!this.#io.probeLive(path)) {
+        queue.waiters.shift(); // its process is gone
+        queue.freeSince = 0;
+        this.#removeQuietly(path);
+        continue;
+      }
+      if (queue.freeSince === 0) queue.freeSince = now;
+      if (now - queue.freeSince < this.#graceMs) return front;
+      queue.waiters.shift(); // alive but not coming: let the next one go
+      queue.freeSince = now;
+    }
+    return undefined;
+  }
+
+  #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
+    for (let i = queue.waiters.length - 1; i >= 0; i--) {
+      const path = this.waitPath(safe, queue.waiters[i]!.ticket);
+      if (!this.#io.probeLive(path)) {
+        queue.waiters.splice(i, 1);
+        this.#removeQuietly(path);
+      }
+    }
+  }
+
+  #removeQuietly(path: string): void {
+    try {
+      this.#io.removeFile(path);
+    } catch {
+      // A leftover .wait file of a dead waiter is harmless (nobody holds it); prune takes it later.
+    }
+  }
+}
