@@ -1,5 +1,5 @@
 /** Output of the `flocklease` CLI: aligned tables for people, JSON for programs. */
-import type { Inspection, LeaseRow, Leftover, PruneResult } from '../flock/operator.js';
+import type { Inspection, LeaseRow, Leftover, PruneResult } from '../flock/operator/index.js';
 
 /** `in 25s`, `3m12s ago`, `400ms ago`, `now`: how far `at` is from `now`. */
 export function relative(atMs: number, nowMs: number): string {

@@ -12,7 +12,7 @@ import { hostname } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '../duration.js';
-import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator.js';
+import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator/index.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError, LeaseUnsupportedError } from '../port/errors.js';
 import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
 import { EXIT_HELD, EXIT_LOST, runCommand } from './run.js';

@@ -11,7 +11,7 @@ import { constants } from 'node:os';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Lease } from '../flock/lease.js';
-import { inspectLeaseDir } from '../flock/operator.js';
+import { inspectLeaseDir } from '../flock/operator/index.js';
 import { timerDelay } from '../port/abort.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
 import { leaseFiles, snapshot, writeRecordFile } from '../helpers/lease-files.js';

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
 import { fileIO } from '../../src/flock/io.js';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir, pruneLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir, pruneLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { filesystems, freshDir } from '../helpers/dirs.js';
 import { leaseFiles, snapshot, writeRecordFile } from '../helpers/lease-files.js';

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseCorruptError } from '../../src/port/errors.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';

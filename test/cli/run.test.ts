@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
 import { readRecordFile } from '../helpers/lease-files.js';
