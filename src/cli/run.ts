@@ -15,7 +15,7 @@ import { inspectLeaseDir } from '../flock/operator/index.js';
 import { timerDelay } from '../port/abort.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
-import { compact, isoSeconds, relative } from './format.js';
+import { compact, displayText, isoSeconds, relative } from './format.js';
 
 /** The lease was lost while the command ran (taken over, broken by an operator, or expired while
  * renewals failed); the command was terminated. Outside sysexits (64–78) and the shell's 126, 127
@@ -222,7 +222,7 @@ function heldMessage(dir: string, id: string, waitMs: number, error: LeaseHeldEr
   if (holder === undefined) return `lease ${JSON.stringify(id)} not obtained${waitMs > 0 ? ` within ${compact(waitMs)}` : ''}: ${error.message}`;
   const pid = row?.token === holder.token && row.pid !== undefined ? `pid ${row.pid}, ` : '';
   const now = Date.now();
-  return `${prefix} held by ${holder.owner} (${pid}token ${holder.token}, expires ${isoSeconds(holder.expiry)}, ${relative(holder.expiry.getTime(), now)})`;
+  return `${prefix} held by ${displayText(holder.owner)} (${pid}token ${holder.token}, expires ${isoSeconds(holder.expiry)}, ${relative(holder.expiry.getTime(), now)})`;
 }
 
 /** Are we in the foreground process group of our controlling terminal? (Linux: /proc/self/stat) */

@@ -44,6 +44,18 @@ describe('flocklease repair', () => {
     expect(fs.existsSync(join(dir, copyName))).toBe(true);
   });
 
+  test('a symlinked record: run exits 65 with the repair hint a corrupt record gets; repair fixes it', async () => {
+    const dir = freshDir();
+    const f = leaseFiles(dir, 'job');
+    fs.writeFileSync(join(dir, 'elsewhere'), '{}');
+    fs.symlinkSync(join(dir, 'elsewhere'), f.record);
+    const run = await cli(['run', '--dir', dir, '--id', 'job', '--', 'true']);
+    expect(run.code).toBe(65);
+    expect(run.stderr).toBe(`flocklease: ${f.record} is a symbolic link; lease files are never followed (see \`flocklease repair\`)\n`);
+    expect((await cli(['repair', dir, '--id', 'job'])).code).toBe(0);
+    expect((await cli(['run', '--dir', dir, '--id', 'job', '--', 'true'])).code).toBe(0);
+  });
+
   test('without a salvageable token the tombstone takes the largest .live token + 1 or the clock, whichever is greater', async () => {
     const dir = freshDir();
     const f = leaseFiles(dir, 'job');

@@ -201,6 +201,11 @@ describe('flocklease run', () => {
     const cases: Array<[string[], RegExp]> = [
       [runArgs(dir, 'job', '--ttl', '5x', '--', 'true'), /option '--ttl <duration>' argument '5x' is invalid\. invalid duration "5x": use e\.g\. 500ms, 30s, 5m/],
       [runArgs(dir, 'job', '--ttl', '0', '--', 'true'), /must be more than 0/],
+      // A bare number is not milliseconds (nor seconds): a unit is required.
+      [runArgs(dir, 'job', '--ttl', '10', '--', 'true'), /argument '10' is invalid\. duration "10" has no unit: write 10s or 10ms/],
+      [runArgs(dir, 'job', '--wait', '5', '--', 'true'), /duration "5" has no unit: write 5s or 5ms/],
+      [runArgs(dir, 'job', '--kill-after', '2.5', '--', 'true'), /duration "2\.5" has no unit: write 2\.5s or 2\.5ms/],
+      [['prune', dir, '--older-than', '24'], /duration "24" has no unit/],
       [runArgs(dir, 'job', '--wait', 'soon', '--', 'true'), /invalid duration "soon"/],
       [['run', '--dir', dir, '--', 'true'], /required option '--id <id>' not specified/],
       [runArgs(dir, 'job'), /missing required argument 'command'/],

@@ -3,7 +3,7 @@ import { LeaseCorruptError } from '../../port/errors.js';
 import { liveName, safeID } from '../layout.js';
 import { parseQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
-import { checkDir, checkOptionalId, clockOf, compare, ioOf, listGroups, readQueue, readRecordAt, type RecordRead } from './scan.js';
+import { checkDir, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type RecordRead } from './scan.js';
 import type { InspectOptions, Inspection, LeaseRow, LeaseState, LeaseWaiter, Leftover, LeftoverKind } from './types.js';
 
 /**
@@ -87,6 +87,11 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
     }
     for (const name of g.temps) leftover('temp', name);
     for (const name of g.copies) leftover('corrupt-copy', name);
+  }
+  if (id === undefined) {
+    for (const name of listGoTemps(path)) {
+      leftovers.push({ kind: 'go-temp', id: '', safeId: '', path: join(path, name), token: undefined, locked: undefined, pid: undefined });
+    }
   }
   leases.sort((a, b) => compare(a.id, b.id) || compare(a.safeId, b.safeId));
   leftovers.sort((a, b) => compare(a.path, b.path));

@@ -6,11 +6,12 @@ import { liveName, lockName, recordName, safeID, waitName } from '../layout.js';
 import type { LeaseIO } from '../io.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
-import { checkDir, checkMs, checkOptionalId, clockOf, compare, ioOf, listGroups, readQueue, readRecordAt, type Group, type RecordRead } from './scan.js';
+import { checkDir, checkMs, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type Group, type RecordRead } from './scan.js';
 import { underLock } from './transition.js';
 import {
   DEFAULT_LOCK_TIMEOUT_MS,
   DEFAULT_PRUNE_AGE_MS,
+  GO_TEMP_MIN_AGE_MS,
   type PrunedKind,
   type PruneOptions,
   type PruneRemoval,
@@ -26,6 +27,8 @@ interface Probe {
 interface Plan {
   /** Leave the whole id alone: why. */
   readonly skip?: string;
+  /** Why the lease itself stays (held, too young...), while its leftovers may still go. */
+  readonly kept?: string;
   readonly removals: PruneRemoval[];
   /** Whether the `.lock` may go too (after everything else went). */
   readonly removeLock: boolean;
@@ -51,16 +54,24 @@ function planPrune(dir: string, g: Group, read: RecordRead, queue: WaitQueue, pr
   }
 
   let keepRecord = read.kind === 'ok';
+  let kept: string | undefined;
   const record = read.kind === 'ok' ? read.record : undefined;
   if (record !== undefined) {
     const age = now - record.expiryMs;
-    const dead = record.owner === '' || (record.expiryMs <= now && probe.locked(liveName(g.safe, record.token)) === false);
+    const released = record.owner === '';
+    const expired = record.expiryMs <= now;
+    const running = !released && probe.locked(liveName(g.safe, record.token)) !== false;
+    const dead = released || (expired && !running);
     // A takeover without the record gets max(1, wall-clock µs): it beats this token only if the
     // clock is already past it (a token issued this millisecond, or by a Go process that counts +1, may not be).
     const beaten = record.token < BigInt(Math.floor(now * 1000));
-    if (dead && age >= olderThanMs && beaten) {
+    const finished = released ? `released ${ago(age)}` : `expired ${ago(age)}, holder gone`;
+    if (!dead) kept = !expired ? (running ? 'held' : 'crashed, not yet expired') : 'expired, its holder still running';
+    else if (age < olderThanMs) kept = `${finished}: newer than the prune age`;
+    else if (!beaten) kept = `${finished}: its token is ahead of the clock`;
+    else {
       keepRecord = false;
-      add('record', g.record!, record.owner === '' ? `released ${ago(age)}` : `expired ${ago(age)}, holder gone`);
+      add('record', g.record!, finished);
     }
   }
   for (const w of g.waits) add('orphan-wait', w.name, 'no waiter holds it');
@@ -79,7 +90,7 @@ function planPrune(dir: string, g: Group, read: RecordRead, queue: WaitQueue, pr
   for (const name of g.temps) add('temp', name, 'an interrupted record write');
   const removeLock = !keepRecord && !keptLive;
   if (removeLock && g.lock !== undefined) add('lock', g.lock, record === undefined ? 'no record' : 'its record was pruned');
-  return { removals, removeLock };
+  return { removals, removeLock, kept };
 }
 
 function ago(ms: number): string {
@@ -122,8 +133,9 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
       const read: RecordRead = g.record === undefined ? { kind: 'none' } : readRecordAt(io, join(path, g.record));
       const queue = g.lock === undefined ? parseQueue(undefined) : readQueue(io, join(path, g.lock));
       const plan = planPrune(path, g, read, queue, observerProbe(io, path, g, read), clock(), olderThanMs);
-      if (plan.skip !== undefined) skipped.push({ id: name(read), safeId: g.safe, reason: plan.skip });
-      else removed.push(...plan.removals);
+      const leftAlone = plan.skip ?? plan.kept;
+      if (leftAlone !== undefined) skipped.push({ id: name(read), safeId: g.safe, reason: leftAlone });
+      if (plan.skip === undefined) removed.push(...plan.removals);
       continue;
     }
     if (g.record === undefined && g.lock === undefined && g.lives.length + g.waits.length + g.temps.length === 0) continue; // only corrupt copies
@@ -148,6 +160,7 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
           skipped.push({ id: name(read), safeId: g.safe, reason: plan.skip });
           return;
         }
+        if (plan.kept !== undefined) skipped.push({ id: name(read), safeId: g.safe, reason: plan.kept });
         let failed = false;
         for (const removal of plan.removals) {
           if (removal.kind === 'lock') continue;
@@ -190,6 +203,7 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
       }
     }
   }
+  if (id === undefined) removeGoTemps(io, path, clock(), olderThanMs, dryRun, removed, errors);
   return { dir: path, dryRun, olderThanMs, removed, skipped, errors };
 }
 
@@ -204,4 +218,39 @@ function observerProbe(io: LeaseIO, dir: string, g: Group, read: RecordRead): Pr
       return table.lookup(join(dir, name))?.locked ?? false;
     },
   };
+}
+
+/** The Go original's temp records, once old enough (see GO_TEMP_MIN_AGE_MS): they name no id to lock. */
+function removeGoTemps(
+  io: LeaseIO,
+  dir: string,
+  now: number,
+  olderThanMs: number,
+  dryRun: boolean,
+  removed: PruneRemoval[],
+  errors: Array<{ path: string; error: Error }>,
+): void {
+  const minAgeMs = Math.max(olderThanMs, GO_TEMP_MIN_AGE_MS);
+  for (const name of listGoTemps(dir)) {
+    const path = join(dir, name);
+    let st: fs.Stats;
+    try {
+      st = fs.lstatSync(path);
+    } catch {
+      continue; // renamed into place or removed meanwhile
+    }
+    const age = now - st.mtimeMs;
+    if (st.isDirectory() || age < minAgeMs) continue;
+    const removal: PruneRemoval = { kind: 'go-temp', id: '', safeId: '', path, reason: `the Go original's interrupted record write, written ${ago(age)}` };
+    if (dryRun) {
+      removed.push(removal);
+      continue;
+    }
+    try {
+      io.removeFile(path);
+      removed.push(removal);
+    } catch (error) {
+      errors.push({ path, error: error as Error });
+    }
+  }
 }

@@ -13,6 +13,14 @@ import { kOperatorIO } from './types.js';
 /** `<safeID>.corrupt-<yyyymmddThhmmssmmmZ>[-n]`: outside the names a lease writes or prune removes. */
 const CORRUPT_COPY = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.corrupt-(\d{8}T\d{9}Z)(?:-\d+)?$/;
 
+/** The Go original's temp records: `os.CreateTemp(dir, ".lease-*.json.tmp")`, `*` a decimal uint32. */
+const GO_TEMP = /^\.lease-\d{1,10}\.json\.tmp$/;
+
+/** The Go original's temp records in `dir` (names), sorted. */
+export function listGoTemps(dir: string): string[] {
+  return fs.readdirSync(dir).filter((name) => GO_TEMP.test(name)).sort(compare);
+}
+
 export interface Group {
   readonly safe: string;
   record?: string;

@@ -47,10 +47,12 @@ export interface LeaseRow {
  * - `orphan-live`: a `.live` file that is not the recorded generation's;
  * - `orphan-wait`: a `.wait` file of no queued live waiter;
  * - `temp`: a record write that never finished (`<safeID>.lease.json.<pid>-<n>.tmp`);
+ * - `go-temp`: one of the Go original's (`.lease-<random>.json.tmp`, one pattern for the whole
+ *   directory: its id is unknown, so `id` and `safeId` are "");
  * - `stray-lock`: a transition lock of an id that has no record;
  * - `corrupt-copy`: a corrupt record that `repairLease` set aside (`<safeID>.corrupt-<time>`).
  */
-export type LeftoverKind = 'orphan-live' | 'orphan-wait' | 'temp' | 'stray-lock' | 'corrupt-copy';
+export type LeftoverKind = 'orphan-live' | 'orphan-wait' | 'temp' | 'go-temp' | 'stray-lock' | 'corrupt-copy';
 
 export interface Leftover {
   readonly kind: LeftoverKind;
@@ -99,7 +101,7 @@ export interface PruneOptions extends MutationOptions {
   readonly id?: string | undefined;
 }
 
-export type PrunedKind = 'record' | 'orphan-live' | 'orphan-wait' | 'temp' | 'lock';
+export type PrunedKind = 'record' | 'orphan-live' | 'orphan-wait' | 'temp' | 'go-temp' | 'lock';
 
 export interface PruneRemoval {
   readonly kind: PrunedKind;
@@ -113,7 +115,8 @@ export interface PruneRemoval {
 export interface PruneSkip {
   readonly id: string;
   readonly safeId: string;
-  /** Why the id was left alone entirely (queued waiters, corrupt record, lock busy). */
+  /** Why the id was left alone: entirely (queued waiters, corrupt record, lock busy), or its lease
+   * (held, crashed but unexpired, newer than the prune age, a token ahead of the clock). */
   readonly reason: string;
 }
 
@@ -151,6 +154,9 @@ export type ForceReleaseResult =
 
 export const DEFAULT_PRUNE_AGE_MS = 24 * 3_600_000;
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
+/** A Go temp record has no id to lock, so only its age says no write is in progress: prune removes
+ * it once it is both this old (a record write takes milliseconds) and older than `olderThanMs`. */
+export const GO_TEMP_MIN_AGE_MS = 60_000;
 
 /** Internal: the I/O layer (tests inject faults). Not part of the public API. */
 export const kOperatorIO = Symbol('flocklease.operator.io');
