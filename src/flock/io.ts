@@ -5,8 +5,10 @@
  * a libuv worker thread, because it fsyncs. Tests wrap this interface, or set the addon's fault
  * points, to inject faults.
  */
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { constants } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
 import { makeLeaseDir } from './mkdir.js';
 
@@ -111,6 +113,18 @@ try {
   native = require('../../native/build/Release/flocklease.node') as NativeIO;
 } catch (error) {
   loadError = error; // reported as LeaseUnsupportedError when a Lease is used, not at import
+}
+
+/**
+ * The `flocklease run` supervisor executable (native/supervisor.c), built beside the addon. Throws
+ * LeaseUnsupportedError when it is missing. The one place that knows where it lives.
+ */
+export function supervisorPath(): string {
+  const path = fileURLToPath(new URL('../../native/build/Release/flocklease-supervisor', import.meta.url));
+  if (!fs.existsSync(path)) {
+    throw new LeaseUnsupportedError(`the flocklease supervisor ${path} was not built; run \`npm rebuild flocklease\``);
+  }
+  return path;
 }
 
 function addon(): NativeIO {

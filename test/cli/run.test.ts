@@ -26,7 +26,12 @@ describe('flocklease run', () => {
     const dir = freshDir();
     const result = await cli(runArgs(dir, 'job', '--owner', 'me', '--ttl', '20s', '--', node, CHILD, 'report', '7'));
     expect(result.code).toBe(7);
-    const report = JSON.parse(result.stdout) as { env: Record<string, string>; lease: { state: string; owner: string; token: string; pid: number }; ppid: number };
+    const report = JSON.parse(result.stdout) as {
+      env: Record<string, string>;
+      lease: { state: string; owner: string; token: string; pid: number };
+      parentName: string;
+      runPid: number;
+    };
     const record = readRecordFile(dir, 'job');
     expect(record).toMatchObject({ owner: '', token: BigInt(report.env.FLOCKLEASE_TOKEN!) }); // released afterwards
     expect(report.env).toEqual({
@@ -40,8 +45,10 @@ describe('flocklease run', () => {
     const expiresIn = Date.parse(report.env.FLOCKLEASE_EXPIRY!) - Date.now();
     expect(expiresIn).toBeGreaterThan(10_000);
     expect(expiresIn).toBeLessThanOrEqual(20_000);
-    // While it ran, the lease was held by run itself (the command's parent), under that token.
-    expect(report.lease).toEqual({ state: 'held', owner: 'me', token: report.env.FLOCKLEASE_TOKEN, pid: report.ppid });
+    // While it ran, the lease was held by run itself, under that token; the command's parent is
+    // run's supervisor (comm is cut to 15 characters).
+    expect(report.lease).toEqual({ state: 'held', owner: 'me', token: report.env.FLOCKLEASE_TOKEN, pid: report.runPid });
+    expect(report.parentName).toBe('flocklease-supe');
     expect(result.stderr).toBe('');
 
     const zero = await cli(runArgs(dir, 'job', node, CHILD, 'report', '0')); // no `--`: the command's own flags are its own
