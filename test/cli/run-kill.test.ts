@@ -1,9 +1,11 @@
 // `kill -9` of `flocklease run` (issue 9, item 2): its command's whole process group dies with it,
 // and is gone before a waiting `run` starts its own command. Real processes, real /proc.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { inspectLeaseDir } from '../../src/flock/operator/index.js';
+import { supervisorPath } from '../../src/flock/io.js';
 import { freshDir } from '../helpers/dirs.js';
 import { alive, CliProcess, until } from './cli.js';
 
@@ -61,5 +63,39 @@ describe('flocklease run: kill -9', () => {
     expect(beating).toBe(false);
     expect(members.filter(([pid, state]) => !(pid === Number(group) && state === 'Z'))).toEqual([]);
     for (const pid of recorded) expect(alive(pid), `pid ${pid}`).toBe(false);
+  });
+
+  test('if the supervisor itself is SIGKILLed, run SIGKILLs the group before it releases', async () => {
+    const dir = freshDir();
+    const pids = join(dir, 'pids');
+    const run = new CliProcess(['run', '--dir', dir, '--id', 'job', '--', 'sh', '-c', `sleep 1000 & echo $! > ${pids}; wait`]);
+    const sleeper = await until(() => (fs.existsSync(pids) && fs.readFileSync(pids, 'utf8').endsWith('\n') ? Number(fs.readFileSync(pids, 'utf8')) : undefined), 'the command');
+    const stat = fs.readFileSync(`/proc/${sleeper}/stat`, 'latin1');
+    const supervisor = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]); // the group leader
+    process.kill(supervisor, 'SIGKILL');
+    const result = await run.done;
+    expect(result.code).toBe(137);
+    // Killed: gone, or a zombie waiting for init (its parents died) — it runs nothing either way.
+    const state = (): string => {
+      try {
+        const text = fs.readFileSync(`/proc/${sleeper}/stat`, 'latin1');
+        return text.slice(text.lastIndexOf(')') + 2).split(' ')[0]!;
+      } catch {
+        return 'gone';
+      }
+    };
+    expect(['gone', 'Z']).toContain(await until(() => (state() === 'S' || state() === 'R' ? undefined : state()), 'the sleeper to die', 5000));
+    expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]!.state).toBe('released');
+  });
+
+  test('the supervisor has a usage line and refuses bad arguments (exit 64)', () => {
+    for (const args of [[], ['--parent-pid', 'x', '--', 'true'], ['--parent-pid', '1']]) {
+      const result = spawnSync(supervisorPath(), args, { encoding: 'utf8', timeout: 5000 });
+      expect(result.status, args.join(' ')).toBe(64);
+      expect(result.stderr).toMatch(/^usage: flocklease-supervisor --parent-pid <pid>/);
+    }
+    // A parent that is not ours (already gone, as far as the supervisor can tell): the command never starts.
+    const orphan = spawnSync(supervisorPath(), ['--parent-pid', '1', '--', 'sh', '-c', 'echo started'], { encoding: 'utf8', timeout: 5000 });
+    expect(orphan).toMatchObject({ status: 137, stdout: '' });
   });
 });
