@@ -20,7 +20,7 @@ function acquireInChild(dir: string): { code: string; syscall: string; path: str
     import { Lease } from ${JSON.stringify(DIST_INDEX)};
     const started = performance.now();
     try {
-      await new Lease(process.argv[1]).acquire('job', 'me', { ttlMs: 10_000 });
+      await new Lease(process.argv[1]).acquire('job', 'me');
       console.log(JSON.stringify({ code: 'none' }));
     } catch (e) {
       console.log(JSON.stringify({ code: e.code, syscall: e.syscall, path: e.path, message: e.message, ms: performance.now() - started }));
@@ -51,10 +51,10 @@ describe('the lease directory', () => {
   test('a file in place of a parent: ENOTDIR naming the path; nothing is created', async () => {
     const root = freshDir();
     fs.writeFileSync(join(root, 'file'), '');
-    const error = await new Lease(join(root, 'file', 'sub', 'leases')).acquire('job', 'me', { ttlMs: 10_000 }).catch((e: unknown) => e);
+    const error = await new Lease(join(root, 'file', 'sub', 'leases')).acquire('job', 'me').catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'ENOTDIR', syscall: 'mkdir', path: join(root, 'file', 'sub', 'leases') });
     expect(fs.readdirSync(root)).toEqual(['file']);
-    const onFile = await new Lease(join(root, 'file')).acquire('job', 'me', { ttlMs: 10_000 }).catch((e: unknown) => e);
+    const onFile = await new Lease(join(root, 'file')).acquire('job', 'me').catch((e: unknown) => e);
     expect(onFile).toMatchObject({ code: 'ENOTDIR', path: join(root, 'file') });
   });
 
@@ -67,7 +67,7 @@ describe('the lease directory', () => {
     // Root ignores permission bits, so a read-only file system is the refusal a root test can see.
     test.runIf(mounted)('EROFS naming the directory', async () => {
       const dir = join(mountPoint, 'a', 'leases');
-      const error = await new Lease(dir).acquire('job', 'me', { ttlMs: 10_000 }).catch((e: unknown) => e);
+      const error = await new Lease(dir).acquire('job', 'me').catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'EROFS', syscall: 'mkdir', path: join(mountPoint, 'a') });
       const cliResult = await cli(['run', '--dir', dir, '--id', 'job', '--ttl', '10s', '--', 'true']);
       expect(cliResult.code).toBe(1);
@@ -81,14 +81,14 @@ describe('the lease directory', () => {
     try {
       const dir = join(root, 'run', 'myapp', 'leases');
       const lease = new Lease(dir);
-      await lease.release(await lease.acquire('job', 'me', { ttlMs: 10_000 }));
+      await lease.release(await lease.acquire('job', 'me'));
       const mode = (path: string): number => fs.statSync(path).mode & 0o777;
       expect([mode(join(root, 'run')), mode(join(root, 'run', 'myapp')), mode(dir)]).toEqual([0o755, 0o755, 0o700]);
 
       const existing = join(root, 'shared');
       fs.mkdirSync(existing, { mode: 0o775 });
       fs.chmodSync(existing, 0o775);
-      const grant = await new Lease(existing).acquire('job', 'me', { ttlMs: 10_000 });
+      const grant = await new Lease(existing).acquire('job', 'me');
       expect(grant.token).toBeGreaterThan(0n);
       expect(mode(existing)).toBe(0o775);
     } finally {
