@@ -1,12 +1,18 @@
 // flocklease demo: two agent processes want the same session. One gets it; we SIGKILL it
 // mid-work (no release, no cleanup); the other takes over at once — not after the 10 s TTL.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
+// A directory given on the command line is kept (to inspect it); the demo's own temp dir is removed.
+const ownDir = process.argv[2] === undefined;
 const dir = process.argv[2] ?? mkdtempSync(join(tmpdir(), 'flocklease-demo-'));
+process.on('exit', () => {
+  if (ownDir) rmSync(dir, { recursive: true, force: true });
+});
+process.once('SIGINT', () => process.exit(130)); // Ctrl-C: still through the 'exit' cleanup
 const start = Date.now();
 const stamp = (at = Date.now()) => `[${String(at - start).padStart(5)} ms]`;
 const say = (text, at) => console.log(`${stamp(at)} ${text}`);
@@ -61,3 +67,4 @@ for (const name of readdirSync(dir).sort()) {
   console.log(`  ${name}${text}`);
 }
 console.log(`(a released lease leaves a tombstone: owner "", the last token; agent-B exited ${survivor.exitCode})`);
+if (ownDir) console.log(`(removed ${dir}; pass a directory to keep the files)`);

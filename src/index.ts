@@ -44,4 +44,4 @@ export {
   type PruneSkip,
   type RepairResult,
   type ForceReleaseResult,
-} from './flock/operator.js';
+} from './flock/operator/index.js';

@@ -1,5 +1,5 @@
 /** Output of the `flocklease` CLI: aligned tables for people, JSON for programs. */
-import type { Inspection, LeaseRow, Leftover, PruneResult } from '../flock/operator.js';
+import type { Inspection, LeaseRow, Leftover, PruneResult } from '../flock/operator/index.js';
 
 /** `in 25s`, `3m12s ago`, `400ms ago`, `now`: how far `at` is from `now`. */
 export function relative(atMs: number, nowMs: number): string {
@@ -28,6 +28,35 @@ export function isoSeconds(date: Date): string {
   return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
+/**
+ * A field from a record or a file name, safe to print on a terminal (any process chooses its
+ * owner name, and the Go original writes whatever it is given). One scheme, as `git` and GNU `ls
+ * --quoting-style=escape` do it: `\\` for a backslash; `\e`, `\n`, `\r`, `\t` for their controls;
+ * `\xHH` for every other C0 or C1 control and DEL; `\uHHHH` for the line and paragraph separators
+ * and the bidirectional overrides and isolates (they reorder what follows them). Then at most
+ * `max` characters, the rest shown as `…`. Only table output uses this: `--json` keeps exact strings.
+ */
+export function displayText(text: string, max = DISPLAY_MAX): string {
+  const escaped = text.replace(UNSAFE, (c) => {
+    const named = NAMED_ESCAPES[c];
+    if (named !== undefined) return named;
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? `\\x${hex(code, 2)}` : `\\u${hex(code, 4)}`;
+  });
+  const chars = [...escaped];
+  return chars.length <= max ? escaped : `${chars.slice(0, max - 1).join('')}…`;
+}
+
+/** The widest an id, owner or file name is shown in a table. */
+const DISPLAY_MAX = 64;
+// eslint-disable-next-line no-control-regex
+const UNSAFE = /[\\\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+const NAMED_ESCAPES: Record<string, string> = { '\\': '\\\\', '\u001b': '\\e', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+function hex(code: number, digits: number): string {
+  return code.toString(16).padStart(digits, '0');
+}
+
 /** Columns padded to their widest cell; the last column is not padded. */
 export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>, indent = ''): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
@@ -35,6 +64,9 @@ export function table(header: readonly string[], rows: ReadonlyArray<readonly st
     indent + cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
 }
+
+/** A note quotes a corrupt record's problem, which may quote the record. */
+const NOTE_MAX = 160;
 
 function note(row: LeaseRow): string {
   if (row.problem !== undefined) return row.problem.startsWith(`${row.path}: `) ? row.problem.slice(row.path.length + 2) : row.problem;
@@ -52,6 +84,7 @@ const LEFTOVER_NOTES: Record<Leftover['kind'], string> = {
   'orphan-live': 'liveness file of a finished generation',
   'orphan-wait': 'liveness file of a waiter that left',
   temp: 'an interrupted record write',
+  'go-temp': "the Go original's interrupted record write",
   'stray-lock': 'transition lock of an id with no record',
   'corrupt-copy': 'a corrupt record set aside by repair (prune keeps it)',
 };
@@ -66,24 +99,25 @@ export function inspectionText(inspection: Inspection, id: string | undefined): 
   const now = inspection.at.getTime();
   const out: string[] = [];
   if (inspection.leases.length === 0) {
-    out.push(id === undefined ? `No leases in ${inspection.dir}.` : `No lease for ${JSON.stringify(id)} in ${inspection.dir}.`);
+    const where = displayText(inspection.dir, Infinity);
+    out.push(id === undefined ? `No leases in ${where}.` : `No lease for "${displayText(id)}" in ${where}.`);
   } else {
     const rows = inspection.leases.map((row) => [
-      row.id,
+      displayText(row.id),
       row.state,
-      row.owner === undefined || row.owner === '' ? '-' : row.owner,
+      row.owner === undefined || row.owner === '' ? '-' : displayText(row.owner),
       row.token === undefined ? '-' : String(row.token),
       row.expiry === undefined ? '-' : `${isoSeconds(row.expiry)} (${relative(row.expiry.getTime(), now)})`,
       row.pid === undefined ? '-' : String(row.pid),
       String(row.waiters.length),
-      note(row),
+      displayText(note(row), NOTE_MAX),
     ]);
     out.push(table(['ID', 'STATE', 'OWNER', 'TOKEN', 'EXPIRY', 'PID', 'WAITERS', 'NOTE'], rows));
   }
   if (inspection.leftovers.length > 0) {
     out.push('', `Leftovers (${inspection.leftovers.length}):`);
     const rows = inspection.leftovers.map((l) => [
-      l.path.slice(inspection.dir.length + 1),
+      displayText(l.path.slice(inspection.dir.length + 1)),
       l.kind,
       [LEFTOVER_NOTES[l.kind], lockNote(l)].filter(Boolean).join('; '),
     ]);
@@ -132,9 +166,10 @@ export function inspectionJson(inspection: Inspection): unknown[] {
 
 export function pruneText(result: PruneResult): string {
   const verb = result.dryRun ? 'would remove' : 'removed';
-  const lines = result.removed.map((r) => `${verb} ${r.path.slice(result.dir.length + 1)}  (${r.kind}: ${r.reason})`);
-  for (const s of result.skipped) lines.push(`left alone ${s.id}: ${s.reason}`);
-  for (const e of result.errors) lines.push(`could not remove ${e.path.slice(result.dir.length + 1)}: ${e.error.message}`);
+  const file = (path: string): string => displayText(path.slice(result.dir.length + 1));
+  const lines = result.removed.map((r) => `${verb} ${file(r.path)}  (${r.kind}: ${r.reason})`);
+  for (const s of result.skipped) lines.push(`left alone ${displayText(s.id)}: ${displayText(s.reason, NOTE_MAX)}`);
+  for (const e of result.errors) lines.push(`could not remove ${file(e.path)}: ${displayText(e.error.message, NOTE_MAX)}`);
   const records = result.removed.filter((r) => r.kind === 'record').length;
   lines.push(
     `${result.dryRun ? 'Dry run: would remove' : 'Removed'} ${result.removed.length} file${result.removed.length === 1 ? '' : 's'} ` +

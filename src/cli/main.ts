@@ -9,10 +9,12 @@
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '../kernel/duration.js';
-import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator.js';
+import { parseLeaseFileName } from '../flock/layout.js';
+import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator/index.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError, LeaseUnsupportedError } from '../port/errors.js';
 import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
 import { EXIT_HELD, EXIT_LOST, runCommand } from './run.js';
@@ -77,7 +79,7 @@ Exit codes:
   run also exits with the command's own status: its exit code, 128+n if
   signal n killed it, 126 if it could not be executed, 127 if not found.`;
 
-const DURATIONS_HELP = `Durations: 500ms, 30s, 5m, 2h (a bare number is milliseconds).`;
+const DURATIONS_HELP = `Durations: 500ms, 30s, 5m, 2h (a unit is required; 0 alone is 0).`;
 
 /** Builds the program; `result.code` is set by the command that ran. */
 function program(io: Io, result: { code: number; verbose: boolean }): Command {
@@ -419,6 +421,13 @@ function shellQuote(text: string): string {
   return /^[A-Za-z0-9_.,:/@%+=-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
 }
 
+/** A record that cannot be read (unparsable, a symlink, not a regular file) is what `repair` fixes:
+ * say so, whichever check found it. */
+function withRepairHint(error: LeaseCorruptError): string {
+  const isRecord = parseLeaseFileName(basename(error.path))?.kind === 'record';
+  return isRecord && !error.message.includes('flocklease repair') ? `${error.message} (see \`flocklease repair\`)` : error.message;
+}
+
 /** Maps an error to an exit code and one line (a stack too when verbose). */
 function failure(error: unknown, io: Io, verbose: boolean): number {
   const message = error instanceof Error ? error.message : String(error);
@@ -428,7 +437,7 @@ function failure(error: unknown, io: Io, verbose: boolean): number {
     return code;
   };
   if (error instanceof UsageError) return say(EXIT.USAGE);
-  if (error instanceof LeaseCorruptError) return say(EXIT.CORRUPT);
+  if (error instanceof LeaseCorruptError) return say(EXIT.CORRUPT, withRepairHint(error));
   if (error instanceof LeaseHeldError || error instanceof LeaseTimeoutError) return say(EXIT.HELD);
   if (error instanceof LeaseTokenExhaustedError || error instanceof LeaseUnsupportedError) return say(EXIT.FAILURE);
   // Arguments the library refused before touching anything (e.g. an id with a lone surrogate).

@@ -2,20 +2,23 @@
  * `flocklease run`: hold a lease while a command runs — the lease-aware cousin of util-linux
  * flock(1). Acquire (waiting if asked), run the command with the grant in its environment, renew
  * while it runs, release when it exits, and exit with its status. On loss: SIGTERM the command,
- * SIGKILL after a grace, exit EXIT_LOST.
+ * SIGKILL after a grace, exit EXIT_LOST. The command runs under native/supervisor.c, which kills its
+ * process group when `run` dies, even by SIGKILL, before the lease can pass to a waiter.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
 import { constants } from 'node:os';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { supervisorPath } from '../flock/io.js';
+import { liveName, safeID } from '../flock/layout.js';
 import { Lease } from '../flock/lease.js';
-import { inspectLeaseDir } from '../flock/operator.js';
+import { inspectLeaseDir } from '../flock/operator/index.js';
 import { timerDelay } from '../kernel/timers.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
-import { compact, isoSeconds, relative } from './format.js';
+import { compact, displayText, isoSeconds, relative } from './format.js';
 
 /** The lease was lost while the command ran (taken over, broken by an operator, or expired while
  * renewals failed); the command was terminated. Outside sysexits (64–78) and the shell's 126, 127
@@ -51,6 +54,7 @@ export interface Output {
 export async function runCommand(options: RunOptions, out: Output): Promise<number> {
   const { id, owner, command } = options;
   const dir = resolve(options.dir);
+  const supervisor = supervisorPath(); // missing: fail before taking the lease
   const lease = new Lease(dir, { ttlMs: options.ttlMs });
   const waiting = new AbortController();
   let interrupted: Forwarded | undefined;
@@ -139,7 +143,16 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       FLOCKLEASE_EXPIRY: grant.expiry.toISOString(),
       FLOCKLEASE_TTL_MS: String(options.ttlMs),
     };
-    const started = spawn(command[0]!, command.slice(1), { stdio: 'inherit', env, detached: !options.foreground });
+    // The supervisor keeps a descriptor of the generation's .live open (its fd 3): the lease stays
+    // held until it has killed the command's group, even if this process is SIGKILLed.
+    const liveFd = descriptorOf(join(dir, liveName(safeID(id), grant.token)));
+    const supervisorArgs = ['--parent-pid', String(process.pid), ...(liveFd === undefined ? [] : ['--keep-fd', '3'])];
+    if (options.foreground) supervisorArgs.push('--foreground');
+    const started = spawn(supervisor, [...supervisorArgs, '--', ...command], {
+      stdio: ['inherit', 'inherit', 'inherit', liveFd ?? 'ignore'],
+      env,
+      detached: !options.foreground, // a new session and process group, led by the supervisor
+    });
     child = started;
     const status = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | { error: NodeJS.ErrnoException }>((done) => {
       started.once('error', (error) => done({ error }));
@@ -150,10 +163,12 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
 
     if ('error' in status) {
       await hold.release().catch(() => {});
-      const notFound = status.error.code === 'ENOENT';
-      out.say(`cannot run ${JSON.stringify(command[0])}: ${notFound ? 'command not found' : status.error.message}`);
-      return notFound ? 127 : 126;
+      out.say(`cannot start the supervisor ${supervisor}: ${status.error.message}`);
+      return 126;
     }
+    // The supervisor reports the command's status (126/127 if it could not be run); a signal here
+    // killed the supervisor itself: what is left of the command's group goes too.
+    if (status.signal !== null && !options.foreground) await reapGroup(started.pid!, 0);
     const childStatus = status.code ?? 128 + constants.signals[status.signal!];
     if (lost === undefined) {
       // Was the lease still ours when the command ended? A renew tells: a takeover or a
@@ -222,7 +237,26 @@ function heldMessage(dir: string, id: string, waitMs: number, error: LeaseHeldEr
   if (holder === undefined) return `lease ${JSON.stringify(id)} not obtained${waitMs > 0 ? ` within ${compact(waitMs)}` : ''}: ${error.message}`;
   const pid = row?.token === holder.token && row.pid !== undefined ? `pid ${row.pid}, ` : '';
   const now = Date.now();
-  return `${prefix} held by ${holder.owner} (${pid}token ${holder.token}, expires ${isoSeconds(holder.expiry)}, ${relative(holder.expiry.getTime(), now)})`;
+  return `${prefix} held by ${displayText(holder.owner)} (${pid}token ${holder.token}, expires ${isoSeconds(holder.expiry)}, ${relative(holder.expiry.getTime(), now)})`;
+}
+
+/** Our descriptor of `path` (the Lease keeps the .live open; matched by device and inode). */
+function descriptorOf(path: string): number | undefined {
+  let target: fs.Stats;
+  try {
+    target = fs.statSync(path);
+  } catch {
+    return undefined;
+  }
+  for (const name of fs.readdirSync('/proc/self/fd')) {
+    try {
+      const st = fs.fstatSync(Number(name));
+      if (st.dev === target.dev && st.ino === target.ino) return Number(name);
+    } catch {
+      // the directory's own descriptor, closed since the listing
+    }
+  }
+  return undefined;
 }
 
 /** Are we in the foreground process group of our controlling terminal? (Linux: /proc/self/stat) */

@@ -8,7 +8,9 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { constants } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
+import { makeLeaseDir } from './mkdir.js';
 
 /** The write side of one transition. */
 export interface CommitPlan {
@@ -41,7 +43,8 @@ export interface CommitError extends NodeJS.ErrnoException {
 }
 
 export interface LeaseIO {
-  /** Creates the lease directory (0700) if needed; fails if the path is not a directory. */
+  /** Creates the lease directory (0700) and its parents if needed (see mkdir.ts); fails if the
+   * path is not a directory. */
   prepareDir(dir: string): void;
   /** open(O_CREAT) + flock(LOCK_EX|LOCK_NB): the fd, `'busy'` when another holder has it, or
    * `'replaced'` when the path no longer names the inode we locked (pruned meanwhile: retry). */
@@ -112,6 +115,18 @@ try {
   loadError = error; // reported as LeaseUnsupportedError when a Lease is used, not at import
 }
 
+/**
+ * The `flocklease run` supervisor executable (native/supervisor.c), built beside the addon. Throws
+ * LeaseUnsupportedError when it is missing. The one place that knows where it lives.
+ */
+export function supervisorPath(): string {
+  const path = fileURLToPath(new URL('../../native/build/Release/flocklease-supervisor', import.meta.url));
+  if (!fs.existsSync(path)) {
+    throw new LeaseUnsupportedError(`the flocklease supervisor ${path} was not built; run \`npm rebuild flocklease\``);
+  }
+  return path;
+}
+
 function addon(): NativeIO {
   if (native === undefined) {
     throw new LeaseUnsupportedError(`the flocklease native addon did not load (${String(loadError)}); run \`npm rebuild flocklease\``, {
@@ -166,19 +181,7 @@ function nativePlan(dir: string, plan: CommitPlan): NativePlan {
 export const fileIO: LeaseIO = {
   prepareDir(dir) {
     const io = addon();
-    try {
-      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code !== 'EEXIST' && code !== 'ENOTDIR') throw error;
-    }
-    if (!fs.statSync(dir).isDirectory()) {
-      throw Object.assign(new Error(`ENOTDIR: the lease directory is not a directory, '${dir}'`), {
-        code: 'ENOTDIR',
-        syscall: 'mkdir',
-        path: dir,
-      });
-    }
+    makeLeaseDir(dir);
     const type = io.fsType(dir);
     if (type === TMPFS_MAGIC || type === RAMFS_MAGIC) inlineCommitDirs.add(dir);
     else inlineCommitDirs.delete(dir);

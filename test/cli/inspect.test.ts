@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
 import { leaseFiles, snapshot, writeRecordFile } from '../helpers/lease-files.js';
@@ -155,5 +155,35 @@ describe('flocklease inspect', () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/^flocklease: ENOENT: no such file or directory.*nope/);
     expect(fs.existsSync(join(empty, 'nope'))).toBe(false);
+  });
+
+  test('table output escapes control characters and shortens long fields; --json keeps the exact strings', async () => {
+    const dir = freshDir();
+    const lease = new Lease(dir, { ttlMs: 60_000 });
+    const evil = 'evil\u001b]0;pwned\u0007\u001b[31mred\\';
+    const split = 'two\nlines\r\t\u0085\u202e';
+    const longId = 'x'.repeat(10_000);
+    await lease.acquire('evil', evil);
+    await lease.acquire('split', split);
+    await lease.acquire(longId, 'me');
+    const text = await cli(['inspect', dir]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/); // only the newlines between rows
+    const lines = text.stdout.trimEnd().split('\n');
+    expect(lines).toHaveLength(4); // the header and one row per lease: no row split by a newline
+    expect(lines.find((l) => l.startsWith('evil '))).toContain(' evil\\e]0;pwned\\x07\\e[31mred\\\\ ');
+    expect(lines.find((l) => l.startsWith('split '))).toContain(' two\\nlines\\r\\t\\x85\\u202e ');
+    const long = lines.find((l) => l.startsWith('xxx'))!;
+    expect(long.startsWith(`${'x'.repeat(63)}… `)).toBe(true);
+    for (const line of lines) expect(line.length, line).toBeLessThan(200);
+
+    const json = JSON.parse((await cli(['inspect', dir, '--json'])).stdout) as JsonRow[];
+    expect(json.map((row) => [row.id, row.owner]).sort()).toEqual(
+      [
+        ['evil', evil],
+        ['split', split],
+        [longId, 'me'],
+      ].sort(),
+    );
   });
 });

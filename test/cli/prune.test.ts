@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
 import { fileIO } from '../../src/flock/io.js';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir, pruneLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir, pruneLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { filesystems, freshDir } from '../helpers/dirs.js';
 import { leaseFiles, snapshot, writeRecordFile } from '../helpers/lease-files.js';
@@ -84,14 +84,20 @@ describe('flocklease prune', () => {
     expect(fs.existsSync(crashedLive)).toBe(true); // a crashed, unexpired lease: left for the next acquire
     expect(result.stdout).toMatch(/^removed .*old-tombstone-\w+\.lease\.json {2}\(record: released 2d0h ago\)$/m);
     expect(result.stdout).toMatch(/^removed .*old-expired-\w+\.lease\.json {2}\(record: expired 2d0h ago, holder gone\)$/m);
-    expect(result.stdout).toMatch(/^Removed 7 files \(2 records\); 0 ids left alone\.$/m);
+    expect(result.stdout).toMatch(/^Removed 7 files \(2 records\); 5 ids left alone\.$/m);
+    // The leases it kept are counted among the ids left alone, each with its reason.
+    expect(result.stdout).toMatch(/^left alone held: held$/m);
+    expect(result.stdout).toMatch(/^left alone crashed: crashed, not yet expired$/m);
+    expect(result.stdout).toMatch(/^left alone young-tombstone: released \d+m?s ago: newer than the prune age$/m);
+    expect(result.stdout).toMatch(/^left alone young-expired: expired 1m ago, holder gone: newer than the prune age$/m);
+    expect(result.stdout).toMatch(/^left alone token-ahead: released 2d0h ago: its token is ahead of the clock$/m);
 
     // The holder never noticed.
     expect(inspectLeaseDir(dir, { id: 'held' }).leases[0]).toMatchObject({ state: 'held', token: held.token, pid: holder.pid });
     expect((await holder.call({ op: 'renew' })).ok).toBe(true);
     // Nothing more to do with the same age; with age 0 the young tombstone and the young dead
     // expired record go too; the token ahead of the clock never does.
-    expect((await cli(['prune', dir, '--older-than', '1h'])).stdout).toBe('Removed 0 files (0 records); 0 ids left alone.\n');
+    expect((await cli(['prune', dir, '--older-than', '1h'])).stdout).toMatch(/^Removed 0 files \(0 records\); 5 ids left alone\.$/m);
     await cli(['prune', dir, '--older-than', '0']);
     expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['crashed', 'held', 'token-ahead']);
   });
@@ -104,13 +110,39 @@ describe('flocklease prune', () => {
     expect(snapshot(dir)).toEqual(before);
     const wouldGo = [...dry.stdout.matchAll(/^would remove (\S+)/gm)].map((m) => m[1]).sort();
     expect(wouldGo).toEqual([...gone].sort());
-    expect(dry.stdout).toMatch(/^Dry run: would remove 7 files \(2 records\); 0 ids left alone\.$/m);
+    expect(dry.stdout).toMatch(/^Dry run: would remove 7 files \(2 records\); 5 ids left alone\.$/m);
     const json = JSON.parse((await cli(['prune', dir, '--older-than', '1h', '--dry-run', '--json'])).stdout) as { dryRun: boolean; removed: Array<{ path: string }> };
     expect(json.dryRun).toBe(true);
     expect(json.removed.map((r) => r.path.slice(dir.length + 1)).sort()).toEqual(wouldGo);
     expect(snapshot(dir)).toEqual(before);
     const real = await cli(['prune', dir, '--older-than', '1h']);
     expect([...real.stdout.matchAll(/^removed (\S+)/gm)].map((m) => m[1]).sort()).toEqual(wouldGo);
+  });
+
+  test("the Go original's temp records: inspect lists them; prune removes them once a minute and --older-than old", async () => {
+    const dir = freshDir();
+    const minutesAgo = (name: string, minutes: number): string => {
+      const path = join(dir, name);
+      fs.writeFileSync(path, '{"owner":"go');
+      const at = (Date.now() - minutes * 60_000) / 1000;
+      fs.utimesSync(path, at, at);
+      return name;
+    };
+    const old = minutesAgo('.lease-3141592653.json.tmp', 120);
+    const recent = minutesAgo('.lease-42.json.tmp', 0.1); // a Go write may still be in progress
+    const notGo = minutesAgo('.lease-notes.json.tmp', 120); // not os.CreateTemp's pattern
+    const kinds = inspectLeaseDir(dir).leftovers.map((l) => [l.kind, l.path.slice(dir.length + 1)]);
+    expect(kinds).toEqual([
+      ['go-temp', old],
+      ['go-temp', recent],
+    ]);
+    expect((await cli(['inspect', dir])).stdout).toMatch(new RegExp(`^  ${old.replace(/\./g, '\\.')}  go-temp  the Go original's interrupted record write$`, 'm'));
+    // Younger than --older-than: kept.
+    expect((await cli(['prune', dir, '--older-than', '3h'])).stdout).toBe('Removed 0 files (0 records); 0 ids left alone.\n');
+    expect((await cli(['prune', dir, '--older-than', '0', '--dry-run'])).stdout).toMatch(/^would remove \.lease-3141592653\.json\.tmp {2}\(go-temp: /m);
+    const result = await cli(['prune', dir, '--older-than', '0']);
+    expect(result.stdout).toMatch(/^removed \.lease-3141592653\.json\.tmp {2}\(go-temp: the Go original's interrupted record write, written 2h0m ago\)$/m);
+    expect(fs.readdirSync(dir).sort()).toEqual([recent, notGo].sort());
   });
 
   test('leaves an id with queued waiters alone', async () => {

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseCorruptError } from '../../src/port/errors.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
@@ -42,6 +42,18 @@ describe('flocklease repair', () => {
     expect(rows.leftovers).toEqual([expect.objectContaining({ kind: 'corrupt-copy', id: 'job', path: join(dir, copyName) })]);
     await cli(['prune', dir, '--older-than', '0']);
     expect(fs.existsSync(join(dir, copyName))).toBe(true);
+  });
+
+  test('a symlinked record: run exits 65 with the repair hint a corrupt record gets; repair fixes it', async () => {
+    const dir = freshDir();
+    const f = leaseFiles(dir, 'job');
+    fs.writeFileSync(join(dir, 'elsewhere'), '{}');
+    fs.symlinkSync(join(dir, 'elsewhere'), f.record);
+    const run = await cli(['run', '--dir', dir, '--id', 'job', '--', 'true']);
+    expect(run.code).toBe(65);
+    expect(run.stderr).toBe(`flocklease: ${f.record} is a symbolic link; lease files are never followed (see \`flocklease repair\`)\n`);
+    expect((await cli(['repair', dir, '--id', 'job'])).code).toBe(0);
+    expect((await cli(['run', '--dir', dir, '--id', 'job', '--', 'true'])).code).toBe(0);
   });
 
   test('without a salvageable token the tombstone takes the largest .live token + 1 or the clock, whichever is greater', async () => {

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
-import { inspectLeaseDir } from '../../src/flock/operator.js';
+import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { LeaseAgent } from '../helpers/agent.js';
 import { freshDir } from '../helpers/dirs.js';
 import { readRecordFile } from '../helpers/lease-files.js';
@@ -26,7 +26,12 @@ describe('flocklease run', () => {
     const dir = freshDir();
     const result = await cli(runArgs(dir, 'job', '--owner', 'me', '--ttl', '20s', '--', node, CHILD, 'report', '7'));
     expect(result.code).toBe(7);
-    const report = JSON.parse(result.stdout) as { env: Record<string, string>; lease: { state: string; owner: string; token: string; pid: number }; ppid: number };
+    const report = JSON.parse(result.stdout) as {
+      env: Record<string, string>;
+      lease: { state: string; owner: string; token: string; pid: number };
+      parentName: string;
+      runPid: number;
+    };
     const record = readRecordFile(dir, 'job');
     expect(record).toMatchObject({ owner: '', token: BigInt(report.env.FLOCKLEASE_TOKEN!) }); // released afterwards
     expect(report.env).toEqual({
@@ -40,8 +45,10 @@ describe('flocklease run', () => {
     const expiresIn = Date.parse(report.env.FLOCKLEASE_EXPIRY!) - Date.now();
     expect(expiresIn).toBeGreaterThan(10_000);
     expect(expiresIn).toBeLessThanOrEqual(20_000);
-    // While it ran, the lease was held by run itself (the command's parent), under that token.
-    expect(report.lease).toEqual({ state: 'held', owner: 'me', token: report.env.FLOCKLEASE_TOKEN, pid: report.ppid });
+    // While it ran, the lease was held by run itself, under that token; the command's parent is
+    // run's supervisor (comm is cut to 15 characters).
+    expect(report.lease).toEqual({ state: 'held', owner: 'me', token: report.env.FLOCKLEASE_TOKEN, pid: report.runPid });
+    expect(report.parentName).toBe('flocklease-supe');
     expect(result.stderr).toBe('');
 
     const zero = await cli(runArgs(dir, 'job', node, CHILD, 'report', '0')); // no `--`: the command's own flags are its own
@@ -201,6 +208,11 @@ describe('flocklease run', () => {
     const cases: Array<[string[], RegExp]> = [
       [runArgs(dir, 'job', '--ttl', '5x', '--', 'true'), /option '--ttl <duration>' argument '5x' is invalid\. invalid duration "5x": use e\.g\. 500ms, 30s, 5m/],
       [runArgs(dir, 'job', '--ttl', '0', '--', 'true'), /must be more than 0/],
+      // A bare number is not milliseconds (nor seconds): a unit is required.
+      [runArgs(dir, 'job', '--ttl', '10', '--', 'true'), /argument '10' is invalid\. duration "10" has no unit: write 10s or 10ms/],
+      [runArgs(dir, 'job', '--wait', '5', '--', 'true'), /duration "5" has no unit: write 5s or 5ms/],
+      [runArgs(dir, 'job', '--kill-after', '2.5', '--', 'true'), /duration "2\.5" has no unit: write 2\.5s or 2\.5ms/],
+      [['prune', dir, '--older-than', '24'], /duration "24" has no unit/],
       [runArgs(dir, 'job', '--wait', 'soon', '--', 'true'), /invalid duration "soon"/],
       [['run', '--dir', dir, '--', 'true'], /required option '--id <id>' not specified/],
       [runArgs(dir, 'job'), /missing required argument 'command'/],

@@ -1,0 +1,139 @@
+// Reading a lease directory: its files grouped by id, records, queues, and argument checks.
+
+import fs from 'node:fs';
+import { resolve } from 'node:path';
+import { LeaseCorruptError } from '../../port/errors.js';
+import { checkSessionId } from '../../port/validate.js';
+import { fileIO, type LeaseIO } from '../io.js';
+import { parseLeaseFileName } from '../layout.js';
+import { parseQueue, type WaitQueue } from '../queue.js';
+import { parseRecord, RecordFormatError, type LeaseRecord } from '../record.js';
+import { kOperatorIO } from './types.js';
+
+/** `<safeID>.corrupt-<yyyymmddThhmmssmmmZ>[-n]`: outside the names a lease writes or prune removes. */
+const CORRUPT_COPY = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.corrupt-(\d{8}T\d{9}Z)(?:-\d+)?$/;
+
+/** The Go original's temp records: `os.CreateTemp(dir, ".lease-*.json.tmp")`, `*` a decimal uint32. */
+const GO_TEMP = /^\.lease-\d{1,10}\.json\.tmp$/;
+
+/** The Go original's temp records in `dir` (names), sorted. */
+export function listGoTemps(dir: string): string[] {
+  return fs.readdirSync(dir).filter((name) => GO_TEMP.test(name)).sort(compare);
+}
+
+export interface Group {
+  readonly safe: string;
+  record?: string;
+  lock?: string;
+  readonly lives: Array<{ name: string; token: bigint }>;
+  readonly waits: Array<{ name: string; ticket: number }>;
+  readonly temps: string[];
+  readonly copies: string[];
+}
+
+export function listGroups(dir: string, onlySafe: string | undefined): Map<string, Group> {
+  const groups = new Map<string, Group>();
+  const group = (safe: string): Group => {
+    let g = groups.get(safe);
+    if (g === undefined) groups.set(safe, (g = { safe, lives: [], waits: [], temps: [], copies: [] }));
+    return g;
+  };
+  for (const name of fs.readdirSync(dir)) {
+    const parsed = parseLeaseFileName(name);
+    if (parsed !== undefined) {
+      if (onlySafe !== undefined && parsed.safe !== onlySafe) continue;
+      const g = group(parsed.safe);
+      switch (parsed.kind) {
+        case 'record':
+          g.record = name;
+          break;
+        case 'lock':
+          g.lock = name;
+          break;
+        case 'live':
+          g.lives.push({ name, token: parsed.token });
+          break;
+        case 'wait':
+          g.waits.push({ name, ticket: parsed.ticket });
+          break;
+        case 'temp':
+          g.temps.push(name);
+          break;
+      }
+      continue;
+    }
+    const copy = CORRUPT_COPY.exec(name);
+    if (copy !== null && (onlySafe === undefined || copy[1] === onlySafe)) group(copy[1]!).copies.push(name);
+  }
+  return groups;
+}
+
+export type RecordRead =
+  | { readonly kind: 'none' }
+  | { readonly kind: 'ok'; readonly record: LeaseRecord }
+  | { readonly kind: 'corrupt'; readonly problem: string; readonly error: LeaseCorruptError };
+
+export function readRecordAt(io: LeaseIO, path: string): RecordRead {
+  let bytes: Uint8Array | undefined;
+  try {
+    bytes = io.readRecord(path);
+  } catch (error) {
+    if (error instanceof LeaseCorruptError) return { kind: 'corrupt', problem: error.message, error };
+    throw error;
+  }
+  if (bytes === undefined) return { kind: 'none' };
+  try {
+    return { kind: 'ok', record: parseRecord(bytes) };
+  } catch (error) {
+    if (!(error instanceof RecordFormatError)) throw error;
+    const problem = `${path}: ${error.message}`;
+    return { kind: 'corrupt', problem, error: new LeaseCorruptError(`${problem}; see \`flocklease repair\``, path, { cause: error }) };
+  }
+}
+
+
+/** The wait queue in a `.lock` file, read without creating or locking it. */
+export function readQueue(io: LeaseIO, path: string): WaitQueue {
+  try {
+    return parseQueue(io.readRecord(path));
+  } catch {
+    return parseQueue(undefined); // unreadable soft state: no queue to report
+  }
+}
+
+export function ioOf(options: object | undefined): LeaseIO {
+  return (options as { [kOperatorIO]?: LeaseIO } | undefined)?.[kOperatorIO] ?? fileIO;
+}
+
+export function clockOf(options: { clock?: (() => number) | undefined } | undefined): () => number {
+  const clock = options?.clock;
+  if (clock !== undefined && typeof clock !== 'function') throw new TypeError('clock must be a function returning epoch milliseconds');
+  return clock ?? Date.now;
+}
+
+export function checkDir(dir: unknown): string {
+  if (typeof dir !== 'string' || dir === '') throw new TypeError('dir must be a non-empty string');
+  const path = resolve(dir);
+  const st = fs.statSync(path); // ENOENT, EACCES... as they are, with the path
+  if (!st.isDirectory()) {
+    throw Object.assign(new Error(`ENOTDIR: not a directory, '${path}'`), { code: 'ENOTDIR', syscall: 'stat', path });
+  }
+  return path;
+}
+
+export function checkMs(value: unknown, what: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${what} must be a finite number of milliseconds ≥ 0, got ${value}`);
+  return value;
+}
+
+export function checkOptionalId(id: unknown): string | undefined {
+  if (id === undefined) return undefined;
+  checkSessionId(id);
+  return id;
+}
+
+export function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
