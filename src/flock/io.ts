@@ -6,8 +6,8 @@
  * points, to inject faults.
  */
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import { constants } from 'node:os';
+import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
 
 /** The write side of one transition. */
@@ -102,23 +102,8 @@ interface NativePlan {
   remove1?: string | undefined;
 }
 
-const require = createRequire(import.meta.url);
-let native: NativeIO | undefined;
-let loadError: unknown;
-try {
-  // From src/flock or dist/flock alike. Built by `npm install` (node-gyp, native/binding.gyp).
-  native = require('../../native/build/Release/flocklease.node') as NativeIO;
-} catch (error) {
-  loadError = error; // reported as LeaseUnsupportedError when a Lease is used, not at import
-}
-
 function addon(): NativeIO {
-  if (native === undefined) {
-    throw new LeaseUnsupportedError(`the flocklease native addon did not load (${String(loadError)}); run \`npm rebuild flocklease\``, {
-      cause: loadError,
-    });
-  }
-  return native;
+  return nativeAddon() as NativeIO;
 }
 
 const TMPFS_MAGIC = 0x01021994;
