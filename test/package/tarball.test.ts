@@ -179,6 +179,39 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
     }
   });
 
+  it('type-checks for TypeScript users under moduleResolution nodenext and bundler', () => {
+    const dir = project('typescript');
+    expect(install(dir, tarball, '--ignore-scripts').status).toBe(0);
+    fs.writeFileSync(
+      path.join(dir, 'use-it.ts'),
+      [
+        "import { Lease, LeaseHeldError, type LeaseGrant } from 'flocklease';",
+        "import { TicketServer } from 'flocklease/ticketing';",
+        "import { runConformance } from 'flocklease/conformance';",
+        "const grant: LeaseGrant = await new Lease('/tmp/x', { ttlMs: 1000 }).acquire('id', 'me');",
+        'export const used = [grant.token satisfies bigint, LeaseHeldError, TicketServer, runConformance];',
+        '',
+      ].join('\n'),
+    );
+    const tsc = path.join(root, 'node_modules/typescript/bin/tsc');
+    const common = ['--noEmit', '--strict', '--target', 'es2022', '--skipLibCheck', '--types', 'node'];
+    const typeRoots = ['--typeRoots', path.join(root, 'node_modules/@types')];
+    for (const resolution of [['--module', 'nodenext'], ['--module', 'esnext', '--moduleResolution', 'bundler']]) {
+      const checked = sh('node', [tsc, ...common, ...typeRoots, ...resolution, 'use-it.ts'], dir);
+      expect(checked.status, `${resolution.join(' ')}: ${checked.stdout}`).toBe(0);
+    }
+  });
+
+  it('refuses to install on another OS with npm\'s EBADPLATFORM ("os": ["linux"])', () => {
+    const dir = project('darwin');
+    const darwin = path.join(scratch, 'darwin.cjs');
+    fs.writeFileSync(darwin, "Object.defineProperty(process, 'platform', { value: 'darwin' });\n");
+    const npmCli = fs.realpathSync(path.join(bareBin, 'npm'));
+    const installed = sh('node', ['--require', darwin, npmCli, 'install', '--prefer-offline', '--no-audit', tarball], dir);
+    expect(installed.status).not.toBe(0);
+    expect(installed.stderr).toMatch(/EBADPLATFORM[\s\S]*wanted \{"os":"linux"\} \(current: \{"os":"darwin"\}\)/);
+  });
+
   describe('without the prebuilt binaries', () => {
     it('the install script tries to build from source, says so on one line, and fails without a compiler', () => {
       const dir = project('bare-with-scripts');
