@@ -134,7 +134,8 @@ function build() {
       try {
         run(gyp, [...gypArgs, 'rebuild', `--arch=${target.arch}`, `--nodedir=${nodedir}`], { cwd: work, env });
       } catch (error) {
-        fail(`node-gyp failed for linux-${target.arch} ${target.libc} (${cc}): ${error.message}\n${error.stdout ?? ''}${error.stderr ?? ''}`);
+        const output = `${error.stdout ?? ''}${error.stderr ?? ''}`;
+        fail(`node-gyp failed for linux-${target.arch} ${target.libc} (${cc}): ${error.message}\n${output}`);
       }
       const out = path.join(staging, `linux-${target.arch}`);
       fs.mkdirSync(out, { recursive: true });
@@ -158,11 +159,23 @@ function build() {
   }
 }
 
-/** Highest GLIBC_x.y[.z] among the versions the binary needs (from its .gnu.version_r section), as numbers. */
+/** Orders glibc versions given as arrays of numbers ([2, 3, 2] for 2.3.2). */
+function compareVersions(a, b) {
+  return (a[0] ?? 0) - (b[0] ?? 0) || (a[1] ?? 0) - (b[1] ?? 0) || (a[2] ?? 0) - (b[2] ?? 0);
+}
+
+const parseVersion = (text) => text.split('.').map(Number);
+
+/** Highest GLIBC_x.y[.z] among the versions the binary needs (from its .gnu.version_r section). */
 function highestGlibc(file) {
-  const versions = [...run('readelf', ['-V', '-W', file]).matchAll(/Name: GLIBC_([\d.]+)/g)].map((m) => m[1].split('.').map(Number));
-  const compare = (a, b) => (a[0] ?? 0) - (b[0] ?? 0) || (a[1] ?? 0) - (b[1] ?? 0) || (a[2] ?? 0) - (b[2] ?? 0);
-  return versions.sort(compare).at(-1);
+  const needed = run('readelf', ['-V', '-W', file]).matchAll(/Name: GLIBC_([\d.]+)/g);
+  return [...needed].map((m) => parseVersion(m[1])).sort(compareVersions).at(-1);
+}
+
+/** The imported symbols whose glibc version is newer than MAX_GLIBC. */
+function symbolsTooNew(file) {
+  const imports = run('objdump', ['-T', file]).matchAll(/GLIBC_([\d.]+)\)?\s+(\S+)$/gm);
+  return [...imports].filter((m) => compareVersions(parseVersion(m[1]), MAX_GLIBC) > 0).map((m) => m[2]);
 }
 
 /** Checks every binary in native/prebuilds/ against the target its path names; returns one line per binary. */
@@ -172,7 +185,8 @@ function check() {
   for (const target of TARGETS) {
     const dir = path.join(prebuildsDir, `linux-${target.arch}`);
     const names = fs.existsSync(dir) ? fs.readdirSync(dir).filter((name) => name.includes(`.napi.${target.libc}`)) : [];
-    if (!names.includes(`${ADDON}.napi.${target.libc}.node`)) problems.push(`missing ${dir}/${ADDON}.napi.${target.libc}.node`);
+    const addon = `${ADDON}.napi.${target.libc}.node`;
+    if (!names.includes(addon)) problems.push(`missing ${dir}/${addon}`);
     for (const name of names) {
       const file = path.join(dir, name);
       const header = run('readelf', ['-h', '-W', file]);
@@ -190,15 +204,14 @@ function check() {
       }
       const glibc = highestGlibc(file);
       if (target.libc === 'musl' && glibc) problems.push(`${file}: a musl binary needs GLIBC_${glibc.join('.')}`);
-      if (target.libc === 'glibc' && glibc && (glibc[0] - MAX_GLIBC[0] || glibc[1] - MAX_GLIBC[1]) > 0) {
-        const newer = run('objdump', ['-T', file])
-          .split('\n')
-          .filter((line) => /GLIBC_2\.(29|[3-9]\d)/.test(line))
-          .map((line) => line.trim().split(/\s+/).pop());
-        problems.push(`${file}: needs GLIBC_${glibc.join('.')} > ${MAX_GLIBC.join('.')} (${newer.join(', ')}); add them to glibc-compat.c`);
+      if (target.libc === 'glibc' && glibc && compareVersions(glibc, MAX_GLIBC) > 0) {
+        const newer = symbolsTooNew(file).join(', ');
+        const limit = MAX_GLIBC.join('.');
+        problems.push(`${file}: needs GLIBC_${glibc.join('.')} (${newer}), over ${limit}: wrap in glibc-compat.c`);
       }
       const size = fs.statSync(file).size;
-      lines.push(`${path.relative(root, file)}  ${size} B  ${machine}  ${target.libc}  ${glibc ? `GLIBC_${glibc.join('.')}` : '-'}`);
+      const highest = glibc ? `GLIBC_${glibc.join('.')}` : '-';
+      lines.push(`${path.relative(root, file)}  ${size} B  ${machine}  ${target.libc}  ${highest}`);
     }
   }
   if (problems.length > 0) fail(`check failed:\n  ${problems.join('\n  ')}`);
