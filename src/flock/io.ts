@@ -6,9 +6,8 @@
  * points, to inject faults.
  */
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import { constants } from 'node:os';
-import { fileURLToPath } from 'node:url';
+import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
 import { makeLeaseDir } from './mkdir.js';
 
@@ -105,35 +104,8 @@ interface NativePlan {
   remove1?: string | undefined;
 }
 
-const require = createRequire(import.meta.url);
-let native: NativeIO | undefined;
-let loadError: unknown;
-try {
-  // From src/flock or dist/flock alike. Built by `npm install` (node-gyp, native/binding.gyp).
-  native = require('../../native/build/Release/flocklease.node') as NativeIO;
-} catch (error) {
-  loadError = error; // reported as LeaseUnsupportedError when a Lease is used, not at import
-}
-
-/**
- * The `flocklease run` supervisor executable (native/supervisor.c), built beside the addon. Throws
- * LeaseUnsupportedError when it is missing. The one place that knows where it lives.
- */
-export function supervisorPath(): string {
-  const path = fileURLToPath(new URL('../../native/build/Release/flocklease-supervisor', import.meta.url));
-  if (!fs.existsSync(path)) {
-    throw new LeaseUnsupportedError(`the flocklease supervisor ${path} was not built; run \`npm rebuild flocklease\``);
-  }
-  return path;
-}
-
 function addon(): NativeIO {
-  if (native === undefined) {
-    throw new LeaseUnsupportedError(`the flocklease native addon did not load (${String(loadError)}); run \`npm rebuild flocklease\``, {
-      cause: loadError,
-    });
-  }
-  return native;
+  return nativeAddon() as NativeIO;
 }
 
 const TMPFS_MAGIC = 0x01021994;

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { inspectLeaseDir } from '../../src/flock/operator/index.js';
-import { supervisorPath } from '../../src/flock/io.js';
+import { supervisorPath } from '../../src/native.js';
 import { freshDir } from '../helpers/dirs.js';
 import { alive, CliProcess, until } from './cli.js';
 
