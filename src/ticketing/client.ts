@@ -16,6 +16,8 @@ import { hostname } from 'node:os';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import {
+  AuthFailedError,
+  CapacityError,
   ClientClosedError,
   ConnectError,
   DuplicateRequestError,
@@ -141,6 +143,11 @@ function freshNow(): number {
 
 const DEFAULT_ERROR_BACKOFF = { no_leader: 250, not_active: 500, capacity: 1_000, auth_failed: 2_000 } as const;
 const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed']);
+/** The E codes that refuse a connection before any request of it is processed. */
+const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError>([
+  ['auth_failed', AuthFailedError],
+  ['capacity', CapacityError],
+]);
 const RTT_SAMPLES = 8;
 
 interface PendingBase {
@@ -236,6 +243,8 @@ class Lane {
   #lastError: unknown;
   #lastFailure: unknown;
   #helloSent = false;
+  /** A reply to a request (A/T/B/R/N) arrived on the current connection. */
+  #answered = false;
   #idleWaiters: Array<() => void> = [];
   #retryTimer: NodeJS.Timeout | undefined;
   #connectTimer: NodeJS.Timeout | undefined;
@@ -343,6 +352,7 @@ class Lane {
     this.#endpoint = endpoint;
     this.#state = 'connecting';
     this.#helloSent = false;
+    this.#answered = false;
     this.#framer = new LineFramer(this.core.maxLineBytes);
     const socket = net.connect({ host: endpoint.host, port: endpoint.port, noDelay: true, keepAlive: true, keepAliveInitialDelay: 30_000 });
     this.#socket = socket;
@@ -451,6 +461,7 @@ class Lane {
     const receivedAt = now();
     if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
     this.#failures = 0;
+    this.#answered = true;
     // Earliest instant the server can have granted it: not before the request was sent, and (for
     // a grant that waited) not before a recent round trip ago.
     const rtt = p.waitMs === 0 ? undefined : this.recentRtt;
@@ -463,6 +474,7 @@ class Lane {
   #refused(p: PendingAcquire, busy: boolean): void {
     if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
     this.#failures = 0;
+    this.#answered = true;
     if (busy && this.core.retryBusy(p)) {
       // Not settled: it goes back to the queue after a backoff, with what is left of its wait
       // budget (same owner: B is definitive, nothing is pending under it).
@@ -476,6 +488,7 @@ class Lane {
   #released(p: PendingRelease, released: boolean): void {
     this.#sample(now() - p.sentAt);
     this.#failures = 0;
+    this.#answered = true;
     this.#settle(p);
     p.resolve({ status: released ? 'released' : 'not-held', key: p.key, token: p.token });
   }
@@ -531,7 +544,14 @@ class Lane {
         const error = new ServerError(reply.code, reply.detail);
         if (reply.code === 'no_leader') this.core.setLeaderHint(undefined, 'no_leader');
         const floor = BACKOFF_ERRORS.has(reply.code) || reply.code === 'capacity' ? this.core.errorBackoff[reply.code] : undefined;
-        this.#teardown('connection-lost', error, floor);
+        // Definite refusals. The server sends `E capacity` on accept, before reading a byte, and
+        // `E auth_failed` instead of processing anything after a bad or missing `H`; it discards
+        // whatever follows until it closes. So while no request on this connection has been
+        // answered, every request sent on it, even one written (pipelined) before the E arrived,
+        // was never processed: it is refused, not Indeterminate. After an answer these codes
+        // would break the protocol, and the usual rule (Indeterminate) applies.
+        const refused = this.#answered ? undefined : REFUSALS.get(reply.code);
+        this.#teardown('connection-lost', error, floor, undefined, refused);
         return false;
       }
     }
@@ -542,7 +562,13 @@ class Lane {
    * one with reason `aborted` and the signal's reason as cause); unsent requests stay queued for
    * the next connection, which is attempted after a backoff if there is work.
    */
-  #teardown(reason: IndeterminateReason, cause: unknown, floorMs?: number, aborted?: { p: Pending; reason: unknown }): void {
+  #teardown(
+    reason: IndeterminateReason,
+    cause: unknown,
+    floorMs?: number,
+    aborted?: { p: Pending; reason: unknown },
+    refused?: typeof AuthFailedError | typeof CapacityError,
+  ): void {
     const socket = this.#socket;
     if (socket === undefined) return;
     this.#socket = undefined;
@@ -554,6 +580,16 @@ class Lane {
     this.#lastFailure = cause;
     const sent = this.core.sentOn(this);
     const salvaged = partial === undefined ? undefined : this.#salvage(partial, sent);
+    if (refused !== undefined) {
+      for (const p of sent) {
+        const what = p.kind === 'acquire' ? `acquire ${p.key} (owner ${p.owner})` : `release ${p.key} token ${p.token}`;
+        const error =
+          p.kind === 'acquire'
+            ? new refused(`${what} was refused (${describe(cause)}): it did not take effect`, 'acquire', p.key, p.owner, undefined, { cause })
+            : new refused(`${what} was refused (${describe(cause)}): it did not take effect`, 'release', p.key, undefined, p.token, { cause });
+        this.#settleReject(p, error);
+      }
+    }
     for (const p of sent) {
       if (p.kind !== 'acquire') continue;
       const token = salvaged?.p === p ? salvaged.token : undefined;

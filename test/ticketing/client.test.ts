@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../../src/ticketing/client.js';
-import { ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../../src/ticketing/errors.js';
+import { AuthFailedError, CapacityError, ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../../src/ticketing/errors.js';
 import { FakeServer, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -288,7 +288,7 @@ describe('M, L and E', () => {
     expect(server.connections.length).toBe(1);
   });
 
-  test.each(['no_leader', 'not_active', 'auth_failed'])('E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection', async (code) => {
+  test.each(['no_leader', 'not_active'])('E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection', async (code) => {
     const server = await fake();
     const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
     const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
@@ -313,7 +313,6 @@ describe('M, L and E', () => {
 
   test.each([
     ['another E code', 'E bad_request what\n'],
-    ['a capacity refusal', 'E capacity too many connections\n'],
     ['garbage', 'GARBAGE\n'],
     ['an unknown reply', 'Q 1 2\n'],
     ['a malformed A', 'A notanumber o k\n'],
@@ -334,6 +333,50 @@ describe('M, L and E', () => {
     }
     await conn.waitClosed();
     expect(indeterminate.length).toBe(2);
+  });
+
+  test.each([
+    ['auth_failed', AuthFailedError, 'ETICKET_AUTH_FAILED'],
+    ['capacity', CapacityError, 'ETICKET_CAPACITY'],
+  ] as const)('E %s before any answer: a definite refusal of every sent request; the next request goes on a new connection after the backoff', async (code, type, errorCode) => {
+    const server = await fake();
+    const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
+    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
+    const r = outcome(c.release('k', 3n));
+    const conn = await server.connection(0);
+    const lane = await server.connection(1);
+    await conn.readLine();
+    await lane.readLine();
+    conn.write(`L 127.0.0.1:${server.port}\n`); // not an answer: the refusal stays definite
+    await until(() => c.leaderHint !== undefined);
+    conn.write(`E ${code} go away\n`);
+    lane.write(`E ${code}\n`);
+    const error = await a;
+    expect(error).toBeInstanceOf(type);
+    expect(error).not.toBeInstanceOf(IndeterminateError);
+    expect(error).toMatchObject({ code: errorCode, op: 'acquire', key: 'k', owner: 'o' });
+    expect((error as Error).cause).toMatchObject({ serverCode: code, detail: 'go away' });
+    expect(await r).toMatchObject({ code: errorCode, op: 'release', key: 'k', token: 3n });
+    const closedAt = Date.now();
+    await conn.waitClosed();
+    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+    const next = await server.connection(2);
+    expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
+    expect(await next.readLine()).toBe('A k o2 0');
+    next.write('A 2 o2 k\n');
+    expect((await b).status).toBe('acquired');
+  });
+
+  test.each(['auth_failed', 'capacity'])('E %s after an answer breaks the protocol: sent requests are Indeterminate', async (code) => {
+    const server = await fake();
+    const c = client(server.port);
+    const a = c.acquire('j', { waitMs: 0, owner: 'o1' });
+    const b = outcome(c.acquire('k', { waitMs: 1_000, owner: 'o2' }));
+    const conn = await server.connection(0);
+    await conn.readLines(2);
+    conn.write(`T o1 j\nE ${code}\n`);
+    expect((await a).status).toBe('timed-out');
+    expect(await b).toBeInstanceOf(IndeterminateError);
   });
 
   test('a reply nobody waits for closes the connection; an unmatched A is released by its exact token on the release lane', async () => {
