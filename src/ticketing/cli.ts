@@ -57,6 +57,8 @@ export function main(argv: readonly string[]): void {
     .option('--max-connections <n>', 'open connections', integer(1, 2 ** 31), SERVER_DEFAULTS.maxConnections)
     .option('--max-line <bytes>', 'longest request line, terminator included', integer(64, 2 ** 24), SERVER_DEFAULTS.maxLineBytes)
     .option('--write-timeout <dur>', 'cut off a connection whose replies have not drained for this long', duration, SERVER_DEFAULTS.writeTimeoutMs)
+    .option('--idle-timeout <dur>', 'close a connection with nothing pending (no queued request, no running lease granted on it) after this long without a byte from it', duration, SERVER_DEFAULTS.idleTimeoutMs)
+    .option('--line-timeout <dur>', 'close a connection that leaves a request line unfinished for this long', duration, SERVER_DEFAULTS.lineTimeoutMs)
     .action(async (flags: Record<string, unknown>) => {
       const options: TicketServerOptions = {
         host: flags.host as string,
@@ -70,6 +72,8 @@ export function main(argv: readonly string[]): void {
         maxConnections: flags.maxConnections as number,
         maxLineBytes: flags.maxLine as number,
         writeTimeoutMs: flags.writeTimeout as number,
+        idleTimeoutMs: flags.idleTimeout as number,
+        lineTimeoutMs: flags.lineTimeout as number,
       };
       const server = new TicketServer(options);
       server.on('error', (error: unknown) => {

@@ -379,7 +379,12 @@ class Lane {
       if (this.#socket === socket) this.#lastError = error;
     });
     socket.on('close', () => {
-      if (this.#socket === socket) this.#teardown('connection-lost', this.#lastError ?? new Error('connection closed by the server'));
+      if (this.#socket !== socket) return;
+      if (this.#state === 'open' && this.#inFlight === 0 && this.#lastError === undefined && this.#framer.bufferedBytes === 0) {
+        this.#closedWhileIdle();
+        return;
+      }
+      this.#teardown('connection-lost', this.#lastError ?? new Error('connection closed by the server'));
     });
   }
 
@@ -650,6 +655,19 @@ class Lane {
     }
     if (salvaged !== undefined) this.core.orphanRelease(salvaged.p.key, salvaged.tokenText);
     this.#maybeStopWatchdog();
+  }
+
+  /**
+   * The server ended a connection that had nothing of ours in flight: what its idle timeout does.
+   * Nothing was lost and nothing says the server is unwell, so this is no failure: no backoff,
+   * and the next request (or one queued this turn) connects at once.
+   */
+  #closedWhileIdle(): void {
+    this.#socket = undefined;
+    this.#state = 'idle';
+    clearTimeout(this.#connectTimer);
+    publish(channels.clientClose, () => ({ client: this.core.client, lane: this.role, address: this.#endpoint?.text, reason: 'idle', error: undefined, backoffMs: 0 }));
+    if (this.#queue.length > 0 && !this.#closed) this.#connect();
   }
 
   /** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`):
