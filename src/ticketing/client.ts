@@ -82,8 +82,9 @@ export interface TicketClientOptions {
 }
 
 export interface AcquireOptions {
-  /** How long the server may queue the request, ms; 0 = do not wait. Required. */
-  readonly waitMs: number;
+  /** How long the server may queue the request, ms. Default 0: do not wait (a held key answers
+   * `timed-out` at once). */
+  readonly waitMs?: number;
   /** The request's identifier (echoed back). Default: unique per request. */
   readonly owner?: string | undefined;
   readonly signal?: AbortSignal | undefined;
@@ -903,13 +904,15 @@ export class TicketClient {
    * `ConnectError` when no connection could be had to send it, and with the signal's reason when
    * aborted before sending. Bad arguments reject with TypeError/RangeError.
    */
-  acquire(key: string, options: AcquireOptions): Promise<AcquireResult> {
+  acquire(key: string, options: AcquireOptions = {}): Promise<AcquireResult> {
     let owner: string;
     let retry: Required<BackoffOptions> | undefined;
+    let waitMs: number;
     try {
       checkKey(key);
-      if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object with waitMs');
-      const { waitMs, signal } = options;
+      if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+      waitMs = options.waitMs ?? 0;
+      const signal = options.signal;
       if (typeof waitMs !== 'number') throw new TypeError('options.waitMs must be a number');
       if (!Number.isSafeInteger(waitMs) || waitMs < 0) throw new RangeError(`options.waitMs must be an integer >= 0, got ${waitMs}`);
       if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError('options.signal must be an AbortSignal');
@@ -929,7 +932,7 @@ export class TicketClient {
     } catch (error) {
       return Promise.reject(error);
     }
-    const { waitMs, signal } = options;
+    const signal = options.signal;
     return new Promise<AcquireResult>((resolve, reject) => {
       const submittedAt = now();
       const p: PendingAcquire = {

@@ -568,13 +568,26 @@ describe('closing and validation', () => {
     expect(await inFlight).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'destroyed' });
   });
 
+  test('acquire(key) with no options is a try-lock: waitMs defaults to 0', async () => {
+    const server = await fake();
+    const c = client(server.port, { ownerPrefix: 'me' });
+    const a = c.acquire('k');
+    const b = c.acquire('j', {});
+    const conn = await server.connection(0);
+    expect(await conn.readLines(2)).toEqual(['A k me-0 0', 'A j me-1 0']);
+    conn.write('T me-0 k\nA 9 me-1 j\n');
+    expect(await a).toEqual({ status: 'timed-out', key: 'k', owner: 'me-0' });
+    expect(await b).toMatchObject({ status: 'acquired', key: 'j', owner: 'me-1', token: 9n });
+  });
+
   test('arguments are validated up front (TypeError / RangeError), before anything is sent', async () => {
     const server = await fake();
     const c = client(server.port);
     await expect(c.acquire('has space', { waitMs: 0 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k'.repeat(257), { waitMs: 0 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire(5 as unknown as string, { waitMs: 0 })).rejects.toBeInstanceOf(TypeError);
-    await expect(c.acquire('k', {} as never)).rejects.toBeInstanceOf(TypeError);
+    await expect(c.acquire('k', null as never)).rejects.toBeInstanceOf(TypeError);
+    await expect(c.acquire('k', { waitMs: '5' as never })).rejects.toBeInstanceOf(TypeError);
     await expect(c.acquire('k', { waitMs: -1 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k', { waitMs: 1.5 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k', { waitMs: 0, owner: '' })).rejects.toBeInstanceOf(RangeError);
