@@ -272,6 +272,57 @@ describe('M, L and E', () => {
     await conn.waitClosed();
   });
 
+  test('M outside the allowlist from the hinted node: the hint is dropped and the next listed address is tried', async () => {
+    const primary = await fake();
+    const other = await fake();
+    const c = client(primary.port, { clusterAddresses: [`127.0.0.1:${other.port}`] });
+    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
+    const conn = await primary.connection(0);
+    await conn.readLine();
+    conn.write(`L 127.0.0.1:${primary.port}\n`);
+    await until(() => c.leaderHint === `127.0.0.1:${primary.port}`);
+    conn.write('M 203.0.113.9:7000\n');
+    expect(await a).toBeInstanceOf(IndeterminateError);
+    await conn.waitClosed();
+    expect(c.leaderHint).toBeUndefined();
+    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+    const next = await other.connection(0);
+    expect(await next.readLine()).toBe('A k o2 0');
+    next.write('A 3 o2 k\n');
+    expect((await b).status).toBe('acquired');
+    expect(primary.connections.length).toBe(1);
+  });
+
+  test('an M after several failures still sends the next request to the leader it names', async () => {
+    // Endpoints in order: primary, leader, q, s. Failures rotate through them once the hint is
+    // spent; an M is a redirect, not a failure, so the leader is next whatever came before.
+    const [primary, leader, q, s] = [await fake(), await fake(), await fake(), await fake()];
+    const address = (f: FakeServer): string => `127.0.0.1:${f.port}`;
+    const c = client(primary.port, { clusterAddresses: [address(leader), address(q), address(s)], errorBackoffMs: { not_active: 10 } });
+    const first = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
+    const p0 = await primary.connection(0);
+    await p0.readLine();
+    p0.write(`L ${address(primary)}\nE not_active\n`); // failure 1: back to the hinted primary
+    expect(await first).toBeInstanceOf(IndeterminateError);
+    const second = outcome(c.acquire('k', { waitMs: 0, owner: 'o2' }));
+    const p1 = await primary.connection(1);
+    await p1.readLine();
+    p1.write('E not_active\n'); // failure 2: the hint is spent, rotate to endpoint 2 (q)
+    expect(await second).toBeInstanceOf(IndeterminateError);
+    const third = outcome(c.acquire('k', { waitMs: 0, owner: 'o3' }));
+    const q0 = await q.connection(0);
+    await q0.readLine();
+    q0.write(`M ${address(leader)}\n`);
+    expect(await third).toBeInstanceOf(IndeterminateError);
+    expect(c.leaderHint).toBe(address(leader));
+    const fourth = c.acquire('k', { waitMs: 0, owner: 'o4' });
+    const l0 = await leader.connection(0);
+    expect(await l0.readLine()).toBe('A k o4 0');
+    l0.write('A 4 o4 k\n');
+    expect((await fourth).status).toBe('acquired');
+    expect(s.connections.length).toBe(0);
+  });
+
   test('L: updates the hint (allowlisted only) and keeps the connection', async () => {
     const server = await fake();
     const c = client(server.port, { clusterAddresses: ['127.0.0.1:7001'] });
