@@ -12,7 +12,8 @@
  * - any other rejection means the request did not take effect.
  *
  * The parts, in client/: options.ts (options, defaults, argument checks), pending.ts (the registry of
- * pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply matching), and
+ * pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply matching), outcomes.ts
+ * (the error of a request whose connection ended), and
  * protocol.ts (the reply grammar). This file is the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';

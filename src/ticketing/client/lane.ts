@@ -15,12 +15,12 @@ import {
   CapacityError,
   ClientClosedError,
   ConnectError,
-  IndeterminateError,
   ProtocolError,
   ServerError,
   type IndeterminateReason,
 } from '../errors.js';
 import { channels, publish } from '../events.js';
+import { endedRequestError, type ConnectionEnd } from './outcomes.js';
 import type { Pending, PendingAcquire, PendingRegistry, PendingRelease } from './pending.js';
 import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
 
@@ -395,8 +395,9 @@ export class Lane {
 
   /**
    * Closes the connection. Every sent request without a reply becomes Indeterminate (an aborted
-   * one with reason `aborted` and the signal's reason as cause); unsent requests stay queued for
-   * the next connection, which is attempted after a backoff if there is work.
+   * one with reason `aborted` and the signal's reason as cause), or, when the server `refused` the
+   * connection, that refusal; unsent requests stay queued for the next connection, which is
+   * attempted after a backoff if there is work.
    */
   #teardown(
     reason: IndeterminateReason,
@@ -416,80 +417,17 @@ export class Lane {
     this.#lastFailure = cause;
     const sent = this.registry.sentOn(this);
     const salvaged = partial === undefined ? undefined : this.#salvage(partial, sent);
-    if (refused !== undefined) {
-      for (const p of sent) {
-        const what = p.kind === 'acquire' ? `acquire ${p.key} (owner ${p.owner})` : `release ${p.key} token ${p.token}`;
-        const error =
-          p.kind === 'acquire'
-            ? new refused(
-                `${what} was refused (${describe(cause)}): it did not take effect`,
-                'acquire',
-                p.key,
-                p.owner,
-                undefined,
-                { cause },
-              )
-            : new refused(
-                `${what} was refused (${describe(cause)}): it did not take effect`,
-                'release',
-                p.key,
-                undefined,
-                p.token,
-                { cause },
-              );
-        this.#settleReject(p, error);
-      }
-    }
+    // Acquires first (sentOn lists them first), so a salvaged grant's acquire learns its token
+    // before its orphan release goes out.
     for (const p of sent) {
-      if (p.kind !== 'acquire') continue;
+      const end: ConnectionEnd =
+        refused !== undefined
+          ? { kind: 'refused', error: refused, cause }
+          : aborted?.p === p
+            ? { kind: 'aborted', cause: aborted.reason }
+            : { kind: 'lost', reason, cause };
       const token = salvaged?.p === p ? salvaged.token : undefined;
-      const error =
-        aborted?.p === p
-          ? new IndeterminateError(
-              `acquire ${p.key} (owner ${p.owner}) was aborted after it was sent: it may or may not hold the key`,
-              'acquire',
-              p.key,
-              p.owner,
-              token,
-              'aborted',
-              { cause: aborted.reason },
-            )
-          : new IndeterminateError(
-              `acquire ${p.key} (owner ${p.owner}): no definitive reply (${describe(cause)}); it may or may not hold the key`,
-              'acquire',
-              p.key,
-              p.owner,
-              token,
-              reason,
-              { cause },
-            );
-      this.#settleReject(p, error, true);
-    }
-    for (const p of sent) {
-      if (p.kind !== 'release') continue;
-      const error =
-        aborted?.p === p
-          ? new IndeterminateError(
-              `release ${p.key} token ${p.token} was aborted after it was sent`,
-              'release',
-              p.key,
-              undefined,
-              p.token,
-              'aborted',
-              {
-                cause: aborted.reason,
-              },
-            )
-          : new IndeterminateError(
-              `release ${p.key} token ${p.token}: no definitive reply (${describe(cause)}); it may or may not have released`,
-              'release',
-              p.key,
-              undefined,
-              p.token,
-              reason,
-              { cause },
-            );
-      this.#settleReject(p, error, true);
+      this.#settleReject(p, endedRequestError(p, end, token), end.kind !== 'refused');
     }
     // A close the caller asked for (an abort) says nothing about the server: no backoff for it.
     if (aborted === undefined) this.#failures++;
@@ -649,8 +587,4 @@ export class Lane {
     }
     this.#maybeStopWatchdog();
   };
-}
-
-function describe(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
 }
