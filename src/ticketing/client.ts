@@ -11,10 +11,10 @@
  *   request may have taken effect. An acquire is never re-sent with the same owner to find out;
  * - any other rejection means the request did not take effect.
  *
- * The parts, in client/: options.ts (options, defaults, argument checks), pending.ts (the registry of
- * pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply matching), outcomes.ts
- * (the error of a request whose connection ended), and
- * protocol.ts (the reply grammar). This file is the public surface that ties them together.
+ * The parts, in client/: options.ts (options, defaults, argument checks), pending.ts (the
+ * registry of pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply
+ * matching), outcomes.ts (the error of a request whose connection ended); the reply grammar is in
+ * protocol.ts. This file is the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
 import { now } from './client/clock.js';

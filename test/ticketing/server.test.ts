@@ -566,6 +566,9 @@ describe('options', () => {
     expect(() => new TicketServer({ maxLineBytes: 10 })).toThrow(RangeError);
     expect(() => new TicketServer({ secret: 'has space' })).toThrow(RangeError);
     expect(() => new TicketServer({ maxConnections: 1.5 })).toThrow(RangeError);
+    expect(() => new TicketServer({ idleTimeoutMs: 0 })).toThrow(RangeError);
+    expect(() => new TicketServer({ lineTimeoutMs: 2 ** 31 })).toThrow(RangeError);
+    expect(() => new TicketServer({ idleTimeoutMs: '30s' as unknown as number })).toThrow(TypeError);
     expect(() => new TicketServer({ host: 5 as unknown as string })).toThrow(TypeError);
     expect(() => new TicketServer(null as unknown as TicketServerOptions)).toThrow(TypeError);
   });

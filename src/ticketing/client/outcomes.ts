@@ -61,6 +61,6 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
   }
 }
 
-export function describe(cause: unknown): string {
+function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
