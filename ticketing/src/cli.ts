@@ -3,9 +3,10 @@
  * `ticketing serve`: runs a TicketServer. Prints `listening <host>:<port>` once it listens;
  * SIGTERM/SIGINT drain and exit 0 (a second signal exits at once). The secret is read from
  * `--secret-file` only, never from argv (argv is visible to every user of the host).
+ * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure.
  */
 import { readFileSync } from 'node:fs';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
 import { isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server.js';
@@ -30,9 +31,40 @@ function duration(text: string): number {
   return ms;
 }
 
+const EXIT_USAGE = 64;
+
+/** A default as the help shows it, in the unit a person would type (`30s`, not `30000`). */
+function durationText(ms: number): string {
+  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1_000]] as const) {
+    if (ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+
+function durationOption(flags: string, description: string, defaultMs: number): Option {
+  return new Option(flags, description).argParser(duration).default(defaultMs, durationText(defaultMs));
+}
+
+function version(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 /** The secret is the file's content, without one trailing newline. */
 export function readSecretFile(path: string): string {
-  const secret = readFileSync(path, 'latin1').replace(/\r?\n$/, '');
+  let text: string;
+  try {
+    text = readFileSync(path, 'latin1');
+  } catch (error) {
+    // Node's EISDIR (and some other) messages omit the path.
+    const code = (error as NodeJS.ErrnoException).code;
+    const why = code === 'EISDIR' ? 'is a directory (EISDIR)' : (error as Error).message.replace(/, open '.*'$/, '');
+    throw new Error(`secret file ${path}: ${why}`, { cause: error });
+  }
+  const secret = text.replace(/\r?\n$/, '');
   if (!isName(secret)) throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
   return secret;
 }
@@ -42,13 +74,19 @@ function formatListening(host: string, port: number): string {
 }
 
 export function main(argv: readonly string[]): void {
-  const program = new Command('ticketing').description('Ticketing: a TCP lock server with leases and fencing tokens');
+  const program = new Command('ticketing')
+    .description('Ticketing: a TCP lock server with leases and fencing tokens')
+    .version(version(), '-V, --version', 'print the version')
+    .exitOverride()
+    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ outputError: (text, write) => write(`ticketing: ${text.replace(/^error: /, '')}`) })
+    .addHelpText('after', '\nDurations: 500ms, 30s, 5m, 2h.\nExit codes: 0 success, 64 usage error (bad flags), 1 any other failure.');
   program
     .command('serve')
     .description('run the lock server (single mode)')
     .option('--host <host>', 'address to listen on', SERVER_DEFAULTS.host)
     .option('--port <port>', 'port to listen on (0 = pick a free one)', integer(0, 65535), 0)
-    .option('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', duration, SERVER_DEFAULTS.leaseMs)
+    .addOption(durationOption('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', SERVER_DEFAULTS.leaseMs))
     .option('--secret-file <path>', 'file holding the shared secret (clients must send H <secret> first)')
     .option('--state-file <path>', 'token high-water mark file: tokens stay unique across restarts even if the clock steps back')
     .option('--max-waiters-per-key <n>', 'queued requests per key', integer(0, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxWaitersPerKey)
@@ -56,7 +94,15 @@ export function main(argv: readonly string[]): void {
     .option('--max-keys <n>', 'registered keys in total', integer(1, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxKeys)
     .option('--max-connections <n>', 'open connections', integer(1, 2 ** 31), SERVER_DEFAULTS.maxConnections)
     .option('--max-line <bytes>', 'longest request line, terminator included', integer(64, 2 ** 24), SERVER_DEFAULTS.maxLineBytes)
-    .option('--write-timeout <dur>', 'cut off a connection whose replies have not drained for this long', duration, SERVER_DEFAULTS.writeTimeoutMs)
+    .addOption(durationOption('--write-timeout <dur>', 'cut off a connection whose replies have not drained for this long', SERVER_DEFAULTS.writeTimeoutMs))
+    .addOption(
+      durationOption(
+        '--idle-timeout <dur>',
+        'close a connection with nothing pending (no queued request, no running lease granted on it) after this long without a byte from it',
+        SERVER_DEFAULTS.idleTimeoutMs,
+      ),
+    )
+    .addOption(durationOption('--line-timeout <dur>', 'close a connection that leaves a request line unfinished for this long', SERVER_DEFAULTS.lineTimeoutMs))
     .action(async (flags: Record<string, unknown>) => {
       const options: TicketServerOptions = {
         host: flags.host as string,
@@ -70,6 +116,8 @@ export function main(argv: readonly string[]): void {
         maxConnections: flags.maxConnections as number,
         maxLineBytes: flags.maxLine as number,
         writeTimeoutMs: flags.writeTimeout as number,
+        idleTimeoutMs: flags.idleTimeout as number,
+        lineTimeoutMs: flags.lineTimeout as number,
       };
       const server = new TicketServer(options);
       server.on('error', (error: unknown) => {
@@ -96,6 +144,10 @@ export function main(argv: readonly string[]): void {
       process.stdout.write(`listening ${formatListening(host, port)}\n`);
     });
   program.parseAsync(argv).catch((error: unknown) => {
+    if (error instanceof CommanderError) {
+      // --help and --version end here; usage errors were printed already (by outputError).
+      process.exit(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : EXIT_USAGE);
+    }
     process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
     process.exit(1);
   });

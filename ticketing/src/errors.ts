@@ -2,6 +2,8 @@
  * Errors are classes with a stable string `code` (match on `code`, not on the message), in the
  * style of undici. Every client error says whether the request could have taken effect:
  * - `IndeterminateError`: it may have (bytes of it were sent, no definitive reply came back).
+ * - `AuthFailedError`, `CapacityError`: it did not (the server refused the connection it was sent
+ *   on before processing any request of it).
  * - everything else: it did not (it was refused before any byte of it left this process).
  */
 
@@ -45,6 +47,36 @@ export class IndeterminateError extends TicketError {
   ) {
     super(message, options);
   }
+}
+
+/**
+ * The server refused the connection a request was sent on before it processed any request of it
+ * (`E auth_failed`, `E capacity`), so the request did not take effect: the caller holds nothing.
+ * Retrying is safe (for capacity after a pause; for auth only with the right secret).
+ */
+export abstract class RefusedError extends TicketError {
+  constructor(
+    message: string,
+    readonly op: 'acquire' | 'release',
+    readonly key: string,
+    /** The acquire's owner (acquires only). */
+    readonly owner: string | undefined,
+    /** The token being released (releases only). */
+    readonly token: bigint | undefined,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** `E auth_failed`: the secret was wrong or missing. `cause` is the server's `ServerError`. */
+export class AuthFailedError extends RefusedError {
+  readonly code = 'ETICKET_AUTH_FAILED';
+}
+
+/** `E capacity`: the server was at `--max-connections`. `cause` is the server's `ServerError`. */
+export class CapacityError extends RefusedError {
+  readonly code = 'ETICKET_CAPACITY';
 }
 
 /** An acquire with the same (key, owner) is already pending on this client: a second one would make

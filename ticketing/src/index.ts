@@ -12,6 +12,9 @@ export {
 export {
   TicketError,
   IndeterminateError,
+  RefusedError,
+  AuthFailedError,
+  CapacityError,
   DuplicateRequestError,
   ConnectError,
   ClientClosedError,

@@ -127,8 +127,43 @@ export type Reply =
   /** `code` is any lower-case word: an unknown code is still an error (and fatal to the client). */
   | { readonly op: 'E'; readonly code: string; readonly detail: string };
 
+/**
+ * Splits a request-answering reply (`A`/`T`/`B`/`R`/`N`) into its fields by the grammar's shape:
+ * op, field count and the token's form. Key and owner are NOT checked: a client that looks them up
+ * among its own (already valid) pending requests learns their validity from the match, at no cost;
+ * anything it cannot match goes through `parseReply`, which checks everything. `undefined` for
+ * every other line (including `M`/`L`/`E`).
+ */
+export function splitReply(line: string): AnswerReply | undefined {
+  if (line.charCodeAt(1) !== 32) return undefined;
+  const op = line[0];
+  const a = line.indexOf(' ', 2);
+  if (a <= 2) return undefined;
+  const b = line.indexOf(' ', a + 1);
+  if (op === 'A') {
+    if (b <= a + 1 || line.indexOf(' ', b + 1) !== -1) return undefined;
+    const token = line.slice(2, a);
+    return isTokenText(token) ? { op, token, owner: line.slice(a + 1, b), key: line.slice(b + 1) } : undefined;
+  }
+  if (b !== -1 || a === line.length - 1) return undefined;
+  if (op === 'T' || op === 'B') return { op, owner: line.slice(2, a), key: line.slice(a + 1) };
+  if (op === 'R' || op === 'N') {
+    const token = line.slice(2, a);
+    return isTokenText(token) ? { op, token, key: line.slice(a + 1) } : undefined;
+  }
+  return undefined;
+}
+
+/** The replies that answer a request. */
+export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'R' | 'N' }>;
+
 /** Parses one reply line; `undefined` for anything malformed or unknown. */
 export function parseReply(line: string): Reply | undefined {
+  const answer = splitReply(line);
+  if (answer !== undefined) {
+    if (!NAME.test(answer.key) || ('owner' in answer && !NAME.test(answer.owner))) return undefined;
+    return answer;
+  }
   const op = line[0];
   if (line[1] !== ' ' && line.length !== 1) return undefined;
   if (op === 'E') {
@@ -138,36 +173,28 @@ export function parseReply(line: string): Reply | undefined {
     if (!ERROR_CODE.test(code) || !PRINTABLE.test(detail)) return undefined;
     return { op, code, detail };
   }
-  const fields = line.split(' ');
-  switch (op) {
-    case 'A': {
-      if (fields.length !== 4) return undefined;
-      const [, token, owner, key] = fields as [string, string, string, string];
-      if (!isTokenText(token) || !NAME.test(owner) || !NAME.test(key)) return undefined;
-      return { op, token, owner, key };
-    }
-    case 'T':
-    case 'B': {
-      if (fields.length !== 3) return undefined;
-      const [, owner, key] = fields as [string, string, string];
-      if (!NAME.test(owner) || !NAME.test(key)) return undefined;
-      return { op, owner, key };
-    }
-    case 'R':
-    case 'N': {
-      if (fields.length !== 3) return undefined;
-      const [, token, key] = fields as [string, string, string];
-      if (!isTokenText(token) || !NAME.test(key)) return undefined;
-      return { op, token, key };
-    }
-    case 'M':
-    case 'L': {
-      if (fields.length !== 2 || !isAddress(fields[1]!)) return undefined;
-      return { op, address: fields[1]! };
-    }
-    default:
-      return undefined;
+  if (op === 'M' || op === 'L') {
+    const address = line.slice(2);
+    return isAddress(address) ? { op, address } : undefined;
   }
+  return undefined;
+}
+
+/**
+ * The start of a grant cut off mid-line (`A <token> <owner> <key…`, a connection that closed
+ * mid-reply): its token and owner are whole once the space after the owner arrived, so the grant
+ * can still be identified (by owner and key prefix) and handed back by its exact token.
+ */
+export function parsePartialGrant(partial: string): { token: string; owner: string; keyPrefix: string } | undefined {
+  if (!partial.startsWith('A ')) return undefined;
+  const a = partial.indexOf(' ', 2);
+  const b = a === -1 ? -1 : partial.indexOf(' ', a + 1);
+  if (b === -1 || partial.indexOf(' ', b + 1) !== -1) return undefined;
+  const token = partial.slice(2, a);
+  const owner = partial.slice(a + 1, b);
+  const keyPrefix = partial.slice(b + 1);
+  if (!isTokenText(token) || !NAME.test(owner) || !/^[\x21-\x7e]*$/.test(keyPrefix)) return undefined;
+  return { token, owner, keyPrefix };
 }
 
 export function formatAcquired(token: bigint | string, owner: string, key: string): string {

@@ -4,10 +4,12 @@
  * the clock, the deadline timer that feeds `expire`/`wait-timeout`, the 5 s sweep, backpressure,
  * authentication, limits, and the token state file.
  *
- * Hostile or broken clients never hurt others: a malformed, binary or oversized line gets
- * `E bad_request`/`E too_long` and that connection alone is closed; a connection whose replies
- * back up stops being read (and is cut off if it never reads); a closed connection's queued
- * requests leave their queues; an idle connection costs a socket and a few small objects.
+ * Hostile or broken clients hurt only themselves, apart from the shared capacity (docs/ticketing.md
+ * "Hostile clients"): a malformed, binary or oversized line gets `E bad_request`/`E too_long` and that
+ * connection alone is closed; a connection whose replies back up stops being read (and is cut off
+ * if it never reads); a line left unfinished is cut off after the line timeout, and a connection
+ * with nothing pending after the idle timeout; a closed connection's queued requests leave their
+ * queues.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -62,6 +64,14 @@ export interface TicketServerOptions {
   /** A connection whose replies have not drained for this long is cut off; also how long a closing
    * connection may linger. Default 30 000 ms. */
   readonly writeTimeoutMs?: number;
+  /** A connection with nothing pending is closed (FIN, no reply) after this long without a byte
+   * from it. Nothing pending: no request queued, and no lease granted on it still running (a
+   * holder that keeps its connection open while it works, to release on it, is never cut off;
+   * its idle time counts from its lease's end). Default 30 000 ms. */
+  readonly idleTimeoutMs?: number;
+  /** A request line must be finished (`\n`) within this long of its first byte, or the connection
+   * gets `E bad_request` and is closed. Default 10 000 ms. */
+  readonly lineTimeoutMs?: number;
   /** With a secret: how long a connection may take to send its `H` line. Default 10 000 ms. */
   readonly authTimeoutMs?: number;
   /** `close()`: how long to wait for connections to finish before destroying them. Default 5000 ms. */
@@ -80,6 +90,8 @@ export const SERVER_DEFAULTS = {
   sweepIntervalMs: 5_000,
   outputHighWaterBytes: 64 * 1024,
   writeTimeoutMs: 30_000,
+  idleTimeoutMs: 30_000,
+  lineTimeoutMs: 10_000,
   authTimeoutMs: 10_000,
   drainTimeoutMs: 5_000,
   ...DEFAULT_LIMITS,
@@ -124,6 +136,12 @@ class Connection {
   authTimer: NodeJS.Timeout | undefined;
   stallTimer: NodeJS.Timeout | undefined;
   lingerTimer: NodeJS.Timeout | undefined;
+  /** performance.now() of the last byte received, and of the first byte of the unfinished line
+   * (-1: none), for the idle and line timeouts. */
+  lastReadAt = performance.now();
+  lineSince = -1;
+  /** performance.now() when the last lease granted on this connection runs out. */
+  holdsUntil = 0;
   /** Why the connection is closing (for the disconnect event). */
   reason = 'closed';
   readonly onLine: (line: string) => boolean;
@@ -159,6 +177,8 @@ export class TicketServer extends EventEmitter {
   readonly #highWater: number;
   readonly #writeTimeoutMs: number;
   readonly #authTimeoutMs: number;
+  readonly #idleTimeoutMs: number;
+  readonly #lineTimeoutMs: number;
   readonly #drainTimeoutMs: number;
   readonly #clock: () => number;
 
@@ -174,6 +194,7 @@ export class TicketServer extends EventEmitter {
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping = false;
   #topUpTimer: NodeJS.Timeout | undefined;
+  #idleTimer: NodeJS.Timeout | undefined;
   #closing: Promise<void> | undefined;
   #onAllClosed: (() => void) | undefined;
 
@@ -200,6 +221,8 @@ export class TicketServer extends EventEmitter {
     this.#highWater = integerIn(options.outputHighWaterBytes ?? SERVER_DEFAULTS.outputHighWaterBytes, 'outputHighWaterBytes', MIN_OUTPUT_HIGH_WATER, 2 ** 30);
     this.#writeTimeoutMs = positiveMs(options.writeTimeoutMs ?? SERVER_DEFAULTS.writeTimeoutMs, 'writeTimeoutMs');
     this.#authTimeoutMs = positiveMs(options.authTimeoutMs ?? SERVER_DEFAULTS.authTimeoutMs, 'authTimeoutMs');
+    this.#idleTimeoutMs = positiveMs(options.idleTimeoutMs ?? SERVER_DEFAULTS.idleTimeoutMs, 'idleTimeoutMs');
+    this.#lineTimeoutMs = positiveMs(options.lineTimeoutMs ?? SERVER_DEFAULTS.lineTimeoutMs, 'lineTimeoutMs');
     this.#drainTimeoutMs = positiveMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
     if (options.clock !== undefined && typeof options.clock !== 'function') throw new TypeError('clock must be a function');
     this.#clock = options.clock ?? monotonicWallClock;
@@ -248,6 +271,10 @@ export class TicketServer extends EventEmitter {
     this.#address = { host: bound.address, port: bound.port };
     this.#sweepTimer = setInterval(() => this.#sweep(), this.#sweepIntervalMs).unref();
     if (this.#store !== undefined) this.#topUpTimer = setInterval(() => this.#topUp(), 1_000).unref();
+    // One pass over the connections per quarter of the shorter timeout (a connection is cut up to
+    // a quarter late, never early), instead of a timer re-armed on every chunk.
+    const idleTick = Math.max(10, Math.min(1_000, Math.min(this.#idleTimeoutMs, this.#lineTimeoutMs) / 4));
+    this.#idleTimer = setInterval(() => this.#cutIdle(), idleTick).unref();
     publish(channels.serverListening, () => ({ server: this, ...this.#address }));
     return this.#address;
   }
@@ -269,6 +296,7 @@ export class TicketServer extends EventEmitter {
   async #drain(): Promise<void> {
     clearInterval(this.#sweepTimer);
     clearInterval(this.#topUpTimer);
+    clearInterval(this.#idleTimer);
     clearTimeout(this.#deadlineTimer);
     const server = this.#server;
     if (server === undefined) return;
@@ -325,6 +353,7 @@ export class TicketServer extends EventEmitter {
     if (conn.closing) return; // discarding after an error reply
     const status = conn.framer.push(chunk, conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
+    else this.#noteRead(conn, chunk);
     this.#flush();
     this.#schedule();
   }
@@ -396,11 +425,54 @@ export class TicketServer extends EventEmitter {
     if (this.#connections.size === 0) this.#onAllClosed?.();
   }
 
+  /** Bookkeeping for the idle and line timeouts after input was consumed (`chunk`) or resumed. */
+  #noteRead(conn: Connection, chunk: Buffer | undefined): void {
+    const now = performance.now();
+    if (chunk !== undefined) conn.lastReadAt = now;
+    if (conn.framer.bufferedBytes === 0) conn.lineSince = -1;
+    // A new unfinished line starts with this chunk if an earlier line ended in it (or after a
+    // pause, which was the server's doing: the line gets a fresh window).
+    else if (conn.lineSince < 0 || chunk === undefined || chunk.indexOf(10) !== -1) conn.lineSince = now;
+  }
+
+  /**
+   * Closes connections that hold a slot for nothing: a line unfinished for the line timeout
+   * (`E bad_request`), or nothing pending for the idle timeout (a quiet FIN: the client reconnects
+   * on its next request). Without this, `--max-connections` idle or half-sent sockets would lock
+   * every real client out for as long as they stayed open.
+   */
+  #cutIdle(): void {
+    const now = performance.now();
+    const state = this.#state!;
+    for (const conn of this.#connections.values()) {
+      // Unauthenticated ones have the auth timeout; paused ones the write timeout.
+      if (conn.closing || conn.paused || !conn.authed) continue;
+      if (conn.lineSince >= 0) {
+        if (now - conn.lineSince >= this.#lineTimeoutMs) {
+          this.#fail(conn, 'bad_request', `no end of line within ${this.#lineTimeoutMs} ms`, 'line-timeout');
+        }
+      } else if (now - Math.max(conn.lastReadAt, conn.holdsUntil) >= this.#idleTimeoutMs && !state.hasWaiters(conn.id)) {
+        this.#shut(conn, 'idle');
+      }
+    }
+    this.#flush();
+  }
+
   /** Queues `E <code>`, stops processing the connection and closes it once the reply is out. */
   #fail(conn: Connection, code: ErrorCode, detail?: string, reason: string = code): void {
     if (conn.closing) return;
-    conn.closing = true;
     this.#send(conn, formatError(code, detail));
+    this.#shut(conn, reason);
+  }
+
+  /** Stops processing the connection and closes it once what is queued for it is written. */
+  #shut(conn: Connection, reason: string): void {
+    if (conn.closing) return;
+    conn.closing = true;
+    if (!conn.dirty) {
+      conn.dirty = true; // so that #flush ends it
+      this.#dirty.push(conn);
+    }
     this.#run({ type: 'disconnect', session: conn.id });
     clearTimeout(conn.authTimer);
     clearTimeout(conn.stallTimer);
@@ -442,6 +514,7 @@ export class TicketServer extends EventEmitter {
     publish(channels.serverBackpressure, () => ({ server: this, connection: conn.id, paused: false, bufferedBytes: conn.socket.writableLength }));
     const status = conn.framer.resume(conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
+    else this.#noteRead(conn, undefined);
     this.#flush();
     this.#schedule();
     if (!conn.paused && !conn.closing) conn.socket.resume();
@@ -475,6 +548,8 @@ export class TicketServer extends EventEmitter {
           return;
         }
         this.#send(conn, formatAcquired(effect.token, effect.owner, effect.key));
+        const holdsUntil = performance.now() + (effect.expiresAt - now);
+        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
       }
       case 'timed-out':

@@ -214,6 +214,11 @@ export class TicketState {
     return this.#waiters.size;
   }
 
+  /** Does the session have requests queued? (The server's idle timeout spares a session that does.) */
+  hasWaiters(session: SessionId): boolean {
+    return this.#bySession.get(String(session)) !== undefined;
+  }
+
   get(key: string): KeyView | undefined {
     const entry = this.#keys.get(key);
     if (entry === undefined) return undefined;

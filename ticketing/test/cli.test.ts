@@ -152,7 +152,7 @@ describe('ticketing serve', () => {
     expect(await none.readLine()).toBe('E auth_failed');
     // There is no flag that takes the secret itself.
     const { code, stderr } = await runCli(['serve', '--port', '0', '--secret', 'c0rrect-h0rse']);
-    expect(code).not.toBe(0);
+    expect(code).toBe(64);
     expect(stderr).toMatch(/unknown option/);
   });
 
@@ -180,12 +180,51 @@ describe('ticketing serve', () => {
     [['serve', '--lease', 'soon'], /--lease/],
     [['serve', '--max-line', '10'], /--max-line/],
     [['serve', '--max-keys', '0'], /--max-keys/],
-    [['serve', '--secret-file', '/nonexistent/secret'], /ENOENT|no such file/],
+    [['serve', '--idle-timeout', '0s'], /--idle-timeout/],
+    [['serve', '--line-timeout', 'never'], /--line-timeout/],
     [['serve', '--bogus'], /unknown option/],
-  ])('rejects %j with an error and a non-zero exit', async (args, message) => {
-    const { code, stderr } = await runCli(args);
-    expect(code).not.toBe(0);
+    [['bogus'], /unknown command/],
+  ])('a usage error %j: "ticketing: …" on stderr and exit 64', async (args, message) => {
+    const { code, stdout, stderr } = await runCli(args);
+    expect(code).toBe(64);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(/^ticketing: /);
     expect(stderr).toMatch(message);
+  });
+
+  test.each([
+    ['/nonexistent/secret', /^ticketing: secret file \/nonexistent\/secret: ENOENT/],
+    ['<dir>', /^ticketing: secret file \/\S+: is a directory \(EISDIR\)/],
+  ])('--secret-file %s: an error naming the path, exit 1', async (path, message) => {
+    const file = path === '<dir>' ? mkdtempSync(join(tmpdir(), 'ticketing-secret-dir-')) : path;
+    const { code, stdout, stderr } = await runCli(['serve', '--port', '0', '--secret-file', file]);
+    expect(code).toBe(1);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(message);
+    expect(stderr).toContain(file);
+  });
+
+  test('--version prints the package version; help shows durations in their units', async () => {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    const v = await runCli(['--version']);
+    expect(v).toEqual({ code: 0, stdout: `${pkg.version}\n`, stderr: '' });
+    const help = await runCli(['serve', '--help']);
+    expect(help.code).toBe(0);
+    const flat = help.stdout.replace(/\s+/g, ' ');
+    for (const [flag, shown] of [['--lease', '30s'], ['--write-timeout', '30s'], ['--idle-timeout', '30s'], ['--line-timeout', '10s']]) {
+      expect(flat).toMatch(new RegExp(`${flag} <dur> [^-]*\\(default: ${shown}\\)`));
+    }
+    expect(flat).not.toMatch(/<dur> [^-]*\(default: \d+\)/); // no bare milliseconds
+  });
+
+  test('--idle-timeout and --line-timeout reach the server', async () => {
+    const s = await serve(['--idle-timeout', '300ms', '--line-timeout', '200ms']);
+    const idle = await connect(s.port);
+    const half = await connect(s.port);
+    half.write('A k');
+    expect(await half.readLine()).toBe('E bad_request no end of line within 200 ms');
+    await idle.waitClosed(5_000);
+    expect(idle.received.length).toBe(0);
   });
 
   test('a port already in use: an error and a non-zero exit, no listening line', async () => {
@@ -197,7 +236,7 @@ describe('ticketing serve', () => {
   });
 
   test('thousands of idle connections cost little memory', { timeout: 60_000 }, async () => {
-    const s = await serve();
+    const s = await serve(['--idle-timeout', '10m']); // kept open however slow the machine is
     const rss = (): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;
     const probe = await connect(s.port);
     probe.write('A warm o 0\n');

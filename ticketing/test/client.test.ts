@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../src/client.js';
-import { ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../src/errors.js';
+import { AuthFailedError, CapacityError, ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../src/errors.js';
 import { FakeServer, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -272,6 +272,57 @@ describe('M, L and E', () => {
     await conn.waitClosed();
   });
 
+  test('M outside the allowlist from the hinted node: the hint is dropped and the next listed address is tried', async () => {
+    const primary = await fake();
+    const other = await fake();
+    const c = client(primary.port, { clusterAddresses: [`127.0.0.1:${other.port}`] });
+    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
+    const conn = await primary.connection(0);
+    await conn.readLine();
+    conn.write(`L 127.0.0.1:${primary.port}\n`);
+    await until(() => c.leaderHint === `127.0.0.1:${primary.port}`);
+    conn.write('M 203.0.113.9:7000\n');
+    expect(await a).toBeInstanceOf(IndeterminateError);
+    await conn.waitClosed();
+    expect(c.leaderHint).toBeUndefined();
+    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+    const next = await other.connection(0);
+    expect(await next.readLine()).toBe('A k o2 0');
+    next.write('A 3 o2 k\n');
+    expect((await b).status).toBe('acquired');
+    expect(primary.connections.length).toBe(1);
+  });
+
+  test('an M after several failures still sends the next request to the leader it names', async () => {
+    // Endpoints in order: primary, leader, q, s. Failures rotate through them once the hint is
+    // spent; an M is a redirect, not a failure, so the leader is next whatever came before.
+    const [primary, leader, q, s] = [await fake(), await fake(), await fake(), await fake()];
+    const address = (f: FakeServer): string => `127.0.0.1:${f.port}`;
+    const c = client(primary.port, { clusterAddresses: [address(leader), address(q), address(s)], errorBackoffMs: { not_active: 10 } });
+    const first = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
+    const p0 = await primary.connection(0);
+    await p0.readLine();
+    p0.write(`L ${address(primary)}\nE not_active\n`); // failure 1: back to the hinted primary
+    expect(await first).toBeInstanceOf(IndeterminateError);
+    const second = outcome(c.acquire('k', { waitMs: 0, owner: 'o2' }));
+    const p1 = await primary.connection(1);
+    await p1.readLine();
+    p1.write('E not_active\n'); // failure 2: the hint is spent, rotate to endpoint 2 (q)
+    expect(await second).toBeInstanceOf(IndeterminateError);
+    const third = outcome(c.acquire('k', { waitMs: 0, owner: 'o3' }));
+    const q0 = await q.connection(0);
+    await q0.readLine();
+    q0.write(`M ${address(leader)}\n`);
+    expect(await third).toBeInstanceOf(IndeterminateError);
+    expect(c.leaderHint).toBe(address(leader));
+    const fourth = c.acquire('k', { waitMs: 0, owner: 'o4' });
+    const l0 = await leader.connection(0);
+    expect(await l0.readLine()).toBe('A k o4 0');
+    l0.write('A 4 o4 k\n');
+    expect((await fourth).status).toBe('acquired');
+    expect(s.connections.length).toBe(0);
+  });
+
   test('L: updates the hint (allowlisted only) and keeps the connection', async () => {
     const server = await fake();
     const c = client(server.port, { clusterAddresses: ['127.0.0.1:7001'] });
@@ -288,7 +339,7 @@ describe('M, L and E', () => {
     expect(server.connections.length).toBe(1);
   });
 
-  test.each(['no_leader', 'not_active', 'auth_failed'])('E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection', async (code) => {
+  test.each(['no_leader', 'not_active'])('E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection', async (code) => {
     const server = await fake();
     const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
     const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
@@ -313,7 +364,6 @@ describe('M, L and E', () => {
 
   test.each([
     ['another E code', 'E bad_request what\n'],
-    ['a capacity refusal', 'E capacity too many connections\n'],
     ['garbage', 'GARBAGE\n'],
     ['an unknown reply', 'Q 1 2\n'],
     ['a malformed A', 'A notanumber o k\n'],
@@ -334,6 +384,50 @@ describe('M, L and E', () => {
     }
     await conn.waitClosed();
     expect(indeterminate.length).toBe(2);
+  });
+
+  test.each([
+    ['auth_failed', AuthFailedError, 'ETICKET_AUTH_FAILED'],
+    ['capacity', CapacityError, 'ETICKET_CAPACITY'],
+  ] as const)('E %s before any answer: a definite refusal of every sent request; the next request goes on a new connection after the backoff', async (code, type, errorCode) => {
+    const server = await fake();
+    const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
+    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
+    const r = outcome(c.release('k', 3n));
+    const conn = await server.connection(0);
+    const lane = await server.connection(1);
+    await conn.readLine();
+    await lane.readLine();
+    conn.write(`L 127.0.0.1:${server.port}\n`); // not an answer: the refusal stays definite
+    await until(() => c.leaderHint !== undefined);
+    conn.write(`E ${code} go away\n`);
+    lane.write(`E ${code}\n`);
+    const error = await a;
+    expect(error).toBeInstanceOf(type);
+    expect(error).not.toBeInstanceOf(IndeterminateError);
+    expect(error).toMatchObject({ code: errorCode, op: 'acquire', key: 'k', owner: 'o' });
+    expect((error as Error).cause).toMatchObject({ serverCode: code, detail: 'go away' });
+    expect(await r).toMatchObject({ code: errorCode, op: 'release', key: 'k', token: 3n });
+    const closedAt = Date.now();
+    await conn.waitClosed();
+    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+    const next = await server.connection(2);
+    expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
+    expect(await next.readLine()).toBe('A k o2 0');
+    next.write('A 2 o2 k\n');
+    expect((await b).status).toBe('acquired');
+  });
+
+  test.each(['auth_failed', 'capacity'])('E %s after an answer breaks the protocol: sent requests are Indeterminate', async (code) => {
+    const server = await fake();
+    const c = client(server.port);
+    const a = c.acquire('j', { waitMs: 0, owner: 'o1' });
+    const b = outcome(c.acquire('k', { waitMs: 1_000, owner: 'o2' }));
+    const conn = await server.connection(0);
+    await conn.readLines(2);
+    conn.write(`T o1 j\nE ${code}\n`);
+    expect((await a).status).toBe('timed-out');
+    expect(await b).toBeInstanceOf(IndeterminateError);
   });
 
   test('a reply nobody waits for closes the connection; an unmatched A is released by its exact token on the release lane', async () => {
@@ -525,13 +619,26 @@ describe('closing and validation', () => {
     expect(await inFlight).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'destroyed' });
   });
 
+  test('acquire(key) with no options is a try-lock: waitMs defaults to 0', async () => {
+    const server = await fake();
+    const c = client(server.port, { ownerPrefix: 'me' });
+    const a = c.acquire('k');
+    const b = c.acquire('j', {});
+    const conn = await server.connection(0);
+    expect(await conn.readLines(2)).toEqual(['A k me-0 0', 'A j me-1 0']);
+    conn.write('T me-0 k\nA 9 me-1 j\n');
+    expect(await a).toEqual({ status: 'timed-out', key: 'k', owner: 'me-0' });
+    expect(await b).toMatchObject({ status: 'acquired', key: 'j', owner: 'me-1', token: 9n });
+  });
+
   test('arguments are validated up front (TypeError / RangeError), before anything is sent', async () => {
     const server = await fake();
     const c = client(server.port);
     await expect(c.acquire('has space', { waitMs: 0 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k'.repeat(257), { waitMs: 0 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire(5 as unknown as string, { waitMs: 0 })).rejects.toBeInstanceOf(TypeError);
-    await expect(c.acquire('k', {} as never)).rejects.toBeInstanceOf(TypeError);
+    await expect(c.acquire('k', null as never)).rejects.toBeInstanceOf(TypeError);
+    await expect(c.acquire('k', { waitMs: '5' as never })).rejects.toBeInstanceOf(TypeError);
     await expect(c.acquire('k', { waitMs: -1 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k', { waitMs: 1.5 })).rejects.toBeInstanceOf(RangeError);
     await expect(c.acquire('k', { waitMs: 0, owner: '' })).rejects.toBeInstanceOf(RangeError);

@@ -1,5 +1,6 @@
 /** The client against the real server: FIFO hand-off one holder at a time, fencing, expiry,
  * auth and draining, end to end over loopback. */
+import diagnostics from 'node:diagnostics_channel';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type AcquireResult } from '../src/client.js';
 import { TicketServer } from '../src/server.js';
@@ -154,5 +155,22 @@ describe('client and server together', () => {
       }),
     );
     expect(c.pending).toEqual({ inFlight: 0, queued: 0 });
+  });
+
+  test('the server closing an idle connection is ordinary: the next request reconnects at once, no error', async () => {
+    const indeterminate: unknown[] = [];
+    const listener = (m: unknown): void => void indeterminate.push(m);
+    diagnostics.subscribe('ticketing:client:indeterminate', listener);
+    cleanups.push(() => void diagnostics.unsubscribe('ticketing:client:indeterminate', listener));
+    // A backoff longer than the connect timeout: a reconnect that counted the idle close as a
+    // failure would reject the next request with ConnectError.
+    const { server, clients } = await setup({ idleTimeoutMs: 200, leaseMs: 300 }, 1, { backoff: { initialMs: 5_000, maxMs: 5_000 }, connectTimeoutMs: 1_000 });
+    const c = clients[0]!;
+    for (let round = 0; round < 3; round++) {
+      const token = grant(await c.acquire('k', { waitMs: 0 }));
+      expect((await c.release('k', token)).status).toBe('released');
+      await until(() => server.stats().connections === 0, 5_000, 'the idle connections to be cut');
+    }
+    expect(indeterminate).toEqual([]);
   });
 });

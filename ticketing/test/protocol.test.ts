@@ -13,6 +13,8 @@ import {
   isName,
   isTokenText,
   parseReply,
+  parsePartialGrant,
+  splitReply,
   parseRequest,
 } from '../src/protocol.js';
 
@@ -156,5 +158,47 @@ describe('framing', () => {
     const framer = new LineFramer(64);
     collect(framer, ['T o k\nA 123 own ke']);
     expect(framer.partialLine()).toBe('A 123 own ke');
+  });
+});
+
+describe('the reply grammar has one home', () => {
+  test.each([
+    'A 42 o k',
+    'T o k',
+    'B o k',
+    'R 42 k',
+    'N 42 k',
+    'A 0 o k',
+    'A 007 o k',
+    'A 18446744073709551616 o k',
+    'A 1 o k x',
+    'A 1 o ',
+    'A  1 o k',
+    'T o',
+    'T o k x',
+    'R 1 k x',
+    'R x k',
+    'N 1 ',
+    'M 127.0.0.1:7000',
+    'L [::1]:7000',
+    'E capacity too many',
+    'X 1 2',
+    'A 1 o\u0001 k',
+  ])('%j: splitReply agrees with parseReply wherever both apply', (line) => {
+    const split = splitReply(line);
+    const parsed = parseReply(line);
+    if (parsed !== undefined && 'key' in parsed) expect(split).toEqual(parsed);
+    if (split === undefined) expect(parsed === undefined || !('key' in parsed)).toBe(true);
+    // splitReply checks shape and token only; the names are checked by parseReply.
+    if (line === 'A 1 o\u0001 k') expect([split !== undefined, parsed]).toEqual([true, undefined]);
+  });
+
+  test('parsePartialGrant: a grant cut off after its owner yields token, owner and key prefix', () => {
+    expect(parsePartialGrant('A 77 o2 k')).toEqual({ token: '77', owner: 'o2', keyPrefix: 'k' });
+    expect(parsePartialGrant('A 77 o2 ')).toEqual({ token: '77', owner: 'o2', keyPrefix: '' });
+    expect(parsePartialGrant('A 77 o2')).toBeUndefined(); // the owner may be cut off too
+    expect(parsePartialGrant('A 077 o2 k')).toBeUndefined();
+    expect(parsePartialGrant('T o2 k')).toBeUndefined();
+    expect(parsePartialGrant('A 77 o2 k x')).toBeUndefined();
   });
 });

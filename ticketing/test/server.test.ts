@@ -28,6 +28,14 @@ async function connect(port: number): Promise<LineSocket> {
   return socket;
 }
 
+function subscribeDisconnects(): Array<{ reason: string }> {
+  const seen: Array<{ reason: string }> = [];
+  const listener = (m: unknown): void => void seen.push(m as { reason: string });
+  diagnostics.subscribe('ticketing:server:disconnect', listener);
+  cleanups.push(() => void diagnostics.unsubscribe('ticketing:server:disconnect', listener));
+  return seen;
+}
+
 const ACQUIRED = /^A ([1-9][0-9]*) (\S+) (\S+)$/;
 
 describe('A: the acquire table', () => {
@@ -419,6 +427,77 @@ describe('hostile or broken clients never hurt others', () => {
   });
 });
 
+describe('idle and unfinished connections are cut (no secret needed)', () => {
+  test('--max-connections idle sockets lock real clients out only until the idle timeout', async () => {
+    const disconnects = subscribeDisconnects();
+    const { port } = await server({ maxConnections: 100, idleTimeoutMs: 300 });
+    const squatters = await Promise.all(Array.from({ length: 100 }, () => connect(port)));
+    const refused = await connect(port);
+    expect(await refused.readLine()).toBe('E capacity too many connections');
+    // Cut quietly (a FIN, no reply), all of them.
+    await Promise.all(squatters.map((s) => s.waitClosed(5_000)));
+    for (const s of squatters) expect(s.received.length).toBe(0);
+    await until(() => disconnects.filter((d) => d.reason === 'idle').length === 100, 5_000, 'the server to see them closed');
+    const real = await connect(port);
+    real.write('A k real 0\n');
+    expect(await real.readLine()).toMatch(/^A \d+ real k$/);
+  });
+
+  test('a half-sent line is closed after the line timeout, even while it trickles; finished lines are not', async () => {
+    const disconnects = subscribeDisconnects();
+    const { port } = await server({ lineTimeoutMs: 300, idleTimeoutMs: 60_000 });
+    const half = await connect(port);
+    half.write('A k o');
+    const trickle = await connect(port);
+    trickle.write('A');
+    let trickling = true;
+    void (async () => {
+      while (trickling && !trickle.closed) {
+        trickle.write('k');
+        await sleep(40);
+      }
+    })();
+    const slow = await connect(port);
+    slow.write('A j s');
+    await sleep(150);
+    slow.write(' 0\n'); // finished within the timeout: served
+    expect(await slow.readLine()).toMatch(/^A \d+ s j$/);
+    for (const c of [half, trickle]) {
+      expect(await c.readLine(5_000)).toBe('E bad_request no end of line within 300 ms');
+      await c.waitClosed();
+    }
+    trickling = false;
+    await until(() => disconnects.filter((d) => d.reason === 'line-timeout').length === 2, 5_000, 'the server to see them closed');
+    // Whole lines now and then keep a connection alive past the line timeout.
+    for (let i = 0; i < 4; i++) {
+      await sleep(150);
+      slow.write(`A j${i} s 0\n`);
+      expect(await slow.readLine()).toMatch(new RegExp(`^A \\d+ s j${i}$`));
+    }
+    expect(slow.closed).toBe(false);
+  });
+
+  test('a queued waiter is not idle, nor a holder within its lease: its idle time counts from the lease end', async () => {
+    const { port } = await server({ idleTimeoutMs: 300, leaseMs: 1_500 });
+    const holder = await connect(port);
+    holder.write('A k h 0\n');
+    expect(await holder.readLine()).toMatch(/^A \d+ h k$/);
+    const heldAt = Date.now();
+    const waiter = await connect(port);
+    waiter.write('A k w 10000\n');
+    await sleep(900);
+    expect(holder.closed).toBe(false);
+    expect(waiter.closed).toBe(false);
+    // The lease runs out: the waiter gets the key at the expiry, the holder's connection is cut
+    // (quietly) an idle timeout later.
+    expect(await waiter.readLine(5_000)).toMatch(/^A \d+ w k$/);
+    await holder.waitClosed(5_000);
+    expect(Date.now() - heldAt).toBeGreaterThanOrEqual(1_500 + 300);
+    expect(holder.lines.length).toBe(1);
+    expect(waiter.closed).toBe(false); // it holds the key now
+  });
+});
+
 describe('authentication (shared secret)', () => {
   test('H <secret> first: no reply, then requests are served', async () => {
     const { port } = await server({ secret: 'opensesame' });
@@ -487,6 +566,9 @@ describe('options', () => {
     expect(() => new TicketServer({ maxLineBytes: 10 })).toThrow(RangeError);
     expect(() => new TicketServer({ secret: 'has space' })).toThrow(RangeError);
     expect(() => new TicketServer({ maxConnections: 1.5 })).toThrow(RangeError);
+    expect(() => new TicketServer({ idleTimeoutMs: 0 })).toThrow(RangeError);
+    expect(() => new TicketServer({ lineTimeoutMs: 2 ** 31 })).toThrow(RangeError);
+    expect(() => new TicketServer({ idleTimeoutMs: '30s' as unknown as number })).toThrow(TypeError);
     expect(() => new TicketServer({ host: 5 as unknown as string })).toThrow(TypeError);
     expect(() => new TicketServer(null as unknown as TicketServerOptions)).toThrow(TypeError);
   });

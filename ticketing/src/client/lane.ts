@@ -1,0 +1,590 @@
+/**
+ * The connection lane: one connection and the requests on it. It queues unsent requests, writes
+ * every request of a turn in one write, matches replies to sent requests through the registry,
+ * reconnects with backoff while it has work, and watches the time limits (connectTimeoutMs for
+ * unsent requests, waitMs + responseTimeoutMs for sent ones). A connection that fails takes its
+ * sent requests with it (Indeterminate, unless the server refused them outright), never its
+ * unsent ones. The client runs two: one for acquires, one reserved for releases.
+ */
+import net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { freshNow, now } from './clock.js';
+import type { Endpoint, ResolvedClientOptions } from './options.js';
+import {
+  AuthFailedError,
+  CapacityError,
+  ClientClosedError,
+  ConnectError,
+  ProtocolError,
+  ServerError,
+  type IndeterminateReason,
+} from '../errors.js';
+import { channels, publish } from '../events.js';
+import { endedRequestError, type ConnectionEnd } from './outcomes.js';
+import type { Pending, PendingAcquire, PendingRegistry, PendingRelease } from './pending.js';
+import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
+
+/** What a lane asks of the client that owns it. */
+export interface LaneHost {
+  /** For diagnostics messages. */
+  readonly client: object;
+  /** The current leader hint (`host:port`), if any. */
+  readonly leaderHint: string | undefined;
+  /** The address to connect to after `failures` consecutive failures. */
+  pickEndpoint(failures: number): Endpoint;
+  /** Sets (or with undefined drops) the leader hint; false if the address is not allowlisted. */
+  setLeaderHint(address: string | undefined, via: string): boolean;
+  /** Hands a grant nobody can take back by its exact token (on the release lane). */
+  orphanRelease(key: string, token: string): void;
+  /** Schedules a busy acquire's retry; false when its budget does not allow one. */
+  retryBusy(p: PendingAcquire): boolean;
+}
+
+const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed', 'capacity']);
+/** The E codes that refuse a connection before any request of it is processed. */
+const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError>([
+  ['auth_failed', AuthFailedError],
+  ['capacity', CapacityError],
+]);
+const RTT_SAMPLES = 8;
+
+/**
+ * One connection and its requests: queued (unsent) ones, and sent ones indexed for matching.
+ * Reconnects with backoff while it has work; a connection that fails takes its sent requests
+ * with it (Indeterminate), never its unsent ones.
+ */
+export class Lane {
+  #socket: net.Socket | undefined;
+  #state: 'idle' | 'connecting' | 'open' | 'backoff' = 'idle';
+  #framer: LineFramer;
+  #queue: Pending[] = [];
+  /** Requests sent on the current connection and not settled. */
+  #inFlight = 0;
+  #flushScheduled = false;
+  #failures = 0;
+  /** The current socket's error, and the cause of the last teardown (for ConnectError). */
+  #lastError: unknown;
+  #lastFailure: unknown;
+  #helloSent = false;
+  /** A reply to a request (A/T/B/R/N) arrived on the current connection. */
+  #answered = false;
+  #idleWaiters: Array<() => void> = [];
+  #retryTimer: NodeJS.Timeout | undefined;
+  #connectTimer: NodeJS.Timeout | undefined;
+  #watchdog: NodeJS.Timeout | undefined;
+  #endpoint: Endpoint | undefined;
+  readonly #rtt: number[] = [];
+  #rttNext = 0;
+  #closed = false;
+
+  constructor(
+    readonly options: ResolvedClientOptions,
+    readonly registry: PendingRegistry,
+    readonly host: LaneHost,
+    readonly role: 'acquire' | 'release',
+  ) {
+    this.#framer = new LineFramer(options.maxLineBytes);
+  }
+
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  /** The largest of the recent round trips of requests that could not have waited, or undefined. */
+  get recentRtt(): number | undefined {
+    return this.#rtt.length === 0 ? undefined : Math.max(...this.#rtt);
+  }
+
+  submit(p: Pending): void {
+    if (this.#closed) {
+      this.#settleReject(p, new ClientClosedError('the client is closed'));
+      return;
+    }
+    p.lane = this;
+    p.sentAt = -1;
+    this.#queue.push(p);
+    if (this.#state === 'idle') this.#connect();
+    else if (this.#state === 'backoff')
+      this.#retryTimer?.ref(); // there is work to wait for now
+    else if (this.#state === 'open' && !this.#flushScheduled) {
+      // Coalesce every request made in this turn (and in the promise continuations it runs)
+      // into one write: nextTick runs after the microtask queue drains.
+      this.#flushScheduled = true;
+      process.nextTick(this.#flush);
+    }
+    this.#startWatchdog();
+  }
+
+  /** Caller's abort. Unsent: withdrawn, rejected with the signal's reason. Sent: the outcome is
+   * unknowable now, and dropping only this request could orphan a grant already on its way, so
+   * the connection is closed (every request sent on it becomes Indeterminate). */
+  abort(p: Pending, reason: unknown): void {
+    if (p.settled) return;
+    if (p.sentAt < 0) {
+      const index = this.#queue.indexOf(p);
+      if (index >= 0) this.#queue.splice(index, 1);
+      this.#settleReject(p, reason);
+      return;
+    }
+    this.#teardown(
+      'connection-lost',
+      new Error('the connection was closed because another request sent on it was aborted'),
+      undefined,
+      {
+        p,
+        reason,
+      },
+    );
+  }
+
+  /** Rejects what is unsent, waits for nothing: used by close()/destroy(). */
+  closeQueued(error: Error): void {
+    this.#closed = true;
+    const queue = this.#queue;
+    this.#queue = [];
+    for (const p of queue) this.#settleReject(p, error);
+  }
+
+  /** Ends the connection: sent requests become Indeterminate. */
+  destroy(reason: IndeterminateReason): void {
+    this.#closed = true;
+    this.#teardown(reason, new ClientClosedError('the client was destroyed'));
+    clearTimeout(this.#retryTimer);
+    this.#state = 'idle';
+    this.#stopWatchdog();
+  }
+
+  /** Resolves once nothing is queued or in flight. */
+  whenIdle(): Promise<void> {
+    if (this.#queue.length === 0 && this.inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  /** Ends the connection gracefully (FIN); nothing may be in flight. */
+  end(): void {
+    this.#closed = true;
+    clearTimeout(this.#retryTimer);
+    clearTimeout(this.#connectTimer);
+    this.#stopWatchdog();
+    const socket = this.#socket;
+    this.#socket = undefined;
+    this.#state = 'idle';
+    socket?.end();
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Connection
+
+  #connect(): void {
+    const endpoint = this.host.pickEndpoint(this.#failures);
+    this.#endpoint = endpoint;
+    this.#state = 'connecting';
+    this.#helloSent = false;
+    this.#answered = false;
+    this.#framer = new LineFramer(this.options.maxLineBytes);
+    const socket = net.connect({
+      host: endpoint.host,
+      port: endpoint.port,
+      noDelay: true,
+      keepAlive: true,
+      keepAliveInitialDelay: 30_000,
+    });
+    this.#socket = socket;
+    this.#connectTimer = setTimeout(
+      () => {
+        if (this.#socket === socket)
+          this.#teardown('connection-lost', new Error(`connect to ${endpoint.text} timed out`));
+      },
+      Math.min(this.options.connectTimeoutMs, 5_000),
+    ).unref();
+    socket.on('connect', () => {
+      if (this.#socket !== socket) return;
+      clearTimeout(this.#connectTimer);
+      this.#state = 'open';
+      publish(channels.clientConnect, () => ({ client: this.host.client, lane: this.role, address: endpoint.text }));
+      this.#flush();
+    });
+    socket.on('data', (chunk: Buffer) => {
+      if (this.#socket !== socket) return;
+      freshNow(); // when these replies arrived, for everything matched below
+      const framer = this.#framer;
+      const status = framer.push(chunk, this.#onLine);
+      if (status === 'too_long' && this.#socket === socket && this.#framer === framer) {
+        this.#teardown('connection-lost', new ProtocolError(`reply line exceeds ${this.options.maxLineBytes} bytes`));
+      }
+    });
+    socket.on('error', (error) => {
+      if (this.#socket === socket) this.#lastError = error;
+    });
+    socket.on('close', () => {
+      if (this.#socket !== socket) return;
+      if (
+        this.#state === 'open' &&
+        this.#inFlight === 0 &&
+        this.#lastError === undefined &&
+        this.#framer.bufferedBytes === 0
+      ) {
+        this.#closedWhileIdle();
+        return;
+      }
+      this.#teardown('connection-lost', this.#lastError ?? new Error('connection closed by the server'));
+    });
+  }
+
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    const socket = this.#socket;
+    if (this.#state !== 'open' || socket === undefined) return;
+    let out = '';
+    if (this.options.secret !== undefined && !this.#helloSent) {
+      out = formatHello(this.options.secret);
+      this.#helloSent = true;
+    }
+    const sentAt = freshNow();
+    const queue = this.#queue;
+    this.#queue = [];
+    for (const p of queue) {
+      if (p.settled) continue;
+      // Registered (in the client's tables since the call; now as sent on this connection) before
+      // the bytes go out: a reply can beat the write callback.
+      p.sentAt = sentAt;
+      this.#inFlight++;
+      out += p.line;
+    }
+    if (out.length > 0) socket.write(out, 'latin1');
+  };
+
+  /**
+   * One reply line. Returns false once the connection was torn down (stop reading).
+   * Fast path: an answer whose (key, identifier) equals a pending request's is well-formed in
+   * those fields by construction (ours were validated), so `splitReply` checks only its shape;
+   * everything else takes the full parse, which tells malformed from unmatched.
+   */
+  readonly #onLine = (line: string): boolean => {
+    const answer = splitReply(line);
+    if (answer !== undefined) {
+      switch (answer.op) {
+        case 'A': {
+          const p = this.#sentAcquire(answer.owner, answer.key);
+          if (p === undefined) break;
+          this.#granted(p, answer.token);
+          return true;
+        }
+        case 'T':
+        case 'B': {
+          const p = this.#sentAcquire(answer.owner, answer.key);
+          if (p === undefined) break;
+          this.#refused(p, answer.op === 'B');
+          return true;
+        }
+        case 'R':
+        case 'N': {
+          const p = this.#sentRelease(answer.token, answer.key);
+          if (p === undefined) break;
+          this.#released(p, answer.op === 'R');
+          return true;
+        }
+      }
+    }
+    return this.#onOtherLine(line);
+  };
+
+  #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
+    const p = this.registry.findAcquire(owner, key);
+    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
+  }
+
+  #sentRelease(token: string, key: string): PendingRelease | undefined {
+    const p = this.registry.findRelease(token, key);
+    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
+  }
+
+  #granted(p: PendingAcquire, token: string): void {
+    const receivedAt = now();
+    if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    // Earliest instant the server can have granted it: not before the request was sent, and (for
+    // a grant that waited) not before a recent round trip ago.
+    const rtt = p.waitMs === 0 ? undefined : this.recentRtt;
+    const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
+    const expiresAt = new Date(Date.now() + (grantedNotBefore + this.options.leaseMs - receivedAt));
+    this.#settle(p);
+    p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt });
+  }
+
+  #refused(p: PendingAcquire, busy: boolean): void {
+    if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    if (busy && this.host.retryBusy(p)) {
+      // Not settled: it goes back to the queue after a backoff, with what is left of its wait
+      // budget (same owner: B is definitive, nothing is pending under it).
+      this.#detach(p);
+      return;
+    }
+    this.#settle(p);
+    p.resolve({ status: busy ? 'busy' : 'timed-out', key: p.key, owner: p.owner });
+  }
+
+  #released(p: PendingRelease, released: boolean): void {
+    this.#sample(now() - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    this.#settle(p);
+    p.resolve({ status: released ? 'released' : 'not-held', key: p.key, token: p.token });
+  }
+
+  /** Replies off the fast path: malformed, unmatched, M, L, E — or matched ones in odd shapes. */
+  #onOtherLine(line: string): boolean {
+    const reply = parseReply(line);
+    if (reply === undefined) {
+      this.#teardown('connection-lost', new ProtocolError('malformed or unknown reply', line));
+      return false;
+    }
+    switch (reply.op) {
+      // A well-formed answer reaches this point only when it matched nothing (see #onLine).
+      case 'A':
+        // A grant nobody waits for: hand it back by its exact token, then close (the session is
+        // out of step with the server).
+        this.host.orphanRelease(reply.key, reply.token);
+        this.#teardown('connection-lost', new ProtocolError('a grant matches no pending acquire', line));
+        return false;
+      case 'T':
+      case 'B':
+        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending acquire', line));
+        return false;
+      case 'R':
+      case 'N':
+        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending release', line));
+        return false;
+      case 'L':
+        this.host.setLeaderHint(reply.address, 'L');
+        return true;
+      case 'M':
+        if (this.host.setLeaderHint(reply.address, 'M')) {
+          // A redirect to a known node, not a failure: the next connection goes to the leader
+          // (the hint is used while failures < 2), however many failures came before.
+          this.#failures = 0;
+        } else if (this.host.leaderHint === this.#endpoint?.text) {
+          // A node steering us outside the allowlist is no leader to come back to: drop the hint,
+          // so the next connection tries the next listed address.
+          this.host.setLeaderHint(undefined, 'M');
+        }
+        this.#teardown('connection-lost', new ServerError('moved', `the leader is ${reply.address}`));
+        return false;
+      case 'E': {
+        const error = new ServerError(reply.code, reply.detail);
+        if (reply.code === 'no_leader') this.host.setLeaderHint(undefined, 'no_leader');
+        const floor = BACKOFF_ERRORS.has(reply.code) ? this.options.errorBackoff[reply.code] : undefined;
+        // Definite refusals. The server sends `E capacity` on accept, before reading a byte, and
+        // `E auth_failed` instead of processing anything after a bad or missing `H`; it discards
+        // whatever follows until it closes. So while no request on this connection has been
+        // answered, every request sent on it, even one written (pipelined) before the E arrived,
+        // was never processed: it is refused, not Indeterminate. After an answer these codes
+        // would break the protocol, and the usual rule (Indeterminate) applies.
+        const refused = this.#answered ? undefined : REFUSALS.get(reply.code);
+        this.#teardown('connection-lost', error, floor, undefined, refused);
+        return false;
+      }
+    }
+  }
+
+  /**
+   * Closes the connection. Every sent request without a reply becomes Indeterminate (an aborted
+   * one with reason `aborted` and the signal's reason as cause), or, when the server `refused` the
+   * connection, that refusal; unsent requests stay queued for the next connection, which is
+   * attempted after a backoff if there is work.
+   */
+  #teardown(
+    reason: IndeterminateReason,
+    cause: unknown,
+    floorMs?: number,
+    aborted?: { p: Pending; reason: unknown },
+    refused?: typeof AuthFailedError | typeof CapacityError,
+  ): void {
+    const socket = this.#socket;
+    if (socket === undefined) return;
+    this.#socket = undefined;
+    clearTimeout(this.#connectTimer);
+    const partial = this.#framer.partialLine();
+    this.#framer = new LineFramer(this.options.maxLineBytes);
+    socket.destroy();
+    this.#lastError = undefined;
+    this.#lastFailure = cause;
+    const sent = this.registry.sentOn(this);
+    const salvaged = partial === undefined ? undefined : this.#salvage(partial, sent);
+    // Acquires first (sentOn lists them first), so a salvaged grant's acquire learns its token
+    // before its orphan release goes out.
+    for (const p of sent) {
+      const end: ConnectionEnd =
+        refused !== undefined
+          ? { kind: 'refused', error: refused, cause }
+          : aborted?.p === p
+            ? { kind: 'aborted', cause: aborted.reason }
+            : { kind: 'lost', reason, cause };
+      const token = salvaged?.p === p ? salvaged.token : undefined;
+      this.#settleReject(p, endedRequestError(p, end, token), end.kind !== 'refused');
+    }
+    // A close the caller asked for (an abort) says nothing about the server: no backoff for it.
+    if (aborted === undefined) this.#failures++;
+    clearTimeout(this.#retryTimer);
+    if (this.#closed) {
+      this.#state = 'idle';
+    } else {
+      const delay = aborted === undefined ? this.#backoffDelay(floorMs) : 0;
+      this.#state = 'backoff';
+      this.#retryTimer = setTimeout(() => {
+        this.#state = 'idle';
+        if (this.#queue.length > 0 && !this.#closed) this.#connect();
+      }, delay);
+      if (this.#queue.length === 0) this.#retryTimer.unref();
+      publish(channels.clientClose, () => ({
+        client: this.host.client,
+        lane: this.role,
+        address: this.#endpoint?.text,
+        reason,
+        error: cause,
+        backoffMs: delay,
+      }));
+    }
+    if (salvaged !== undefined) this.host.orphanRelease(salvaged.p.key, salvaged.tokenText);
+    this.#maybeStopWatchdog();
+  }
+
+  /**
+   * The server ended a connection that had nothing of ours in flight: what its idle timeout does.
+   * Nothing was lost and nothing says the server is unwell, so this is no failure: no backoff,
+   * and the next request (or one queued this turn) connects at once.
+   */
+  #closedWhileIdle(): void {
+    this.#socket = undefined;
+    this.#state = 'idle';
+    clearTimeout(this.#connectTimer);
+    publish(channels.clientClose, () => ({
+      client: this.host.client,
+      lane: this.role,
+      address: this.#endpoint?.text,
+      reason: 'idle',
+      error: undefined,
+      backoffMs: 0,
+    }));
+    if (this.#queue.length > 0 && !this.#closed) this.#connect();
+  }
+
+  /** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`):
+   * if it names a pending acquire, the token is known and can be handed back. */
+  #salvage(partial: string, sent: Pending[]): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
+    const grant = parsePartialGrant(partial);
+    if (grant === undefined) return undefined;
+    for (const p of sent) {
+      if (p.kind === 'acquire' && p.owner === grant.owner && p.key.startsWith(grant.keyPrefix)) {
+        return { p, token: BigInt(grant.token), tokenText: grant.token };
+      }
+    }
+    return undefined;
+  }
+
+  #backoffDelay(floorMs: number | undefined): number {
+    const { initialMs, maxMs } = this.options.backoff;
+    const exponent = Math.min(this.#failures - 1, 30);
+    const base = Math.min(maxMs, initialMs * 2 ** exponent);
+    const jittered = base * (0.5 + Math.random() * 0.5);
+    const floor = floorMs === undefined ? 0 : Math.min(Math.max(maxMs, floorMs), floorMs * 2 ** Math.min(exponent, 6));
+    return Math.max(jittered, floor);
+  }
+
+  #sample(rtt: number): void {
+    this.#rtt[this.#rttNext] = rtt;
+    this.#rttNext = (this.#rttNext + 1) % RTT_SAMPLES;
+  }
+
+  #settle(p: Pending): void {
+    if (p.sentAt >= 0 && p.lane === this) this.#inFlight--;
+    p.settled = true;
+    if (p.onAbort !== undefined) p.signal!.removeEventListener('abort', p.onAbort);
+    if (p.kind === 'acquire') clearTimeout(p.retryTimer);
+    this.registry.remove(p);
+    this.#maybeStopWatchdog();
+  }
+
+  /** Takes a request off this lane without settling it (a busy retry re-submits it later). */
+  #detach(p: PendingAcquire): void {
+    this.#inFlight--;
+    p.lane = undefined;
+    p.sentAt = -1;
+    this.#maybeStopWatchdog();
+  }
+
+  #settleReject(p: Pending, error: unknown, indeterminate = false): void {
+    if (p.settled) return;
+    this.#settle(p);
+    if (indeterminate) publish(channels.clientIndeterminate, () => ({ client: this.host.client, error }));
+    p.reject(error);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Timeouts: a request waits for a connection at most connectTimeoutMs (then it was never sent:
+  // ConnectError); a sent one gets its waitMs plus responseTimeoutMs before the connection is
+  // declared dead (then it is Indeterminate).
+
+  #startWatchdog(): void {
+    if (this.#watchdog !== undefined) return;
+    const tick = Math.max(
+      5,
+      Math.min(1_000, Math.min(this.options.connectTimeoutMs, this.options.responseTimeoutMs) / 4),
+    );
+    this.#watchdog = setInterval(this.#check, tick).unref();
+  }
+
+  #maybeStopWatchdog(): void {
+    if (this.#queue.length === 0 && this.inFlight === 0) {
+      this.#stopWatchdog();
+      const waiters = this.#idleWaiters;
+      if (waiters.length > 0) {
+        this.#idleWaiters = [];
+        for (const resolve of waiters) resolve();
+      }
+    }
+  }
+
+  #stopWatchdog(): void {
+    clearInterval(this.#watchdog);
+    this.#watchdog = undefined;
+  }
+
+  readonly #check = (): void => {
+    const now = performance.now();
+    if (this.#queue.length > 0 && this.#state !== 'open') {
+      const expired = this.#queue.filter((p) => now - p.submittedAt > this.options.connectTimeoutMs);
+      if (expired.length > 0) {
+        this.#queue = this.#queue.filter((p) => !expired.includes(p));
+        const cause = this.#lastFailure ?? this.#lastError;
+        for (const p of expired) {
+          this.#settleReject(
+            p,
+            new ConnectError(
+              `no connection to ${this.#endpoint?.text ?? 'the server'} within ${this.options.connectTimeoutMs} ms: the request was not sent`,
+              { cause },
+            ),
+          );
+        }
+      }
+    }
+    if (this.#inFlight > 0) {
+      for (const p of this.registry.sentOn(this)) {
+        if (now - p.sentAt > p.waitMs + this.options.responseTimeoutMs) {
+          this.#teardown(
+            'response-timeout',
+            new Error(`no reply within waitMs + ${this.options.responseTimeoutMs} ms`),
+          );
+          return;
+        }
+      }
+    }
+    this.#maybeStopWatchdog();
+  };
+}

@@ -1,0 +1,277 @@
+/**
+ * The client's options: the public option and result types, their defaults, and the checks that
+ * run up front (a bad argument throws TypeError/RangeError before anything is sent).
+ */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { ClientClosedError } from '../errors.js';
+import { DEFAULT_MAX_LINE_BYTES, MAX_TOKEN, isAddress, isName, isTokenText } from '../protocol.js';
+
+export interface BackoffOptions {
+  /** First reconnect delay after a failure, ms. Default 50. Doubles per consecutive failure. */
+  readonly initialMs?: number;
+  /** Longest reconnect delay, ms. Default 5000. */
+  readonly maxMs?: number;
+}
+
+export interface TicketClientOptions {
+  /** Server host. Default `127.0.0.1`. */
+  readonly host?: string;
+  /** Server port. Required. */
+  readonly port: number;
+  /** Shared secret (the server's `--secret-file` content); sent as `H <secret>` first on every
+   * connection. */
+  readonly secret?: string | undefined;
+  /** The server's lease length (`--lease`), ms; used to compute `expiresAt`. Default 30 000. */
+  readonly leaseMs?: number;
+  /** Allowlist of cluster node addresses (`host:port`). An `M`/`L` leader hint is kept only if it
+   * names one of these or the primary address. */
+  readonly clusterAddresses?: readonly string[];
+  /** How long a request may wait for a connection before it fails with `ConnectError` (never
+   * sent). Default 10 000 ms. */
+  readonly connectTimeoutMs?: number;
+  /** How long past its `waitMs` a sent request may go without a reply before the connection is
+   * declared dead (the request then becomes Indeterminate). Default 10 000 ms. */
+  readonly responseTimeoutMs?: number;
+  /** Reconnect backoff. */
+  readonly backoff?: BackoffOptions;
+  /** Least delay before reconnecting after these server errors, ms (doubling while they repeat).
+   * Defaults: no_leader 250, not_active 500, capacity 1000, auth_failed 2000. */
+  readonly errorBackoffMs?: Partial<Record<'no_leader' | 'not_active' | 'auth_failed' | 'capacity', number>>;
+  /** Opt-in: retry `B` (busy) with backoff inside the caller's own `waitMs` budget. Default off:
+   * busy is returned at once. Can be set per call too. */
+  readonly retryBusy?: boolean | BackoffOptions;
+  /** Longest reply line accepted, terminator included. Default 1024. */
+  readonly maxLineBytes?: number;
+  /** Prefix of the generated owners. Default `<hostname>-<pid>-<random>`. */
+  readonly ownerPrefix?: string;
+}
+
+export interface AcquireOptions {
+  /** How long the server may queue the request, ms. Default 0: do not wait (a held key answers
+   * `timed-out` at once). */
+  readonly waitMs?: number;
+  /** The request's identifier (echoed back). Default: unique per request. */
+  readonly owner?: string | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Overrides the client's `retryBusy` for this call. */
+  readonly retryBusy?: boolean | undefined;
+}
+
+export interface ReleaseOptions {
+  readonly signal?: AbortSignal | undefined;
+}
+
+export type AcquireResult =
+  | {
+      readonly status: 'acquired';
+      readonly key: string;
+      readonly owner: string;
+      /** Fencing token: pass it to the guarded resource, which rejects lower tokens. */
+      readonly token: bigint;
+      /** When the lease runs out, estimated on this host's clock (see docs: conservative for an
+       * immediate grant; for a grant that waited, it assumes the grant's reply travelled no slower
+       * than recent round trips). Renewals do not exist: release before it, or be fenced off. */
+      readonly expiresAt: Date;
+    }
+  | { readonly status: 'timed-out'; readonly key: string; readonly owner: string }
+  | { readonly status: 'busy'; readonly key: string; readonly owner: string };
+
+export interface ReleaseResult {
+  /** `not-held`: the server had nothing registered under that key and token (never held, expired
+   * and taken over, or already released). */
+  readonly status: 'released' | 'not-held';
+  readonly key: string;
+  readonly token: bigint;
+}
+
+/** Least delay before reconnecting after these server errors, ms (doubling while they repeat). */
+const DEFAULT_ERROR_BACKOFF = { no_leader: 250, not_active: 500, capacity: 1_000, auth_failed: 2_000 } as const;
+
+export interface Endpoint {
+  readonly host: string;
+  readonly port: number;
+  /** `host:port` (`[v6]:port`), the form the allowlist and `M`/`L` use. */
+  readonly text: string;
+}
+
+/** The options after defaults and checks: what the client and its lanes run on. */
+export interface ResolvedClientOptions {
+  /** The primary address first, then the other cluster addresses; also the `M`/`L` allowlist. */
+  readonly endpoints: readonly Endpoint[];
+  readonly secret: string | undefined;
+  readonly leaseMs: number;
+  readonly maxLineBytes: number;
+  readonly connectTimeoutMs: number;
+  readonly responseTimeoutMs: number;
+  readonly backoff: Required<BackoffOptions>;
+  readonly errorBackoff: Readonly<Record<string, number>>;
+  /** Busy-retry backoff, and whether calls retry by default. */
+  readonly busyPolicy: Required<BackoffOptions>;
+  readonly retryByDefault: boolean;
+  /** Prefix of generated owners, ending in `-`. */
+  readonly ownerPrefix: string;
+}
+
+export function resolveClientOptions(options: TicketClientOptions): ResolvedClientOptions {
+  if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+  const host = options.host ?? '127.0.0.1';
+  if (typeof host !== 'string' || host.length === 0) throw new TypeError('host must be a non-empty string');
+  const port = options.port;
+  if (typeof port !== 'number') throw new TypeError('port must be a number');
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new RangeError(`port must be an integer in 1..65535, got ${port}`);
+  const endpoints = [endpoint(host, port)];
+  const secret = options.secret;
+  if (secret !== undefined && (typeof secret !== 'string' || !isName(secret))) {
+    throw new RangeError('secret must be 1-256 bytes of printable ASCII without spaces');
+  }
+  const leaseMs = positive(options.leaseMs ?? 30_000, 'leaseMs');
+  const cluster = options.clusterAddresses ?? [];
+  if (!Array.isArray(cluster)) throw new TypeError('clusterAddresses must be an array of "host:port" strings');
+  for (const address of cluster) {
+    if (typeof address !== 'string' || !isAddress(address))
+      throw new RangeError(`clusterAddresses: ${JSON.stringify(address)} is not host:port`);
+    const parsed = parseEndpoint(address);
+    if (!endpoints.some((e) => e.text === parsed.text)) endpoints.push(parsed);
+  }
+  const backoff = backoffOptions(options.backoff, 'backoff', { initialMs: 50, maxMs: 5_000 });
+  const errorBackoff: Record<string, number> = { ...DEFAULT_ERROR_BACKOFF };
+  if (options.errorBackoffMs !== undefined) {
+    if (typeof options.errorBackoffMs !== 'object' || options.errorBackoffMs === null)
+      throw new TypeError('errorBackoffMs must be an object');
+    for (const [code, ms] of Object.entries(options.errorBackoffMs)) {
+      if (!(code in DEFAULT_ERROR_BACKOFF)) throw new RangeError(`errorBackoffMs: unknown error code ${code}`);
+      if (ms !== undefined) errorBackoff[code] = nonNegative(ms, `errorBackoffMs.${code}`);
+    }
+  }
+  const retry = options.retryBusy;
+  if (retry !== undefined && typeof retry !== 'boolean' && (typeof retry !== 'object' || retry === null)) {
+    throw new TypeError('retryBusy must be a boolean or { initialMs, maxMs }');
+  }
+  const maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  if (!Number.isInteger(maxLineBytes) || maxLineBytes < 64)
+    throw new RangeError('maxLineBytes must be an integer >= 64');
+  const prefix =
+    options.ownerPrefix ??
+    `${hostname()
+      .replace(/[^\x21-\x7e]/g, '_')
+      .slice(0, 64)}-${process.pid}-${randomBytes(4).toString('hex')}`;
+  if (typeof prefix !== 'string' || !isName(prefix) || prefix.length > 200)
+    throw new RangeError('ownerPrefix must be 1-200 bytes of printable ASCII without spaces');
+  return {
+    endpoints,
+    secret,
+    leaseMs,
+    maxLineBytes,
+    connectTimeoutMs: positive(options.connectTimeoutMs ?? 10_000, 'connectTimeoutMs'),
+    responseTimeoutMs: positive(options.responseTimeoutMs ?? 10_000, 'responseTimeoutMs'),
+    backoff,
+    errorBackoff,
+    busyPolicy: backoffOptions(typeof retry === 'object' ? retry : undefined, 'retryBusy', {
+      initialMs: 10,
+      maxMs: 1_000,
+    }),
+    retryByDefault: retry !== undefined && retry !== false,
+    ownerPrefix: `${prefix}-`,
+  };
+}
+
+/** `acquire`'s arguments, checked. `owner` undefined: generate one. */
+export function checkAcquire(
+  key: unknown,
+  options: AcquireOptions,
+  closed: boolean,
+): { waitMs: number; signal: AbortSignal | undefined; owner: string | undefined; retryBusy: boolean | undefined } {
+  checkKey(key);
+  if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+  const waitMs = options.waitMs ?? 0;
+  const signal = options.signal;
+  if (typeof waitMs !== 'number') throw new TypeError('options.waitMs must be a number');
+  if (!Number.isSafeInteger(waitMs) || waitMs < 0)
+    throw new RangeError(`options.waitMs must be an integer >= 0, got ${waitMs}`);
+  if (signal !== undefined && !(signal instanceof AbortSignal))
+    throw new TypeError('options.signal must be an AbortSignal');
+  const owner = options.owner;
+  if (owner !== undefined && typeof owner !== 'string') throw new TypeError('options.owner must be a string');
+  if (owner !== undefined && !isName(owner))
+    throw new RangeError('options.owner must be 1-256 bytes of printable ASCII without spaces');
+  const retryBusy = options.retryBusy;
+  if (retryBusy !== undefined && typeof retryBusy !== 'boolean')
+    throw new TypeError('options.retryBusy must be a boolean');
+  if (closed) throw new ClientClosedError('the client is closed');
+  signal?.throwIfAborted();
+  return { waitMs, signal, owner, retryBusy };
+}
+
+/** `release`'s arguments, checked: the token as canonical text. */
+export function checkRelease(
+  key: unknown,
+  token: unknown,
+  options: ReleaseOptions | undefined,
+  closed: boolean,
+): { tokenText: string; signal: AbortSignal | undefined } {
+  checkKey(key);
+  let tokenText: string;
+  if (typeof token === 'bigint') {
+    if (token < 1n || token > MAX_TOKEN) throw new RangeError('token must be in 1..2^64-1');
+    tokenText = token.toString();
+  } else if (typeof token === 'string') {
+    if (!isTokenText(token)) throw new RangeError('token must be a canonical decimal in 1..2^64-1');
+    tokenText = token;
+  } else {
+    throw new TypeError('token must be a bigint or a decimal string');
+  }
+  let signal: AbortSignal | undefined;
+  if (options !== undefined) {
+    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+    signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal))
+      throw new TypeError('options.signal must be an AbortSignal');
+  }
+  if (closed) throw new ClientClosedError('the client is closed');
+  signal?.throwIfAborted();
+  return { tokenText, signal };
+}
+
+function checkKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string') throw new TypeError('key must be a string');
+  if (!isName(key)) throw new RangeError('key must be 1-256 bytes of printable ASCII without spaces');
+}
+
+function endpoint(host: string, port: number): Endpoint {
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  return { host: bare, port, text: bare.includes(':') ? `[${bare}]:${port}` : `${bare}:${port}` };
+}
+
+export function parseEndpoint(address: string): Endpoint {
+  const colon = address.lastIndexOf(':');
+  return endpoint(address.slice(0, colon), Number(address.slice(colon + 1)));
+}
+
+function positive(value: unknown, what: string): number {
+  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
+  if (!(value > 0 && Number.isFinite(value)))
+    throw new RangeError(`${what} must be a finite positive number, got ${value}`);
+  return value;
+}
+
+function nonNegative(value: unknown, what: string): number {
+  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
+  if (!(value >= 0 && Number.isFinite(value)))
+    throw new RangeError(`${what} must be a finite number >= 0, got ${value}`);
+  return value;
+}
+
+function backoffOptions(
+  value: BackoffOptions | undefined,
+  what: string,
+  defaults: Required<BackoffOptions>,
+): Required<BackoffOptions> {
+  if (value === undefined) return defaults;
+  if (typeof value !== 'object' || value === null) throw new TypeError(`${what} must be an object`);
+  const initialMs = positive(value.initialMs ?? defaults.initialMs, `${what}.initialMs`);
+  const maxMs = positive(value.maxMs ?? defaults.maxMs, `${what}.maxMs`);
+  if (maxMs < initialMs) throw new RangeError(`${what}.maxMs must be >= ${what}.initialMs`);
+  return { initialMs, maxMs };
+}
