@@ -140,6 +140,8 @@ export interface TicketingNodesOptions {
   /** Extra arguments per node index. */
   nodeArgs?: string[][];
   env?: NodeJS.ProcessEnv;
+  /** Node options before the script, e.g. ['--import', probeUrl] to observe the node's diagnostics. */
+  execArgv?: string[];
   cli?: string;
   startTimeoutMs?: number;
   stderr?: 'keep' | 'inherit';

@@ -515,6 +515,7 @@ export async function startTicketingNodes({
   env = {},
   cli = TICKETING_CLI,
   nodeArgs = [],
+  execArgv = [],
   startTimeoutMs = 15_000,
   stderr = 'keep',
 } = {}) {
@@ -553,7 +554,7 @@ export async function startTicketingNodes({
         ];
       },
       async start() {
-        const child = track(spawn(process.execPath, node.args(), {
+        const child = track(spawn(process.execPath, [...execArgv, ...node.args()], {
           stdio: ['ignore', 'pipe', stderr === 'inherit' ? 'inherit' : 'pipe'],
           env: { ...process.env, ...env },
         }));
