@@ -26,10 +26,10 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   cpuTimeMs,
   ensureEtcd,
@@ -59,26 +59,39 @@ const COUNTERS = {
 };
 
 async function etcdCounters(endpoint) {
-  try {
-    const text = await (await fetch(`${endpoint}/metrics`, { signal: AbortSignal.timeout(2_000) })).text();
-    const values = {};
-    for (const [name, metric] of Object.entries(COUNTERS)) {
-      const match = new RegExp(`^${metric} (\\S+)$`, 'm').exec(text);
-      values[name] = match ? Number(match[1]) : NaN;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const text = await (await fetch(`${endpoint}/metrics`, { signal: AbortSignal.timeout(5_000) })).text();
+      const values = {};
+      for (const [name, metric] of Object.entries(COUNTERS)) {
+        const match = new RegExp(`^${metric} (\\S+)$`, 'm').exec(text);
+        values[name] = match ? Number(match[1]) : NaN;
+      }
+      return values;
+    } catch {
+      // a starved member may be slow to answer: try again (bounded)
     }
-    return values;
-  } catch {
-    return undefined;
   }
+  return undefined;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Worker process: one system × one workload (or the failover load)
 
-async function ticketingSystem({ addresses, connections }) {
+async function ticketingSystem({ addresses, leader, connections }) {
   const { TicketClient } = await import(join(ROOT, 'dist', 'ticketing', 'client.js'));
   const count = Math.max(1, Math.floor(connections / 2));
-  const clients = Array.from({ length: count }, () => new TicketClient({ addresses }));
+  // Start at the leader: the client does not re-send a request a follower answered with M.
+  const primary = leader ?? addresses[0];
+  const port = Number(primary.slice(primary.lastIndexOf(':') + 1));
+  // Short reconnect backoffs, so the failover time measures the nodes rather than the client's
+  // default back-off (250 ms for no_leader, doubling while it repeats).
+  const clients = Array.from({ length: count }, () => new TicketClient({
+    port,
+    clusterAddresses: addresses,
+    backoff: { initialMs: 20, maxMs: 200 },
+    errorBackoffMs: { no_leader: 50, not_active: 50 },
+  }));
   return {
     async acquire(i, key) {
       const result = await clients[i % count].acquire(key, { waitMs: 60_000 });
@@ -133,6 +146,48 @@ async function etcdSystem({ system, endpoints, connections }) {
   };
 }
 
+/** The batch-size counters each node's commit probe wrote, summed over `nodePids`. */
+function commitStats(statsDir, nodePids) {
+  const total = { batches: 0, txns: 0, writes: 0, replies: 0, writesHistogram: {} };
+  for (const pid of nodePids) {
+    let stats;
+    try {
+      stats = JSON.parse(readFileSync(join(statsDir, `${pid}.json`), 'utf8'));
+    } catch {
+      continue; // no batch committed by this node yet
+    }
+    for (const name of ['batches', 'txns', 'writes', 'replies']) total[name] += stats[name];
+    for (const [size, n] of Object.entries(stats.writesHistogram)) {
+      total.writesHistogram[size] = (total.writesHistogram[size] ?? 0) + n;
+    }
+  }
+  return total;
+}
+
+/** Batches committed between two commitStats() samples: count, mean and percentiles of their size. */
+function batchSizes(before, after) {
+  const batches = after.batches - before.batches;
+  if (batches <= 0) return null;
+  const sizes = Object.keys(after.writesHistogram).map(Number).sort((a, b) => a - b);
+  const at = (q) => {
+    let seen = 0;
+    for (const size of sizes) {
+      seen += after.writesHistogram[size] - (before.writesHistogram[size] ?? 0);
+      if (seen >= Math.ceil(batches * q)) return size;
+    }
+    return sizes.at(-1);
+  };
+  return {
+    batches,
+    txns: after.txns - before.txns,
+    meanWrites: (after.writes - before.writes) / batches,
+    meanReplies: (after.replies - before.replies) / batches,
+    p50Writes: at(0.5),
+    p99Writes: at(0.99),
+    maxWrites: sizes.filter((s) => after.writesHistogram[s] > (before.writesHistogram[s] ?? 0)).at(-1),
+  };
+}
+
 async function runWorker(config) {
   const { system, workload, workers, durationMs, warmupMs, prefix, pids, metricsEndpoints } = config;
   const lock = system === 'ticketing' ? await ticketingSystem(config) : await etcdSystem(config);
@@ -184,6 +239,7 @@ async function runWorker(config) {
     cpu: Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuTimeMs(pid)])),
     client: process.cpuUsage(),
     etcd: await etcdCounters(metricsEndpoints[0]),
+    commits: commitStats(config.statsDir, config.nodePids),
   });
 
   const loops = Array.from({ length: workers }, (_, i) => loop(i));
@@ -242,6 +298,7 @@ async function runWorker(config) {
       p999Ms: at(0.999),
       etcd: etcdDelta,
       opsPerCommit: etcdDelta.proposals > 0 ? (2 * cycles) / etcdDelta.proposals : null,
+      batches: batchSizes(before.commits, after.commits),
       cpuPerCycleUs,
       failures,
       errors,
@@ -315,12 +372,14 @@ async function measureFailover(etcd, nodes, options) {
     workload: 'distinct',
     failover: true,
     addresses: nodes.addresses,
+    leader: (await nodes.waitForLeader({ timeoutMs: 15_000 })).address,
     endpoints: etcd.endpoints,
     connections: options.connections,
     workers: options.workers,
     prefix: `failover-${Date.now().toString(36)}`,
     pids: {},
     metricsEndpoints: etcd.endpoints,
+    nodePids: [],
   };
   const child = spawnWorker(config, { ipc: true });
   const messages = [];
@@ -381,9 +440,11 @@ export async function main(argv) {
   const loadAtStart = loadavg()[0];
   let etcd;
   let nodes;
+  const statsDir = mkdtempSync(join(tmpdir(), 'ticketing-bench-commits-'));
   const cleanup = async () => {
     await nodes?.stop(3_000);
     await etcd?.stop();
+    rmSync(statsDir, { recursive: true, force: true });
   };
   const onSignal = () => cleanup().finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
@@ -393,7 +454,14 @@ export async function main(argv) {
   let leaderAtStart;
   try {
     etcd = await startEtcdCluster({ members: 3 });
-    nodes = await startTicketingNodes({ count: 3, etcdEndpoints: etcd.endpoints, leaderTtl: LEADER_TTL, lease: LEASE });
+    nodes = await startTicketingNodes({
+      count: 3,
+      etcdEndpoints: etcd.endpoints,
+      leaderTtl: LEADER_TTL,
+      lease: LEASE,
+      execArgv: ['--import', pathToFileURL(join(here, 'commit-probe.mjs')).href],
+      env: { TICKETING_COMMIT_STATS: statsDir },
+    });
     leaderAtStart = (await nodes.waitForLeader({ timeoutMs: 15_000 })).address;
     console.error(`etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart})`);
     for (let round = 1; round <= options.rounds; round++) {
@@ -403,6 +471,7 @@ export async function main(argv) {
             system,
             workload,
             addresses: nodes.addresses,
+            leader: (await nodes.waitForLeader({ timeoutMs: 15_000 })).address,
             endpoints: etcd.endpoints,
             connections: options.connections,
             workers: options.workers,
@@ -410,6 +479,8 @@ export async function main(argv) {
             warmupMs: options.warmupMs,
             prefix: `bench${round}${workload}${system}`,
             pids: pidsOf(etcd, nodes),
+            statsDir,
+            nodePids: nodes.nodes.map((n) => n.pid),
             metricsEndpoints: etcd.endpoints,
           }, options.warmupMs + options.durationMs + 60_000);
           runs[workload][system].push(run);
@@ -428,6 +499,8 @@ export async function main(argv) {
   report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart });
 }
 
+const batchCell = (b) => (b ? `${fixed(b.meanWrites, 1)} / ${b.p50Writes} / ${b.p99Writes} / ${b.maxWrites}` : '–');
+
 function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart }) {
   // Each cell: the median run by cycles/s (its own p50/p99/CPU stay together).
   const pick = (list) => [...list].sort((a, b) => a.cyclesPerSecond - b.cyclesPerSecond)[Math.floor((list.length - 1) / 2)];
@@ -441,7 +514,7 @@ function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart
       const cpu = run.cpuPerCycleUs;
       const group = (prefix) => Object.keys(cpu).filter((k) => k.startsWith(prefix)).map((k) => fmt(cpu[k])).join(' / ');
       rows.push(`| ${workload} | ${system} | ${fmt(run.cyclesPerSecond)} | ${fixed(run.p50Ms)} | ${fixed(run.p99Ms)} | ${
-        fixed(run.opsPerCommit)} | ${fixed(run.etcd.walFsyncs / run.seconds, 0)} | ${group('etcd-')} | ${group('node-')} | ${fmt(cpu.client)} |`);
+        fixed(run.opsPerCommit)} | ${batchCell(run.batches)} | ${fixed(run.etcd.walFsyncs / run.seconds, 0)} | ${group('etcd-')} | ${group('node-')} | ${fmt(cpu.client)} |`);
     }
     const t = summary[workload].ticketing;
     const l = summary[workload]['etcd3-lock'];
@@ -459,9 +532,9 @@ function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart
   const lines = [
     `Cluster lock cycles (acquire + release): ${setup}`,
     '',
-    '| workload | system | cycles/s | p50 ms | p99 ms | ops per etcd commit | WAL fsyncs/s (one member) '
-      + '| CPU µs/cycle etcd m0 / m1 / m2 | Ticketing n0 / n1 / n2 | client |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | system | cycles/s | p50 ms | p99 ms | ops per etcd commit | batch keys mean / p50 / p99 / max '
+      + '| WAL fsyncs/s (one member) | CPU µs/cycle etcd m0 / m1 / m2 | Ticketing n0 / n1 / n2 | client |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows,
     '',
     ...WORKLOADS.map((w) => `${w}: Ticketing / etcd3 Lock = ${fixed(summary[w].ratioToLock)}×, Ticketing p99 `

@@ -1,14 +1,16 @@
 /**
  * Preloaded into each Ticketing node by the cluster benchmark (`node --import`): counts the
  * group-commit batches the node publishes on `ticketing:cluster:commit` and keeps a histogram of
- * their sizes in the file named by TICKETING_COMMIT_STATS (rewritten at most every 100 ms, by
- * rename, so a reader never sees half a file). Observes only: it changes nothing in the node.
+ * their sizes in `<TICKETING_COMMIT_STATS>/<pid>.json` (a directory; the file is rewritten at most
+ * every 100 ms, by rename, so a reader never sees half of it). Observes only: changes nothing.
  */
 import { subscribe } from 'node:diagnostics_channel';
 import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 
-const file = process.env.TICKETING_COMMIT_STATS;
-if (file) {
+const dir = process.env.TICKETING_COMMIT_STATS;
+if (dir) {
+  const file = join(dir, `${process.pid}.json`);
   const stats = { batches: 0, txns: 0, writes: 0, replies: 0, writesHistogram: {}, repliesHistogram: {} };
   let dirty = false;
   subscribe('ticketing:cluster:commit', ({ writes, replies, txns }) => {
