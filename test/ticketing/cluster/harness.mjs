@@ -3,8 +3,9 @@
  * on loopback, for the cluster tests, the cluster benchmark and the cluster demo.
  *
  * Plain ESM (typed by harness.d.mts) so that .mjs scripts and TypeScript tests share one copy.
- * Every process started here is recorded by PID and killed with SIGKILL when the process exits,
- * even if a test forgot its stop(); every wait is bounded.
+ * Every process started here is recorded by PID and killed with SIGKILL when this process exits,
+ * even if a test forgot its stop(), and (through setpriv's parent-death signal) when this process
+ * is killed outright. Every wait is bounded.
  */
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -56,6 +57,17 @@ function track(child) {
   liveChildren.add(child);
   child.once('exit', () => liveChildren.delete(child));
   return child;
+}
+
+// setpriv (util-linux) sets PR_SET_PDEATHSIG and execs the command (same PID): the kernel then
+// SIGKILLs the child when this process dies, even by SIGKILL, when no exit hook can run.
+let setprivPath;
+function spawnTied(command, args, options) {
+  setprivPath ??= findOnPath('setpriv') ?? '';
+  const child = setprivPath
+    ? spawn(setprivPath, ['--pdeathsig', 'KILL', '--', command, ...args], options)
+    : spawn(command, args, options);
+  return track(child);
 }
 
 function makeTempDir(prefix) {
@@ -237,7 +249,7 @@ export async function startEtcdCluster({
         ];
         const log = openSync(spec.logFile, 'a');
         try {
-          member.child = track(spawn(etcd, args, { stdio: ['ignore', log, log], env: cleanEnv() }));
+          member.child = spawnTied(etcd, args, { stdio: ['ignore', log, log], env: cleanEnv() });
         } finally {
           closeSync(log);
         }
@@ -554,10 +566,10 @@ export async function startTicketingNodes({
         ];
       },
       async start() {
-        const child = track(spawn(process.execPath, [...execArgv, ...node.args()], {
+        const child = spawnTied(process.execPath, [...execArgv, ...node.args()], {
           stdio: ['ignore', 'pipe', stderr === 'inherit' ? 'inherit' : 'pipe'],
           env: { ...process.env, ...env },
-        }));
+        });
         node.child = child;
         node.stderr = '';
         child.stderr?.on('data', (chunk) => {

@@ -1,7 +1,7 @@
 /** The cluster harness itself: a real 3-member etcd on loopback, member kills, the TCP proxy. */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -210,6 +210,28 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
         await etcdProxy.close();
       }
     });
+  });
+
+  it('kills what it started when its own process is SIGKILLed (no exit hook runs)', async () => {
+    const harnessUrl = new URL('./harness.mjs', import.meta.url).href;
+    const script = `const h = await import(${JSON.stringify(harnessUrl)});
+      const c = await h.startEtcdCluster({ members: 1 });
+      console.log(JSON.stringify({ pid: c.members[0].pid, dir: c.dir }));
+      setInterval(() => {}, 1000);`;
+    const parent = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    parent.stdout.on('data', (chunk) => (out += chunk));
+    await expect.poll(() => out.includes('\n'), { timeout: 20_000 }).toBe(true);
+    const { pid, dir } = JSON.parse(out) as { pid: number; dir: string };
+    try {
+      expect(processExists(pid)).toBe(true);
+      parent.kill('SIGKILL');
+      await once(parent, 'exit');
+      await expect.poll(() => processExists(pid), { timeout: 5_000 }).toBe(false);
+    } finally {
+      if (processExists(pid)) process.kill(pid, 'SIGKILL');
+      rmSync(dir, { recursive: true, force: true }); // its exit hook could not run
+    }
   });
 
   const cliReason = etcd.reason === undefined ? clusterCliReason() : undefined;
