@@ -157,7 +157,7 @@ await leader.restart();
 say(`${name(leader.address)} restarted (pid ${leader.pid}): it rejoins as a follower`);
 await sleep(1_000);
 stopping = true;
-await Promise.race([Promise.all(workers), sleep(15_000)]);
+await Promise.race([Promise.all(workers), new Promise((resolve) => setTimeout(resolve, 15_000).unref())]);
 
 // The audit: every acknowledged grant ended with a definite answer to its exact-token release.
 const acrossKill = grants.filter((g) => g.heldAtKill);

@@ -13,9 +13,10 @@
  * - distinct: every loop has its own key;
  * - hot: every loop wants one key. Ticketing queues waiters at the leader (FIFO hand-off); the
  *   two etcd locks have no queue, so their loops retry at once until they get it (the usual spin).
- * Rounds interleave the systems. Each system × workload runs in a fresh child process, which reads
- * the CPU time of every process (/proc/<pid>/stat) and etcd's own counters (/metrics) at the
- * start and end of its measured window: so every process's CPU is reported on its own, per cycle.
+ * Rounds interleave the systems: per round, each system runs both workloads in a fresh child
+ * process, which reads the CPU time of every process (/proc/<pid>/stat) and etcd's own counters
+ * (/metrics) at the start and end of each measured window: so every process's CPU is reported on
+ * its own, per cycle. Each cell of the table is the median round (by cycles/s).
  * "ops per etcd commit" is (2 × cycles) / (etcd_server_proposals_committed_total delta): the average
  * group-commit batch as etcd saw it (each cycle is two state changes, a grant and a release; every
  * write txn is one Raft proposal, and so is every lease grant and revoke).
@@ -46,6 +47,8 @@ const WORKLOADS = ['distinct', 'hot'];
 const LEADER_TTL = '2s';
 const LEASE = '30s';
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// A bound on a wait: it must not keep the process alive once the wait is over.
+const timeLimit = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 const now = () => performance.timeOrigin + performance.now(); // epoch ms, comparable across processes
 
 // ---------------------------------------------------------------------------------------------
@@ -309,8 +312,8 @@ async function runWorker(config) {
   }
   stop = true;
   // Loops blocked in a queue end when their grant comes; bounded so a broken run cannot hang.
-  await Promise.race([Promise.all(loops), sleep(10_000)]);
-  await Promise.race([lock.close(), sleep(5_000)]);
+  await Promise.race([Promise.all(loops), timeLimit(10_000)]);
+  await Promise.race([lock.close(), timeLimit(5_000)]);
   return result;
 }
 
@@ -320,7 +323,7 @@ async function runWorker(config) {
 export function parseArgs(argv) {
   const quick = argv.includes('--quick');
   const options = quick
-    ? { durationMs: 1_500, warmupMs: 500, rounds: 1, workers: 64, connections: 4, kills: 1 }
+    ? { durationMs: 1_000, warmupMs: 500, rounds: 1, workers: 64, connections: 4, kills: 1 }
     : { durationMs: 3_000, warmupMs: 1_000, rounds: 3, workers: 64, connections: 4, kills: 3 };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   const counts = { '--rounds': 'rounds', '--workers': 'workers', '--connections': 'connections', '--kills': 'kills' };
@@ -399,7 +402,7 @@ async function measureFailover(etcd, nodes, options) {
   try {
     await next(30_000); // ready
     for (let k = 0; k < options.kills; k++) {
-      await sleep(1_500); // steady load first
+      await sleep(options.quick ? 1_000 : 1_500); // steady load first
       const leader = await nodes.waitForLeader({ timeoutMs: 15_000 });
       const killedAt = now();
       await leader.kill('SIGKILL');
@@ -414,7 +417,7 @@ async function measureFailover(etcd, nodes, options) {
     child.send({ stop: true });
     let out = '';
     child.stdout.on('data', (chunk) => (out += chunk));
-    await Promise.race([once(child, 'exit'), sleep(15_000)]);
+    await Promise.race([once(child, 'exit'), timeLimit(15_000)]);
     const tail = out ? JSON.parse(out) : {};
     return { kills, errorsDuringFailover: tail.errors, failures: tail.failures };
   } finally {
@@ -439,6 +442,7 @@ export async function main(argv) {
     throw new Error('the cluster benchmark needs the etcd3 package (npm ci installs it with the Ticketing package)');
   }
   const startedAt = new Date().toISOString();
+  const began = Date.now();
   const loadAtStart = loadavg()[0];
   let etcd;
   let nodes;
@@ -465,30 +469,33 @@ export async function main(argv) {
       env: { TICKETING_COMMIT_STATS: statsDir },
     });
     leaderAtStart = (await nodes.waitForLeader({ timeoutMs: 15_000 })).address;
-    console.error(`etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart})`);
+    console.error(`etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart}) `
+      + `[${((Date.now() - began) / 1000).toFixed(1)} s]`);
     for (let round = 1; round <= options.rounds; round++) {
-      for (const workload of WORKLOADS) {
-        for (const system of SYSTEMS) {
-          const run = await runInChild({
-            system,
-            workload,
-            addresses: nodes.addresses,
+      for (const system of SYSTEMS) {
+        // One child per system and round runs both workloads: it loads its client library once.
+        const results = await runInChild({
+          system,
+          workloads: WORKLOADS,
+          addresses: nodes.addresses,
             leader: (await nodes.waitForLeader({ timeoutMs: 15_000 })).address,
             endpoints: etcd.endpoints,
             connections: options.connections,
-            workers: options.workers,
-            durationMs: options.durationMs,
-            warmupMs: options.warmupMs,
-            prefix: `bench${round}${workload}${system}`,
-            pids: pidsOf(etcd, nodes),
-            statsDir,
-            nodePids: nodes.nodes.map((n) => n.pid),
-            metricsEndpoints: etcd.endpoints,
-          }, options.warmupMs + options.durationMs + 60_000);
+          workers: options.workers,
+          durationMs: options.durationMs,
+          warmupMs: options.warmupMs,
+          prefix: `bench${round}${system}`,
+          pids: pidsOf(etcd, nodes),
+          statsDir,
+          nodePids: nodes.nodes.map((n) => n.pid),
+          metricsEndpoints: etcd.endpoints,
+        }, 2 * (options.warmupMs + options.durationMs) + 90_000);
+        for (const run of results) {
+          const { workload } = run;
           runs[workload][system].push(run);
           console.error(`round ${round} ${workload.padEnd(8)} ${system.padEnd(10)} ${fmt(run.cyclesPerSecond).padStart(7)} cycles/s`
             + `  p50 ${fixed(run.p50Ms)} ms  p99 ${fixed(run.p99Ms)} ms  ops/commit ${fixed(run.opsPerCommit)}`
-            + (run.errors ? `  errors ${run.errors}` : ''));
+            + (run.errors ? `  errors ${run.errors}` : '') + `  [${((Date.now() - began) / 1000).toFixed(1)} s]`);
         }
       }
     }
@@ -498,6 +505,7 @@ export async function main(argv) {
     process.off('SIGTERM', onSignal);
     await cleanup();
   }
+  console.error(`done [${((Date.now() - began) / 1000).toFixed(1)} s]`);
   report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart });
 }
 
@@ -562,9 +570,19 @@ function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart
   if (violations > 0) process.exitCode = 1;
 }
 
+/** Runs each of `config.workloads` in turn (or the one `config.workload`); resolves the results. */
+async function runWorkloads(config) {
+  if (!config.workloads) return runWorker(config);
+  const results = [];
+  for (const workload of config.workloads) {
+    results.push(await runWorker({ ...config, workload, prefix: `${config.prefix}${workload}` }));
+  }
+  return results;
+}
+
 if (process.argv[2] === '--worker') {
   // A worker prints its result as JSON on stdout (a pipe: written synchronously) and exits.
-  const result = await runWorker(JSON.parse(process.argv[3])).catch((error) => {
+  const result = await runWorkloads(JSON.parse(process.argv[3])).catch((error) => {
     console.error(error);
     process.exit(1);
   });
