@@ -183,7 +183,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     } finally {
       await old.kill('SIGCONT');
     }
-    await socket.waitClosed(5_000).catch(() => {});
+    await socket.waitClosed(5_000);
     const lines = socket.received.toString('latin1').split('\n').filter(Boolean);
     expect(lines.filter((l) => /^[AR] /.test(l)), `stale replies: ${JSON.stringify(lines)}`).toEqual([]);
     expect(lines.every((l) => /^(E (not_active|no_leader)|L |M )/.test(l))).toBe(true);
