@@ -1,4 +1,8 @@
 /**
+ * Leadership TTLs are the default 2 s (1 s only where a leader is meant to lose its lease): on 2
+ * shared cores a 1 s TTL leaves a leader 750 ms without a confirmed keepalive before it must step
+ * down, which load alone can cause.
+ *
  * Cluster mode against a real etcd: 3 members on loopback, 3 Ticketing nodes as child processes,
  * all started and stopped here by PID on free ports. Independent scenarios share the one etcd
  * cluster on separate prefixes; the etcd-member-loss scenario runs last (it kills members).
@@ -47,7 +51,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
   }
 
   it('every single-mode table row holds through the cluster; followers answer M; H comes first', async () => {
-    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '1s', lease: '1s', extraArgs: ['--max-waiters-per-key', '1'] });
+    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '1s', extraArgs: ['--max-waiters-per-key', '1'] });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     for (const node of group.nodes) {
       if (node === leader) continue;
@@ -98,7 +102,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const { tmpdir } = await import('node:os');
     const dir = mkdtempSync(join(tmpdir(), 'ticketing-secret-'));
     writeFileSync(join(dir, 'secret'), 's3cret\n', { mode: 0o600 });
-    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '1s', extraArgs: ['--secret-file', join(dir, 'secret')] });
+    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', extraArgs: ['--secret-file', join(dir, 'secret')] });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000, secret: 's3cret' });
     const follower = group.nodes.find((n) => n !== leader)!;
     expect(await ask(follower.address, 'A k o 0')).toMatch(/^E auth_failed/);
@@ -199,10 +203,10 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const routes = await Promise.all(cluster.members.map((m) => startTcpProxy('127.0.0.1', Number(m.clientUrl.split(':').pop()))));
     proxies.push(...routes);
     const prefix = `/ticketing-cut-${Date.now().toString(36)}/`;
-    const cut = await nodes({ count: 1, prefix, etcdEndpoints: routes.map((p) => `http://${p.address}`), leaderTtl: '1s', lease: '30s' });
+    const cut = await nodes({ count: 1, prefix, etcdEndpoints: routes.map((p) => `http://${p.address}`), leaderTtl: '2s', lease: '30s' });
     const node = cut.nodes[0]!;
     await waitForLeader([node], { timeoutMs: 10_000 });
-    const others = await nodes({ count: 2, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '1s', lease: '30s' });
+    const others = await nodes({ count: 2, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
     const t1 = (await ask(node.address, 'A ck o1 0')).split(' ')[1]!;
     const socket = await connect(node.address);
     for (const proxy of routes) await proxy.cut({ mode: 'blackhole', existing: 'stall' });
@@ -225,10 +229,13 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const prefix = `/ticketing-clock-${Date.now().toString(36)}/`;
     const leaseMs = 2_000;
     const all: TicketingNode[] = [];
+    const offsets = new Map<TicketingNode, number>();
     for (const offset of [-30_000, 0, 30_000]) {
-      const group = await nodes({ count: 1, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '1s', lease: '2s', env: { TICKETING_TEST_CLOCK_OFFSET_MS: String(offset) } });
+      const group = await nodes({ count: 1, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '2s', env: { TICKETING_TEST_CLOCK_OFFSET_MS: String(offset) } });
       all.push(group.nodes[0]!);
+      offsets.set(group.nodes[0]!, offset);
     }
+    let sawAhead = false;
     let lastToken = 0n;
     for (let round = 0; round < 3; round++) {
       const leader = await waitForLeader(all, { timeoutMs: 10_000 });
@@ -239,6 +246,11 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       const ackAt = performance.now();
       const token = BigInt(granted.split(' ')[1]!);
       expect(token).toBeGreaterThan(lastToken);
+      // The offset is real: a node 30 s ahead stamps tokens (wall-clock µs) 30 s ahead.
+      if (offsets.get(leader) === 30_000) {
+        sawAhead = true;
+        expect(token).toBeGreaterThan(BigInt(Date.now() + 25_000) * 1000n);
+      }
       s.write(`A ck${round} waiter 10000\n`);
       const handed = await s.readLine(10_000);
       expect(handed).toMatch(new RegExp(`^A \\d+ waiter ck${round}$`));
@@ -254,7 +266,17 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       lastToken = BigInt(taken.split(' ')[1]!);
       s.destroy();
       await leader.restart();
+      if (round === 1 && !sawAhead) {
+        // make sure the node 30 s ahead leads once: stop the others until it does
+        const ahead = all.find((n) => offsets.get(n) === 30_000)!;
+        for (let tries = 0; tries < 6; tries++) {
+          const current = await waitForLeader(all, { timeoutMs: 10_000 });
+          if (current === ahead) break;
+          await current.restart();
+        }
+      }
     }
+    expect(sawAhead).toBe(true);
   }, 90_000);
 
   it('etcd member loss: a follower member, then etcd leader; grants continue, only in-flight requests fail', async () => {
