@@ -400,7 +400,7 @@ export class ClusterNode implements ServerGate {
     this.#open = newBatch(); // never sent: not committed
     this.#inFlight = false;
     this.#leader = undefined;
-    this.#host!.setState(undefined);
+    this.#host!.setState(undefined, this.#closing ? 'shutting down' : 'leadership lost');
     publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason, error }));
     this.#onIdle?.();
   }

@@ -332,11 +332,17 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     const token = (await ask(leader.address, 'A kept o1 0')).split(' ')[1]!;
+    const waiter = await connect(leader.address);
+    waiter.write('A kept o9 20000\n');
+    await sleep(300);
     const child = leader.child!;
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const stoppedAt = performance.now();
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
+    // drained: the waiter was answered T (committed like any reply), then E not_active
+    await waiter.waitClosed(5_000);
+    expect(waiter.received.toString('latin1')).toBe('T o9 kept\nE not_active shutting down\n');
     const others = group.nodes.filter((n) => n !== leader);
     const first = await askUntil(others[0]!.address, 'A after o2 0', /^(A|M) /, 10_000);
     const next = first.startsWith('M ') ? others.find((n) => n.address === first.slice(2))! : others[0]!;
