@@ -98,9 +98,9 @@ export interface ServerGate {
 export interface GateHost {
   /** The server's clock (epoch ms). */
   now(): number;
-  /** Serve from this state from now on, or (undefined) from none: every connection with queued
-   * requests or held replies is answered `E not_active` and closed. */
-  setState(state: TicketState | undefined): void;
+  /** Serve from this state from now on, or (undefined) from none: every connection that sent a
+   * request is answered `E not_active <detail>` and closed. */
+  setState(state: TicketState | undefined, detail?: string): void;
   /** Writes committed replies, in order. A grant whose connection is gone is released. */
   deliver(replies: ReadonlyArray<HeldReply>): void;
   /** Sends an unsolicited line (`L …`) to every open connection. */
@@ -678,7 +678,7 @@ export class TicketServer extends EventEmitter {
   #gateHost(): GateHost {
     return {
       now: this.#clock,
-      setState: (state) => {
+      setState: (state, detail = 'leadership lost') => {
         const previous = this.#state;
         this.#state = state;
         clearTimeout(this.#deadlineTimer);
@@ -688,7 +688,7 @@ export class TicketServer extends EventEmitter {
           // What was queued or held there is lost: close those connections (their clients see
           // Indeterminate) rather than leave them waiting for replies that will never come.
           for (const conn of this.#connections.values()) {
-            if (!conn.fresh) this.#fail(conn, 'not_active', 'leadership lost', 'not_active');
+            if (!conn.fresh) this.#fail(conn, 'not_active', detail, 'not_active');
           }
         }
         this.#flush();

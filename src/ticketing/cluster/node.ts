@@ -400,7 +400,7 @@ export class ClusterNode implements ServerGate {
     this.#open = newBatch(); // never sent: not committed
     this.#inFlight = false;
     this.#leader = undefined;
-    this.#host!.setState(undefined);
+    this.#host!.setState(undefined, this.#closing ? 'shutting down' : 'leadership lost');
     publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason, error }));
     this.#onIdle?.();
   }
@@ -447,9 +447,25 @@ export class ClusterNode implements ServerGate {
       // An empty batch of writes (only T/N/B answers) still takes one guarded txn: it proves this
       // node was still the leader after computing them.
       for (let i = 0; i === 0 || i < ops.length; i += this.#maxTxnOps) {
-        const result = await this.#client!.kv.txn({ compare: guard, success: ops.slice(i, i + this.#maxTxnOps) });
-        if (term !== this.#term) return;
-        if (!result.succeeded) throw new Error('leader key changed: this node is deposed');
+        const success = ops.slice(i, i + this.#maxTxnOps);
+        for (;;) {
+          let result;
+          try {
+            result = await this.#client!.kv.txn({ compare: guard, success });
+          } catch (error) {
+            // Outcome unknown (etcd electing, a member gone): retry the same txn while the lease
+            // is sure. Its writes are absolute and guarded by this term, so applying it twice is
+            // applying it once, and the next batch waits for it.
+            if (term !== this.#term) return;
+            if (!this.#leaseConfirmed()) throw error;
+            await new Promise((resolve) => setTimeout(resolve, 50));
+            if (term !== this.#term) return;
+            continue;
+          }
+          if (term !== this.#term) return;
+          if (!result.succeeded) throw new Error('leader key changed: this node is deposed');
+          break;
+        }
       }
     } catch (error) {
       if (term === this.#term) this.#stepDown('commit failed', error);

@@ -67,7 +67,8 @@ export function startLoad(addresses: readonly string[], options: { workers: numb
   const errors = new Map<string, number>();
   let running = true;
   const count = (error: unknown): void => {
-    const code = (error as { code?: string }).code ?? (error as Error).name;
+    const { code = (error as Error).name, reason } = error as { code?: string; reason?: string };
+    if (process.env.CLUSTER_TEST_TRACE) console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
     errors.set(code, (errors.get(code) ?? 0) + 1);
   };
   const loops = Array.from({ length: options.workers }, async (_, worker) => {
