@@ -28,10 +28,12 @@ async function stopAll() {
   await group?.stop(3_000);
   await etcd?.stop();
 }
-process.once('SIGINT', () => {
-  console.log('\ninterrupted: stopping the nodes and etcd, removing temp dirs');
-  stopAll().finally(() => process.exit(130));
-});
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    console.log('\ninterrupted: stopping the nodes and etcd, removing temp dirs');
+    stopAll().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  });
+}
 
 const found = await ensureEtcd();
 if (!found.binary) {

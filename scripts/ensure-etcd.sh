@@ -1,6 +1,7 @@
 #!/bin/sh
 # Makes sure `etcd` (Debian's etcd-server, 3.4) is installed, for the Ticketing cluster tests.
 # Exits 0 when etcd is on PATH afterwards; otherwise prints why on stderr and exits 1.
+# Bounded: at most 240 + 180 + 240 s of apt-get.
 # Never starts a system etcd: the install runs under a policy-rc.d that forbids service starts
 # (the package ships /etc/init.d/etcd and etcd.service), and the previous policy is put back.
 set -u
@@ -33,13 +34,13 @@ chmod 755 "$policy"
 
 export DEBIAN_FRONTEND=noninteractive
 apt_install() {
-  timeout 300 apt-get install -y -qq --no-install-recommends \
+  timeout 240 apt-get install -y -qq --no-install-recommends \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold etcd-server
 }
 if ! apt_install; then
   # Only a machine whose package lists were never fetched needs this (slow) step.
   echo "ensure-etcd: install failed; running apt-get update once and retrying" >&2
-  timeout 300 apt-get update -qq && apt_install
+  timeout 180 apt-get update -qq && apt_install
 fi
 
 if ! command -v etcd >/dev/null 2>&1; then

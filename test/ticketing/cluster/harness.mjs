@@ -116,7 +116,8 @@ function findOnPath(name) {
 
 function run(command, args, { timeoutMs, env } = {}) {
   return new Promise((resolve) => {
-    execFile(command, args, { timeout: timeoutMs, killSignal: 'SIGKILL', env, maxBuffer: 16 << 20 },
+    // SIGTERM, so the script's trap still restores the apt policy it replaced.
+    execFile(command, args, { timeout: timeoutMs, killSignal: 'SIGTERM', env, maxBuffer: 16 << 20 },
       (error, stdout, stderr) => resolve({ ok: !error, code: error?.code, stdout, stderr }));
   });
 }
@@ -127,7 +128,7 @@ function run(command, args, { timeoutMs, env } = {}) {
  * The install runs with a policy-rc.d that forbids starting services, so the package's own
  * /etc/init.d/etcd never starts a system etcd next to the tests' clusters.
  */
-export async function ensureEtcd({ install = true, timeoutMs = 240_000 } = {}) {
+export async function ensureEtcd({ install = true, timeoutMs = 700_000 } = {}) {
   const fromEnv = process.env.ETCD_BIN;
   if (fromEnv) return existsSync(fromEnv) ? { binary: fromEnv } : { reason: `ETCD_BIN=${fromEnv} does not exist` };
   const found = findOnPath('etcd');
