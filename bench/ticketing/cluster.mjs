@@ -23,7 +23,7 @@
  * Failover: while a child runs the distinct workload, the Ticketing leader is SIGKILLed; the
  * failover time runs from the kill to the first acquire that a client started after the kill and
  * got granted (only a live leader can grant it). The killed node is restarted between kills.
- * Results: a markdown table on stdout, and bench/ticketing/cluster-results.json.
+ * Results: a markdown table on stdout, and bench/ticketing/cluster-results.json (not with --quick).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -561,7 +561,9 @@ function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart
       : `${violations} VIOLATIONS (overlapping holders, failed releases or falling tokens)`}.`,
   ];
   console.log(lines.join('\n'));
-  writeFileSync(join(here, 'cluster-results.json'), `${JSON.stringify({
+  // A --quick run is a smoke test: it must not replace the committed results.
+  if (options.quick) console.error('--quick: bench/ticketing/cluster-results.json left as it was');
+  else writeFileSync(join(here, 'cluster-results.json'), `${JSON.stringify({
     date: startedAt, node: process.version, cpus: cpus().length, loadAtStart, options,
     etcd: { members: 3, heartbeatMs: ETCD_HEARTBEAT_MS, electionMs: ETCD_ELECTION_MS },
     ticketing: { nodes: 3, leaderTtl: LEADER_TTL, lease: LEASE, leaderAtStart },
