@@ -5,6 +5,7 @@
  * (`SET key value NX PX` + a Lua compare-and-delete, ioredis with auto-pipelining).
  *
  *   npm run bench:ticketing -- [--duration 3s] [--warmup 1s] [--rounds 3] [--workers 64] [--connections 4]
+ *   npm run bench:ticketing -- --cluster [--quick] …   (cluster mode on etcd: see cluster.mjs)
  *
  * Workloads (each: `workers` concurrent loops over `connections` TCP connections per system —
  * Redis: that many ioredis connections; ticketing: half as many TicketClients, since each has a
@@ -363,6 +364,12 @@ if (process.argv[2] === '--worker') {
       process.exit(1);
     },
   );
+} else if (process.argv.includes('--cluster')) {
+  // Cluster mode has its own harness (etcd, three nodes, failover): bench/ticketing/cluster.mjs.
+  import('./cluster.mjs').then((cluster) => cluster.main(process.argv.slice(2))).catch((error) => {
+    console.error(error);
+    process.exit(1);
+  });
 } else {
   main().catch((error) => {
     console.error(error);

@@ -4,11 +4,14 @@
  * SIGTERM/SIGINT drain and exit 0 (a second signal exits at once). The secret is read from
  * `--secret-file` only, never from argv (argv is visible to every user of the host).
  * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure.
+ *
+ * `serve --cluster` makes the server one node of a lock space kept in etcd (cluster/node.ts); only
+ * then is etcd3 (and gRPC) loaded, by a dynamic import.
  */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
-import { isName } from './protocol.js';
+import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server.js';
 
 function integer(min: number, max: number) {
@@ -69,6 +72,47 @@ export function readSecretFile(path: string): string {
   return secret;
 }
 
+/** `http://host:port`, comma-separated. */
+function etcdUrls(text: string): string[] {
+  const urls = text.split(',');
+  for (const url of urls) {
+    if (!/^http:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) || Number(url.replace(/\/$/, '').split(':').pop()) > 65535) {
+      throw new InvalidArgumentError(`expected http://host:port URLs separated by commas, got ${JSON.stringify(url)}`);
+    }
+  }
+  return urls;
+}
+
+function advertiseAddress(text: string): string {
+  if (!isAddress(text)) throw new InvalidArgumentError('expected host:port');
+  return text;
+}
+
+function etcdPrefix(text: string): string {
+  if (!/^[\x21-\x7e]{1,128}$/.test(text)) throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
+  return text;
+}
+
+function leaderTtl(text: string): number {
+  const ms = duration(text);
+  if (ms < 1000 || ms % 1000 !== 0 || ms > 3_600_000) {
+    throw new InvalidArgumentError('expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)');
+  }
+  return ms;
+}
+
+/**
+ * Test-only: `TICKETING_TEST_CLOCK_OFFSET_MS` shifts this process's wall clock (the clock that
+ * stamps grants and tokens) by that many ms, to test nodes whose clocks disagree. Read here only.
+ */
+function testClock(): (() => number) | undefined {
+  const text = process.env.TICKETING_TEST_CLOCK_OFFSET_MS;
+  if (text === undefined || text === '') return undefined;
+  const offset = Number(text);
+  if (!Number.isSafeInteger(offset)) throw new Error(`TICKETING_TEST_CLOCK_OFFSET_MS must be an integer, got ${JSON.stringify(text)}`);
+  return () => performance.timeOrigin + performance.now() + offset;
+}
+
 function formatListening(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
@@ -83,7 +127,7 @@ export function main(argv: readonly string[]): void {
     .addHelpText('after', '\nDurations: 500ms, 30s, 5m, 2h.\nExit codes: 0 success, 64 usage error (bad flags), 1 any other failure.');
   program
     .command('serve')
-    .description('run the lock server (single mode)')
+    .description('run the lock server (single mode, or one node of a cluster with --cluster)')
     .option('--host <host>', 'address to listen on', SERVER_DEFAULTS.host)
     .option('--port <port>', 'port to listen on (0 = pick a free one)', integer(0, 65535), 0)
     .addOption(durationOption('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', SERVER_DEFAULTS.leaseMs))
@@ -103,7 +147,28 @@ export function main(argv: readonly string[]): void {
       ),
     )
     .addOption(durationOption('--line-timeout <dur>', 'close a connection that leaves a request line unfinished for this long', SERVER_DEFAULTS.lineTimeoutMs))
-    .action(async (flags: Record<string, unknown>) => {
+    .option('--cluster', 'cluster mode: one node of a lock space kept in etcd (needs --etcd and --advertise)')
+    .option('--etcd <urls>', 'cluster mode: etcd endpoints, http://host:port,http://host:port,…', etcdUrls)
+    .option('--advertise <host:port>', 'cluster mode: the address clients reach this node at (sent in M and L)', advertiseAddress)
+    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, '/ticketing/')
+    .addOption(new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds').argParser(leaderTtl).default(2_000, '2s'))
+    .action(async (flags: Record<string, unknown>, command: Command) => {
+      const cluster = flags.cluster === true;
+      if (cluster) {
+        if (flags.etcd === undefined) command.error('error: --cluster needs --etcd <url,url,…>');
+        if (flags.advertise === undefined) command.error('error: --cluster needs --advertise <host:port>');
+        if (flags.stateFile !== undefined) command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
+      } else {
+        for (const flag of ['etcd', 'advertise'] as const) {
+          if (flags[flag] !== undefined) command.error(`error: --${flag} needs --cluster`);
+        }
+        for (const flag of ['prefix', 'leaderTtl'] as const) {
+          if (command.getOptionValueSource(flag) === 'cli') {
+            command.error(`error: --${flag === 'leaderTtl' ? 'leader-ttl' : flag} needs --cluster`);
+          }
+        }
+      }
+      const clock = testClock();
       const options: TicketServerOptions = {
         host: flags.host as string,
         port: flags.port as number,
@@ -118,8 +183,23 @@ export function main(argv: readonly string[]): void {
         writeTimeoutMs: flags.writeTimeout as number,
         idleTimeoutMs: flags.idleTimeout as number,
         lineTimeoutMs: flags.lineTimeout as number,
+        ...(clock === undefined ? {} : { clock }),
       };
-      const server = new TicketServer(options);
+      let gate: TicketServerOptions['gate'];
+      if (cluster) {
+        const { ClusterNode } = await import('./cluster/node.js');
+        gate = new ClusterNode({
+          etcd: flags.etcd as string[],
+          advertise: flags.advertise as string,
+          prefix: flags.prefix as string,
+          leaderTtlMs: flags.leaderTtl as number,
+          leaseMs: options.leaseMs!,
+          maxKeys: options.maxKeys!,
+          maxWaiters: options.maxWaiters!,
+          maxWaitersPerKey: options.maxWaitersPerKey!,
+        });
+      }
+      const server = new TicketServer({ ...options, gate });
       server.on('error', (error: unknown) => {
         process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
         process.exitCode = 1;

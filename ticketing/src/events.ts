@@ -29,6 +29,14 @@ export const channels = {
   /** A connection could not be accepted (e.g. EMFILE at the descriptor limit): `{ server, error }`. */
   serverAcceptError: diagnostics.channel('ticketing:server:accept-error'),
 
+  // ---- cluster mode (cluster/node.ts)
+  /** The node's role changed or a campaign failed: `{ node, role, reason, error? }`. */
+  clusterRole: diagnostics.channel('ticketing:cluster:role'),
+  /** The leader as this node last saw it in etcd: `{ node, leader }` (undefined: none). */
+  clusterLeader: diagnostics.channel('ticketing:cluster:leader'),
+  /** A batch committed: `{ node, writes, replies, txns }` (the group-commit batch size). */
+  clusterCommit: diagnostics.channel('ticketing:cluster:commit'),
+
   // ---- client
   /** A connection opened: `{ client, lane, address }` (lane: `acquire` or `release`). */
   clientConnect: diagnostics.channel('ticketing:client:connect'),

@@ -212,6 +212,12 @@ export function formatReleased(token: bigint | string, key: string): string {
 export function formatNotReleased(token: bigint | string, key: string): string {
   return `N ${token} ${key}\n`;
 }
+export function formatMoved(address: string): string {
+  return `M ${address}\n`;
+}
+export function formatLeader(address: string): string {
+  return `L ${address}\n`;
+}
 export function formatError(code: ErrorCode, detail?: string): string {
   return detail ? `E ${code} ${detail}\n` : `E ${code}\n`;
 }

@@ -79,6 +79,48 @@ export interface TicketServerOptions {
   /** Wall clock, epoch ms with sub-ms precision. Default: `performance.timeOrigin + performance.now()`
    * (wall-clock at start, monotonic after, so leases are not bent by clock steps). */
   readonly clock?: () => number;
+  /** Cluster mode (cluster/node.ts): decides whether this node serves, owns the state while it
+   * leads, and holds every reply until the state change behind it is committed. */
+  readonly gate?: ServerGate | undefined;
+}
+
+/**
+ * The seam between this server and cluster mode. Without a gate the server owns its state and
+ * answers at once (single mode). With one, the gate supplies the state (only while this node leads
+ * and has rebuilt the table) and every reply passes through `hold` until the gate's commit.
+ */
+export interface ServerGate {
+  /** Called once by `listen()`, before the first connection. */
+  attach(host: GateHost): void;
+  /** Before a request is processed: `undefined` to process it here, else the one line (`M …` or
+   * `E …`) to answer with before closing the connection. */
+  refusal(): string | undefined;
+  /** Every effect of every command applied to the state. */
+  effect(effect: Effect): void;
+  /** A reply for a session; `grant` is set for an `A`. The gate hands it back through
+   * `GateHost.deliver` once the batch it belongs to is committed, or never. */
+  hold(session: number, line: string, grant: { readonly key: string; readonly token: bigint } | undefined): void;
+  /** First step of `close()`: answer no more requests, finish or drop what is pending, step down. */
+  close(): Promise<void>;
+}
+
+/** What a gate may do to the server. */
+export interface GateHost {
+  /** The server's clock (epoch ms). */
+  now(): number;
+  /** Serve from this state from now on, or (undefined) from none: every connection that sent a
+   * request is answered `E not_active <detail>` and closed. */
+  setState(state: TicketState | undefined, detail?: string): void;
+  /** Writes committed replies, in order. A grant whose connection is gone is released. */
+  deliver(replies: ReadonlyArray<HeldReply>): void;
+  /** Sends an unsolicited line (`L …`) to every open connection. */
+  broadcast(line: string): void;
+}
+
+export interface HeldReply {
+  readonly session: number;
+  readonly line: string;
+  readonly grant: { readonly key: string; readonly token: bigint } | undefined;
 }
 
 export const SERVER_DEFAULTS = {
@@ -181,6 +223,7 @@ export class TicketServer extends EventEmitter {
   readonly #lineTimeoutMs: number;
   readonly #drainTimeoutMs: number;
   readonly #clock: () => number;
+  readonly #gate: ServerGate | undefined;
 
   #state: TicketState | undefined;
   #store: TokenStore | undefined;
@@ -226,6 +269,12 @@ export class TicketServer extends EventEmitter {
     this.#drainTimeoutMs = positiveMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
     if (options.clock !== undefined && typeof options.clock !== 'function') throw new TypeError('clock must be a function');
     this.#clock = options.clock ?? monotonicWallClock;
+    const gate = options.gate;
+    if (gate !== undefined && (typeof gate !== 'object' || gate === null || typeof gate.refusal !== 'function')) {
+      throw new TypeError('gate must be a ServerGate');
+    }
+    if (gate !== undefined && this.stateFile !== undefined) throw new TypeError('stateFile and gate exclude each other');
+    this.#gate = gate;
   }
 
   /** Where the server listens, once `listen()` resolved. */
@@ -252,7 +301,11 @@ export class TicketServer extends EventEmitter {
   async listen(): Promise<ServerAddress> {
     if (this.#server !== undefined || this.#closing !== undefined) throw new Error('listen() may be called once');
     if (this.stateFile !== undefined) this.#store = TokenStore.open(this.stateFile, { clock: this.#clock });
-    this.#state = new TicketState({ leaseMs: this.leaseMs, lastToken: this.#store?.floor ?? 0n, ...this.#limits });
+    if (this.#gate === undefined) {
+      this.#state = new TicketState({ leaseMs: this.leaseMs, lastToken: this.#store?.floor ?? 0n, ...this.#limits });
+    } else {
+      this.#gate.attach(this.#gateHost());
+    }
     const server = net.createServer({ noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 }, (socket) =>
       this.#onConnection(socket),
     );
@@ -269,7 +322,8 @@ export class TicketServer extends EventEmitter {
     server.on('error', (error) => publish(channels.serverAcceptError, () => ({ server: this, error })));
     const bound = server.address() as net.AddressInfo;
     this.#address = { host: bound.address, port: bound.port };
-    this.#sweepTimer = setInterval(() => this.#sweep(), this.#sweepIntervalMs).unref();
+    // Cluster mode expires eagerly (every grant has a deadline): nothing is left to sweep.
+    if (this.#gate === undefined) this.#sweepTimer = setInterval(() => this.#sweep(), this.#sweepIntervalMs).unref();
     if (this.#store !== undefined) this.#topUpTimer = setInterval(() => this.#topUp(), 1_000).unref();
     // One pass over the connections per quarter of the shorter timeout (a connection is cut up to
     // a quarter late, never early), instead of a timer re-armed on every chunk.
@@ -300,8 +354,12 @@ export class TicketServer extends EventEmitter {
     clearTimeout(this.#deadlineTimer);
     const server = this.#server;
     if (server === undefined) return;
+    // Cluster mode: from here on the gate refuses requests; it commits what is pending (the T
+    // answers below included) before it steps down.
+    const gateClosed = this.#gate?.close();
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     for (const conn of this.#connections.values()) this.#run({ type: 'disconnect', session: conn.id, notify: true });
+    await gateClosed;
     for (const conn of this.#connections.values()) this.#fail(conn, 'not_active', 'shutting down', 'shutdown');
     this.#flush();
     if (this.#connections.size > 0) {
@@ -377,6 +435,13 @@ export class TicketServer extends EventEmitter {
       clearTimeout(conn.authTimer);
       conn.authTimer = undefined;
       return true;
+    }
+    if (this.#gate !== undefined && request.op !== 'H') {
+      const refusal = this.#gate.refusal();
+      if (refusal !== undefined) {
+        this.#closeWith(conn, refusal, 'refused');
+        return false;
+      }
     }
     switch (request.op) {
       case 'A':
@@ -460,8 +525,13 @@ export class TicketServer extends EventEmitter {
 
   /** Queues `E <code>`, stops processing the connection and closes it once the reply is out. */
   #fail(conn: Connection, code: ErrorCode, detail?: string, reason: string = code): void {
+    this.#closeWith(conn, formatError(code, detail), reason);
+  }
+
+  /** Queues `line` (an `E`, or a follower's `M`), stops processing and closes once it is out. */
+  #closeWith(conn: Connection, line: string, reason: string): void {
     if (conn.closing) return;
-    this.#send(conn, formatError(code, detail));
+    this.#send(conn, line);
     this.#shut(conn, reason);
   }
 
@@ -524,13 +594,15 @@ export class TicketServer extends EventEmitter {
   // Commands and effects
 
   #run(command: Command): void {
-    const state = this.#state!;
+    const state = this.#state;
+    if (state === undefined) return; // cluster mode, not leading: nothing to apply to
     const now = this.#clock();
     const effects = state.apply(command, now);
     // Index loop: an undeliverable grant appends the effects of its release.
     for (let i = 0; i < effects.length; i++) {
       const effect = effects[i]!;
       if (channels.serverEffect.hasSubscribers) channels.serverEffect.publish({ server: this, effect });
+      this.#gate?.effect(effect);
       this.#deliver(effect, effects, now);
     }
   }
@@ -547,7 +619,9 @@ export class TicketServer extends EventEmitter {
           for (const more of this.#state!.apply(release, now)) effects.push(more);
           return;
         }
-        this.#send(conn, formatAcquired(effect.token, effect.owner, effect.key));
+        const line = formatAcquired(effect.token, effect.owner, effect.key);
+        if (this.#gate === undefined) this.#send(conn, line);
+        else this.#gate.hold(conn.id, line, { key: effect.key, token: effect.token });
         const holdsUntil = performance.now() + (effect.expiresAt - now);
         if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
@@ -570,6 +644,10 @@ export class TicketServer extends EventEmitter {
   }
 
   #reply(session: number, line: string): void {
+    if (this.#gate !== undefined) {
+      this.#gate.hold(session, line, undefined);
+      return;
+    }
     const conn = this.#connections.get(session);
     if (conn !== undefined && !conn.closing) this.#send(conn, line);
   }
@@ -628,7 +706,7 @@ export class TicketServer extends EventEmitter {
 
   /** Arms the one timer for the earliest deadline in the state machine. */
   #schedule(): void {
-    const next = this.#state!.nextDeadline();
+    const next = this.#state?.nextDeadline();
     if (next === undefined || next >= this.#deadlineAt || this.#closing !== undefined) return;
     clearTimeout(this.#deadlineTimer);
     this.#deadlineAt = next;
@@ -642,7 +720,8 @@ export class TicketServer extends EventEmitter {
   readonly #onDeadline = (): void => {
     this.#deadlineTimer = undefined;
     this.#deadlineAt = Infinity;
-    const state = this.#state!;
+    const state = this.#state;
+    if (state === undefined) return;
     const now = this.#clock();
     for (let n = 0; n < DUE_BATCH; n++) {
       const command = state.nextDue(now);
@@ -666,6 +745,47 @@ export class TicketServer extends EventEmitter {
       else this.#sweeping = false;
     };
     slice();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Cluster mode
+
+  #gateHost(): GateHost {
+    return {
+      now: this.#clock,
+      setState: (state, detail = 'leadership lost') => {
+        const previous = this.#state;
+        this.#state = state;
+        clearTimeout(this.#deadlineTimer);
+        this.#deadlineTimer = undefined;
+        this.#deadlineAt = Infinity;
+        if (previous !== undefined) {
+          // What was queued or held there is lost: close those connections (their clients see
+          // Indeterminate) rather than leave them waiting for replies that will never come.
+          for (const conn of this.#connections.values()) {
+            if (!conn.fresh) this.#fail(conn, 'not_active', detail, 'not_active');
+          }
+        }
+        this.#flush();
+        this.#schedule();
+      },
+      deliver: (replies) => {
+        for (const { session, line, grant } of replies) {
+          const conn = this.#connections.get(session);
+          if (conn !== undefined && !conn.closing && conn.socket.writable) this.#send(conn, line);
+          else if (grant !== undefined) {
+            publish(channels.serverUndeliverable, () => ({ server: this, connection: session, key: grant.key, token: grant.token }));
+            this.#run({ type: 'release', session: INTERNAL_SESSION, ...grant });
+          }
+        }
+        this.#flush();
+        this.#schedule();
+      },
+      broadcast: (line) => {
+        for (const conn of this.#connections.values()) if (!conn.closing) this.#send(conn, line);
+        this.#flush();
+      },
+    };
   }
 
   #topUp(): void {

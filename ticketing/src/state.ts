@@ -109,6 +109,10 @@ export interface TicketStateOptions {
   readonly maxWaitersPerKey?: number;
   /** Every token issued will be greater than this (a restart's high-water mark). */
   readonly lastToken?: bigint;
+  /** `lazy` (single mode): an expired key is taken over by the next acquire or swept; only a key
+   * with waiters has a deadline. `eager` (cluster mode): every grant has a deadline, so `nextDue`
+   * yields `expire` for every key whose lease ran out and nothing waits for a sweep. */
+  readonly expiry?: 'lazy' | 'eager';
 }
 
 export const DEFAULT_LIMITS = {
@@ -141,8 +145,9 @@ interface Waiter extends HeapItem {
   sessionNext: Waiter | undefined;
 }
 
-/** The heap item that hands a key to its front waiter when the lease runs out (only while the
- * key has waiters: an expired key without waiters is taken over lazily or swept). */
+/** The heap item that hands a key to its front waiter when the lease runs out (lazy expiry: only
+ * while the key has waiters, an expired key without waiters is taken over lazily or swept; eager
+ * expiry: always). */
 interface ExpiryItem extends HeapItem {
   readonly kind: 'expiry';
   readonly entry: KeyEntry;
@@ -189,6 +194,7 @@ export class TicketState {
   /** The next key a sweep in progress will visit (undefined: start from the oldest). */
   #sweepCursor: KeyEntry | undefined;
   #sweeping = false;
+  readonly #eager: boolean;
 
   constructor(options: TicketStateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -199,6 +205,10 @@ export class TicketState {
     const last = options.lastToken ?? 0n;
     if (typeof last !== 'bigint' || last < 0n || last > MAX_TOKEN) throw new RangeError('lastToken must be a uint64 bigint');
     this.#lastToken = last;
+    if (options.expiry !== undefined && options.expiry !== 'lazy' && options.expiry !== 'eager') {
+      throw new RangeError("expiry must be 'lazy' or 'eager'");
+    }
+    this.#eager = options.expiry === 'eager';
   }
 
   /** The greatest token issued so far (or the starting floor). */
@@ -270,25 +280,7 @@ export class TicketState {
       if (this.#keys.size >= this.maxKeys) return [{ type: 'busy', session, key, owner, limit: 'keys' }];
       const token = this.#issue(now);
       if (token === undefined) return [{ type: 'busy', session, key, owner, limit: 'tokens' }];
-      const seq = this.#seq++;
-      const fresh: KeyEntry = {
-        key,
-        owner,
-        token,
-        grantedAt: now,
-        expiresAt: now + this.leaseMs,
-        head: undefined,
-        tail: undefined,
-        waiting: 0,
-        expiry: undefined as unknown as ExpiryItem,
-        olderKey: this.#newestKey,
-        newerKey: undefined,
-      };
-      (fresh as { expiry: ExpiryItem }).expiry = { kind: 'expiry', entry: fresh, at: 0, seq, heapIndex: -1 };
-      this.#keys.set(key, fresh);
-      if (this.#newestKey === undefined) this.#oldestKey = fresh;
-      else this.#newestKey.newerKey = fresh;
-      this.#newestKey = fresh;
+      const fresh = this.#register(key, owner, token, now);
       return [{ type: 'granted', session, key, owner, token, expiresAt: fresh.expiresAt, path: 'free' }];
     }
     if (now >= entry.expiresAt) {
@@ -331,6 +323,55 @@ export class TicketState {
     this.#waiters.set(String(id), waiter);
     this.#deadlines.push(waiter);
     return [{ type: 'queued', session, key, owner, waiter: id, deadline: waiter.at, position: entry.waiting }];
+  }
+
+  /**
+   * Registers a grant made elsewhere (cluster mode: a new leader rebuilding the table from etcd)
+   * with its lease counted from `now`, never from another node's clock. Later tokens will be
+   * greater than `token`. Throws if the key is already registered.
+   */
+  adopt(key: string, owner: string, token: bigint, now: number): void {
+    if (this.#keys.get(key) !== undefined) throw new Error(`key ${key} is already registered`);
+    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) throw new RangeError('token must be a uint64 bigint');
+    this.#register(key, owner, token, now);
+    if (token > this.#lastToken) this.#lastToken = token;
+  }
+
+  /**
+   * Restarts the lease of the key's grant with that token at `now` (cluster mode: a grant's lease
+   * counts from when it was committed, the earliest instant its holder can have learned of it).
+   * Returns false when the key no longer carries that token.
+   */
+  restartLease(key: string, token: bigint, now: number): boolean {
+    const entry = this.#keys.get(key);
+    if (entry === undefined || entry.token !== token) return false;
+    entry.expiresAt = Math.max(entry.expiresAt, now + this.leaseMs);
+    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
+    return true;
+  }
+
+  #register(key: string, owner: string, token: bigint, now: number): KeyEntry {
+    const seq = this.#seq++;
+    const fresh: KeyEntry = {
+      key,
+      owner,
+      token,
+      grantedAt: now,
+      expiresAt: now + this.leaseMs,
+      head: undefined,
+      tail: undefined,
+      waiting: 0,
+      expiry: undefined as unknown as ExpiryItem,
+      olderKey: this.#newestKey,
+      newerKey: undefined,
+    };
+    (fresh as { expiry: ExpiryItem }).expiry = { kind: 'expiry', entry: fresh, at: 0, seq, heapIndex: -1 };
+    this.#keys.set(key, fresh);
+    if (this.#newestKey === undefined) this.#oldestKey = fresh;
+    else this.#newestKey.newerKey = fresh;
+    this.#newestKey = fresh;
+    if (this.#eager) this.#deadlines.update(fresh.expiry, fresh.expiresAt);
+    return fresh;
   }
 
   #release(session: SessionId, key: string, token: bigint, now: number): Effects {
@@ -440,7 +481,7 @@ export class TicketState {
     entry.token = token;
     entry.grantedAt = now;
     entry.expiresAt = now + this.leaseMs;
-    if (entry.waiting > 0) this.#deadlines.update(entry.expiry, entry.expiresAt);
+    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
   }
 
   #unqueue(waiter: Waiter): void {
@@ -451,7 +492,7 @@ export class TicketState {
     else waiter.next.prev = waiter.prev;
     waiter.prev = waiter.next = undefined;
     entry.waiting--;
-    if (entry.waiting === 0) this.#deadlines.remove(entry.expiry);
+    if (entry.waiting === 0 && !this.#eager) this.#deadlines.remove(entry.expiry);
     this.#deadlines.remove(waiter);
     this.#waiters.delete(String(waiter.id));
     const mine = this.#bySession.get(String(waiter.session))!;

@@ -1,0 +1,79 @@
+/** etcd3 and gRPC are loaded by `serve --cluster` only: never by the client or the single-mode
+ * server (a child process lists every module it loaded). Plus the cluster flags' usage errors. */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { CLI } from '../helpers.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+function run(args: string[], timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, args, { cwd: ROOT, timeout: timeoutMs, killSignal: 'SIGKILL' }, (error, stdout, stderr) =>
+      resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr }),
+    );
+  });
+}
+
+describe('etcd3 is loaded lazily', () => {
+  it('importing the client and running a single-mode server loads neither etcd3 nor @grpc', async () => {
+    const script = `
+      import { createRequire } from 'node:module';
+      const t = await import('./ticketing/dist/index.js');
+      const server = new t.TicketServer({ port: 0 });
+      const { port } = await server.listen();
+      const client = new t.TicketClient({ port });
+      const got = await client.acquire('k', { waitMs: 0 });
+      await client.close();
+      await server.close();
+      const require = createRequire(import.meta.url);
+      const loaded = Object.keys(require.cache);
+      console.log(JSON.stringify({ status: got.status, loaded }));
+    `;
+    const { code, stdout, stderr } = await run(['--input-type=module', '-e', script]);
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    const { status, loaded } = JSON.parse(stdout) as { status: string; loaded: string[] };
+    expect(status).toBe('acquired');
+    expect(loaded.filter((path) => /[\\/](etcd3|@grpc|protobufjs)[\\/]/.test(path))).toEqual([]);
+  });
+
+  it('the cluster module loads etcd3 (the check above can see it)', async () => {
+    const script = `
+      import { createRequire } from 'node:module';
+      const { createEtcdClient } = await import('./ticketing/dist/cluster/etcd.js');
+      const client = await createEtcdClient({ hosts: ['http://127.0.0.1:1'], callTimeoutMs: 100, hostCooldownMs: 100 });
+      client.close();
+      const require = createRequire(import.meta.url);
+      console.log(JSON.stringify(Object.keys(require.cache).some((p) => /[\\\\/]@grpc[\\\\/]/.test(p))));
+    `;
+    const { stdout } = await run(['--input-type=module', '-e', script]);
+    expect(stdout.trim()).toBe('true');
+  });
+});
+
+describe('serve --cluster usage errors', () => {
+  const cases: Array<[string, string[], RegExp]> = [
+    ['--cluster without --etcd', ['--cluster', '--advertise', '127.0.0.1:1'], /--cluster needs --etcd/],
+    ['--cluster without --advertise', ['--cluster', '--etcd', 'http://127.0.0.1:2379'], /--cluster needs --advertise/],
+    ['--etcd without a scheme', ['--cluster', '--etcd', '127.0.0.1:2379', '--advertise', '127.0.0.1:1'], /http:\/\/host:port/],
+    ['--etcd with https', ['--cluster', '--etcd', 'https://127.0.0.1:2379', '--advertise', '127.0.0.1:1'], /http:\/\/host:port/],
+    ['--advertise without a port', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', 'host'], /host:port/],
+    ['--leader-ttl not whole seconds', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--leader-ttl', '1500ms'], /whole number of seconds/],
+    ['--etcd without --cluster', ['--etcd', 'http://127.0.0.1:2379'], /--etcd needs --cluster/],
+    ['--leader-ttl without --cluster', ['--leader-ttl', '2s'], /--leader-ttl needs --cluster/],
+    ['--state-file with --cluster', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--state-file', '/tmp/x'], /--state-file is for single mode/],
+  ];
+  it.each(cases)('%s', async (_, args, message) => {
+    const { code, stdout, stderr } = await run([CLI, 'serve', '--port', '0', ...args]);
+    expect(code).not.toBe(0);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(message);
+  });
+
+  it('serve --help lists the cluster flags', async () => {
+    const { code, stdout } = await run([CLI, 'serve', '--help']);
+    expect(code).toBe(0);
+    for (const flag of ['--cluster', '--etcd <urls>', '--advertise <host:port>', '--prefix <prefix>', '--leader-ttl <dur>']) expect(stdout).toContain(flag);
+  });
+});

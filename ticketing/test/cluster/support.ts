@@ -1,0 +1,150 @@
+/** Shared pieces of the cluster tests: raw sockets to nodes, a load of clients, and the history
+ * checker over everything the clients observed. */
+import { expect } from 'vitest';
+import { TicketClient } from '../../src/client.js';
+import { LineSocket, sleep } from '../helpers.js';
+
+export { LineSocket, sleep };
+
+export function portOf(address: string): number {
+  return Number(address.slice(address.lastIndexOf(':') + 1));
+}
+
+export async function connect(address: string): Promise<LineSocket> {
+  return LineSocket.connect(portOf(address));
+}
+
+/** Sends one request on a fresh connection and returns the first reply line that is not `L`. */
+export async function ask(address: string, line: string, timeoutMs = 5_000): Promise<string> {
+  const socket = await connect(address);
+  try {
+    socket.write(`${line}\n`);
+    for (;;) {
+      const reply = await socket.readLine(timeoutMs);
+      if (!reply.startsWith('L ')) return reply;
+    }
+  } finally {
+    socket.destroy();
+  }
+}
+
+/** Retries `line` at `address` until the reply matches, bounded. Returns the reply. */
+export async function askUntil(address: string, line: string, accept: RegExp, timeoutMs = 10_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < deadline) {
+    last = await ask(address, line, 2_000).catch((error: Error) => `(${error.message})`);
+    if (accept.test(last)) return last;
+    await sleep(50);
+  }
+  throw new Error(`${line} at ${address}: no reply matching ${accept} within ${timeoutMs} ms; last ${JSON.stringify(last)}`);
+}
+
+/** One acknowledged grant as a client saw it. */
+export interface Grant {
+  readonly key: string;
+  readonly token: bigint;
+  readonly worker: number;
+  /** Test clock (performance.now()) when the A arrived. */
+  readonly ackAt: number;
+  /** When the exact-token R was sent, and its outcome. */
+  releaseSentAt?: number;
+  released?: 'released' | 'not-held' | 'indeterminate';
+}
+
+export interface Load {
+  readonly grants: Grant[];
+  readonly errors: Map<string, number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * `workers` TicketClients (one each) cycling acquire → hold briefly → release over `keys` keys,
+ * recording every grant. Errors (Indeterminate, not_active, …) are counted, not thrown.
+ */
+export function startLoad(addresses: readonly string[], options: { workers: number; keys: number; leaseMs: number; holdMs?: number }): Load {
+  const grants: Grant[] = [];
+  const errors = new Map<string, number>();
+  let running = true;
+  const count = (error: unknown): void => {
+    const { code = (error as Error).name, reason } = error as { code?: string; reason?: string };
+    if (process.env.CLUSTER_TEST_TRACE) console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
+    errors.set(code, (errors.get(code) ?? 0) + 1);
+  };
+  const loops = Array.from({ length: options.workers }, async (_, worker) => {
+    const client = new TicketClient({
+      port: portOf(addresses[worker % addresses.length]!),
+      clusterAddresses: addresses,
+      leaseMs: options.leaseMs,
+      connectTimeoutMs: 2_000,
+      responseTimeoutMs: 2_000,
+      errorBackoffMs: { no_leader: 50, not_active: 50 },
+      backoff: { initialMs: 20, maxMs: 200 },
+    });
+    let n = 0;
+    try {
+      while (running) {
+        const key = `load-${(worker + n++) % options.keys}`;
+        let result;
+        try {
+          result = await client.acquire(key, { waitMs: 200 });
+        } catch (error) {
+          count(error);
+          await sleep(20);
+          continue;
+        }
+        if (result.status !== 'acquired') continue;
+        const grant: Grant = { key, token: result.token, worker, ackAt: performance.now() };
+        grants.push(grant);
+        await sleep(options.holdMs ?? 5);
+        grant.releaseSentAt = performance.now();
+        try {
+          grant.released = (await client.release(key, result.token)).status;
+        } catch (error) {
+          count(error);
+          grant.released = 'indeterminate';
+        }
+      }
+    } finally {
+      client.destroy();
+    }
+  });
+  return {
+    grants,
+    errors,
+    async stop() {
+      running = false;
+      await Promise.all(loops);
+    },
+  };
+}
+
+/**
+ * The history checker: per key, tokens are unique and grants in token order never overlap: a
+ * grant is acknowledged only after the previous holder's release was sent (or its lease, counted
+ * from its acknowledgement, ran out). So no key was held by two clients at once, and tokens rise
+ * in the order grants were made.
+ */
+export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
+  const byKey = new Map<string, Grant[]>();
+  for (const grant of grants) {
+    let list = byKey.get(grant.key);
+    if (list === undefined) byKey.set(grant.key, (list = []));
+    list.push(grant);
+  }
+  for (const [key, list] of byKey) {
+    list.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+    for (let i = 1; i < list.length; i++) {
+      const previous = list[i - 1]!;
+      const next = list[i]!;
+      expect(next.token, `${key}: token ${next.token} issued twice`).not.toBe(previous.token);
+      // Released (R acknowledged, or a release whose outcome is unknown): the next grant came
+      // after the R was sent. Otherwise only the lease's end frees the key.
+      const freedAt = previous.released === 'released' || previous.released === 'indeterminate' ? previous.releaseSentAt! : previous.ackAt + leaseMs;
+      expect(
+        next.ackAt,
+        `${key}: token ${next.token} acknowledged at ${next.ackAt.toFixed(1)} while token ${previous.token} was held until ${freedAt.toFixed(1)}`,
+      ).toBeGreaterThanOrEqual(freedAt - 1);
+    }
+  }
+}
