@@ -4,6 +4,7 @@ import { liveName, safeID } from '../layout.js';
 import { parseQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
 import { checkDir, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type RecordRead } from './scan.js';
+import { isExpired } from '../record.js';
 import type { InspectOptions, Inspection, LeaseRow, LeaseState, LeaseWaiter, Leftover, LeftoverKind } from './types.js';
 
 /**
@@ -41,7 +42,7 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
         const { record } = read;
         if (record.owner !== '') current = record.token; // a tombstone has no generation of its own
         const live = join(path, liveName(g.safe, record.token));
-        let state: LeaseState = record.owner === '' ? 'released' : record.expiryMs <= now ? 'expired' : 'held';
+        let state: LeaseState = record.owner === '' ? 'released' : isExpired(record, now) ? 'expired' : 'held';
         let problem: string | undefined;
         let locked: boolean | undefined = false;
         if (state !== 'released') {

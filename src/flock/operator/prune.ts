@@ -7,6 +7,7 @@ import type { LeaseIO } from '../io.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
 import { checkDir, checkMs, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type Group, type RecordRead } from './scan.js';
+import { expiresAtMs, isExpired } from '../record.js';
 import { underLock } from './transition.js';
 import {
   DEFAULT_LOCK_TIMEOUT_MS,
@@ -57,9 +58,9 @@ function planPrune(dir: string, g: Group, read: RecordRead, queue: WaitQueue, pr
   let kept: string | undefined;
   const record = read.kind === 'ok' ? read.record : undefined;
   if (record !== undefined) {
-    const age = now - record.expiryMs;
+    const age = now - expiresAtMs(record);
     const released = record.owner === '';
-    const expired = record.expiryMs <= now;
+    const expired = isExpired(record, now);
     const running = !released && probe.locked(liveName(g.safe, record.token)) !== false;
     const dead = released || (expired && !running);
     // A takeover without the record gets max(1, wall-clock µs): it beats this token only if the

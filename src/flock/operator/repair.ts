@@ -6,7 +6,7 @@ import { nextToken } from '../../kernel/token.js';
 import { checkSessionId } from '../../port/validate.js';
 import type { LeaseIO } from '../io.js';
 import { liveName, parseLeaseFileName, recordName, safeID } from '../layout.js';
-import { formatRecord } from '../record.js';
+import { formatRecord, isExpired } from '../record.js';
 import { holderPid, LockTable } from './proc-locks.js';
 import { checkDir, checkMs, clockOf, ioOf, readRecordAt, type RecordRead } from './scan.js';
 import { giveToDirOwner, underLock } from './transition.js';
@@ -63,7 +63,7 @@ export async function forceRelease(dir: string, id: string, options: MutationOpt
     if (record.owner === '') return { status: 'already-released', id, path: recordPath, token: record.token };
     const live = join(path, liveName(safe, record.token));
     const alive = io.probeLive(live); // under the transition lock nobody is creating lock files
-    const state = record.expiryMs <= now ? 'expired' : alive ? 'held' : 'crashed';
+    const state = isExpired(record, now) ? 'expired' : alive ? 'held' : 'crashed';
     const pid = alive ? holderPid(path, id, record.token) : undefined;
     const token = tombstoneToken(id, [record.token, ...liveTokens(path, safe)], now);
     await writeTombstone(io, path, safe, id, token, now, [live]);

@@ -7,7 +7,8 @@ import { checkSessionId } from '../../port/validate.js';
 import { fileIO, type LeaseIO } from '../io.js';
 import { parseLeaseFileName } from '../layout.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
-import { parseRecord, RecordFormatError, type LeaseRecord } from '../record.js';
+import { RecordFormatError, type LeaseRecord } from '../record.js';
+import { readRecordAt as readRecord } from '../transition.js';
 import { kOperatorIO } from './types.js';
 
 /** `<safeID>.corrupt-<yyyymmddThhmmssmmmZ>[-n]`: outside the names a lease writes or prune removes. */
@@ -73,22 +74,18 @@ export type RecordRead =
   | { readonly kind: 'ok'; readonly record: LeaseRecord }
   | { readonly kind: 'corrupt'; readonly problem: string; readonly error: LeaseCorruptError };
 
+/** The Lease's record reader, with a corrupt record as a value the operator tools can report. */
 export function readRecordAt(io: LeaseIO, path: string): RecordRead {
-  let bytes: Uint8Array | undefined;
+  let record: LeaseRecord | undefined;
   try {
-    bytes = io.readRecord(path);
+    record = readRecord(io, path);
   } catch (error) {
-    if (error instanceof LeaseCorruptError) return { kind: 'corrupt', problem: error.message, error };
-    throw error;
+    if (!(error instanceof LeaseCorruptError)) throw error;
+    // A format error: the problem is the file and what is wrong, without the repair hint.
+    const problem = error.cause instanceof RecordFormatError ? `${path}: ${error.cause.message}` : error.message;
+    return { kind: 'corrupt', problem, error };
   }
-  if (bytes === undefined) return { kind: 'none' };
-  try {
-    return { kind: 'ok', record: parseRecord(bytes) };
-  } catch (error) {
-    if (!(error instanceof RecordFormatError)) throw error;
-    const problem = `${path}: ${error.message}`;
-    return { kind: 'corrupt', problem, error: new LeaseCorruptError(`${problem}; see \`flocklease repair\``, path, { cause: error }) };
-  }
+  return record === undefined ? { kind: 'none' } : { kind: 'ok', record };
 }
 
 
