@@ -423,6 +423,11 @@ export class ClusterNode implements ServerGate {
       if (!this.#inFlight && isEmpty(this.#open)) this.#onIdle?.();
       return;
     }
+    if (!this.#leaseConfirmed()) {
+      // (the guard would refuse it too once the lease is gone; do not even ask)
+      this.#stepDown('lease not confirmed');
+      return;
+    }
     const batch = this.#open;
     this.#open = newBatch();
     const state = this.#state!;
