@@ -396,9 +396,36 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       await load.stop();
     }
     figures.push(`member-loss load: ${load.grants.length} grants, errors ${JSON.stringify(Object.fromEntries(load.errors))}`);
+    // The only failures: requests in flight when a connection closed (no ConnectError, no other code).
+    expect([...load.errors.keys()].filter((code) => code !== 'ETICKET_INDETERMINATE')).toEqual([]);
     expect(load.grants.filter((g) => g.released === 'not-held')).toEqual([]);
     checkHistory(load.grants, leaseMs);
   }, 90_000);
+
+  it('an etcd majority stopped: the leader answers E not_active and replies to nothing uncommitted; back after', async () => {
+    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
+    const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
+    const t1 = (await ask(leader.address, 'A mk o1 0')).split(' ')[1]!;
+    const socket = await connect(leader.address);
+    const stopped = [0, 1];
+    for (const i of stopped) await cluster.kill(i);
+    try {
+      socket.write('A mk2 o2 0\n');
+      await socket.waitClosed(8_000);
+      const lines = socket.received.toString('latin1').split('\n').filter(Boolean);
+      expect(lines.filter((l) => /^[ATRNB] /.test(l)), `replies without a majority: ${JSON.stringify(lines)}`).toEqual([]);
+      for (const node of group.nodes) {
+        const probe = await probeNode(node.address, { timeoutMs: 2_000 });
+        expect(probe.role === 'error' && /^(not_active|no_leader)$/.test(probe.code), `${node.address}: ${JSON.stringify(probe)}`).toBe(true);
+      }
+    } finally {
+      for (const i of stopped) await cluster.restart(i);
+    }
+    await cluster.waitHealthy();
+    const next = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
+    expect(await ask(next.address, `R mk ${t1}`)).toBe(`R ${t1} mk`);
+    expect(await ask(next.address, 'A mk2 o3 0')).toMatch(/^A \d+ o3 mk2$/);
+  }, 60_000);
 
   it('SIGTERM on the leader: exits 0, grants stay in etcd, a new leader grants within 3 s; tokens rise across a full restart', async () => {
     const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
