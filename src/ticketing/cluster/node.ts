@@ -140,7 +140,7 @@ export class ClusterNode implements ServerGate {
     if (this.#closing) return formatError('not_active', 'shutting down');
     if (!this.#leaseConfirmed()) {
       this.#stepDown('lease not confirmed');
-      return formatError('not_active', 'etcd unreachable');
+      return formatError('not_active', this.#aliveUntil === -Infinity ? 'starting' : 'etcd unreachable');
     }
     if (this.#role === 'leader') return undefined;
     if (this.#role === 'catching-up') return formatError('not_active', 'catching up');
