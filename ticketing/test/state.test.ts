@@ -347,3 +347,60 @@ describe('determinism and validation', () => {
     expect(() => state.apply({ type: 'bogus' } as unknown as Command, T0)).toThrow(TypeError);
   });
 });
+
+describe('cluster mode: eager expiry, adopt, restartLease', () => {
+  test('eager: every grant has a deadline, and its expire deletes a key without waiters', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    expect(state.nextDeadline()).toBe(T0 + LEASE);
+    expect(state.nextDue(T0 + LEASE - 1)).toBeUndefined();
+    const due = state.nextDue(T0 + LEASE)!;
+    expect(due).toEqual({ type: 'expire', key: 'k', token });
+    expect(state.apply(due, T0 + LEASE)).toEqual([{ type: 'expired', key: 'k', owner: 'a', token }]);
+    expect(state.get('k')).toBeUndefined();
+    expect(state.nextDeadline()).toBeUndefined();
+  });
+
+  test('eager: the deadline stays when the last waiter leaves, and moves with each new grant', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const first = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    state.apply(acquire(2, 'k', 'b', 100), T0);
+    state.apply({ type: 'wait-timeout', key: 'k', waiter: state.get('k')!.waiters[0]!.id }, T0 + 100);
+    expect(state.get('k')!.waiters).toEqual([]);
+    expect(state.nextDeadline()).toBe(T0 + LEASE);
+    state.apply(release(1, 'k', first.token), T0 + 200);
+    granted(state.apply(acquire(3, 'k', 'c'), T0 + 300));
+    expect(state.nextDeadline()).toBe(T0 + 300 + LEASE);
+  });
+
+  test('lazy (the default) keeps no deadline for a key without waiters', () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    state.apply(acquire(1, 'k', 'a'), T0);
+    expect(state.nextDeadline()).toBeUndefined();
+    expect(() => new TicketState({ leaseMs: LEASE, expiry: 'soon' as never })).toThrow(RangeError);
+  });
+
+  test('adopt registers a grant with its lease from now and raises the token floor', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const far = BigInt(T0) * 1000n + 5_000_000n; // a token from a clock 5 s ahead
+    state.adopt('k', 'a', far, T0);
+    expect(state.get('k')).toMatchObject({ owner: 'a', token: far, expiresAt: T0 + LEASE });
+    expect(state.nextDeadline()).toBe(T0 + LEASE);
+    expect(replies(state.apply(acquire(2, 'k', 'b'), T0 + 1))).toEqual([{ type: 'timed-out', session: 2, key: 'k', owner: 'b', reason: 'held' }]);
+    expect(granted(state.apply(acquire(2, 'j', 'b'), T0 + 1)).token).toBe(far + 1n);
+    expect(() => state.adopt('k', 'x', 1n, T0)).toThrow(/already registered/);
+    expect(() => state.adopt('z', 'x', 0n, T0)).toThrow(RangeError);
+  });
+
+  test('restartLease moves the expiry later for the same token only', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    expect(state.restartLease('k', token + 1n, T0 + 50)).toBe(false);
+    expect(state.restartLease('k', token, T0 + 50)).toBe(true);
+    expect(state.get('k')!.expiresAt).toBe(T0 + 50 + LEASE);
+    expect(state.nextDeadline()).toBe(T0 + 50 + LEASE);
+    expect(state.restartLease('k', token, T0)).toBe(true); // never earlier
+    expect(state.get('k')!.expiresAt).toBe(T0 + 50 + LEASE);
+    expect(state.restartLease('gone', 1n, T0)).toBe(false);
+  });
+});

@@ -65,6 +65,9 @@ interface Batch {
   readonly replies: HeldReply[];
 }
 
+/** See `#commit`: how much later than its write a grant's lease starts. */
+const DELIVERY_SLACK_MS = 100;
+
 const newBatch = (): Batch => ({ touched: new Set(), grants: [], replies: [] });
 const isEmpty = (batch: Batch): boolean => batch.touched.size === 0 && batch.replies.length === 0;
 const monotonic = (): number => performance.now();
@@ -140,7 +143,7 @@ export class ClusterNode implements ServerGate {
     if (this.#closing) return formatError('not_active', 'shutting down');
     if (!this.#leaseConfirmed()) {
       this.#stepDown('lease not confirmed');
-      return formatError('not_active', 'etcd unreachable');
+      return formatError('not_active', this.#aliveUntil === -Infinity ? 'starting' : 'etcd unreachable');
     }
     if (this.#role === 'leader') return undefined;
     if (this.#role === 'catching-up') return formatError('not_active', 'catching up');
@@ -423,6 +426,11 @@ export class ClusterNode implements ServerGate {
       if (!this.#inFlight && isEmpty(this.#open)) this.#onIdle?.();
       return;
     }
+    if (!this.#leaseConfirmed()) {
+      // (the guard would refuse it too once the lease is gone; do not even ask)
+      this.#stepDown('lease not confirmed');
+      return;
+    }
     const batch = this.#open;
     this.#open = newBatch();
     const state = this.#state!;
@@ -474,10 +482,12 @@ export class ClusterNode implements ServerGate {
     this.#inFlight = false;
     if (hwm > this.#committedHwm) this.#committedHwm = hwm;
     publish(channels.clusterCommit, () => ({ node: this, writes: batch.touched.size, replies: batch.replies.length, txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)) }));
-    // A grant's lease counts from its commit: its holder cannot have learned of it earlier.
-    const now = this.#host!.now();
-    for (const grant of batch.grants) state.restartLease(grant.key, grant.token, now);
     this.#host!.deliver(batch.replies);
+    // A grant's lease counts from when its A was written (its holder cannot have learned of it
+    // earlier), plus a slack for the A's way to the holder on a loaded host: a lease is never cut
+    // short, and the expiry is still committed well within 1 s of the holder's deadline.
+    const start = this.#host!.now() + DELIVERY_SLACK_MS;
+    for (const grant of batch.grants) state.restartLease(grant.key, grant.token, start);
     if (!isEmpty(this.#open)) void this.#commit();
     else this.#onIdle?.();
   }

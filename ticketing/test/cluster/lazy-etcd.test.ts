@@ -1,9 +1,10 @@
 /** etcd3 and gRPC are loaded by `serve --cluster` only: never by the client or the single-mode
  * server (a child process lists every module it loaded). Plus the cluster flags' usage errors. */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { CLI } from '../helpers.js';
+import { CLI, LineSocket } from '../helpers.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -76,4 +77,36 @@ describe('serve --cluster usage errors', () => {
     expect(code).toBe(0);
     for (const flag of ['--cluster', '--etcd <urls>', '--advertise <host:port>', '--prefix <prefix>', '--leader-ttl <dur>']) expect(stdout).toContain(flag);
   });
+});
+
+describe('serve --cluster without a reachable etcd', () => {
+  it('prints its listening line at once, answers E not_active, and drains on SIGTERM (exit 0)', async () => {
+    const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--cluster', '--etcd', 'http://127.0.0.1:1', '--advertise', '127.0.0.1:7']);
+    try {
+      let out = '';
+      child.stdout.setEncoding('latin1');
+      const listening = new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 15_000);
+        child.stdout.on('data', (chunk: string) => {
+          out += chunk;
+          if (out.includes('\n')) {
+            clearTimeout(timer);
+            resolve(out);
+          }
+        });
+      });
+      const line = await listening;
+      expect(line).toMatch(/^listening 127\.0\.0\.1:\d+\n$/);
+      const socket = await LineSocket.connect(Number(line.trim().split(':').pop()));
+      socket.write('A k o 0\n');
+      expect(await socket.readLine()).toMatch(/^E not_active (starting|etcd unreachable)$/);
+      await socket.waitClosed();
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const [code] = (await Promise.race([exited, new Promise((_, reject) => setTimeout(() => reject(new Error('no exit')), 10_000))])) as [number];
+      expect(code).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }, 30_000);
 });
