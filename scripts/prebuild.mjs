@@ -8,6 +8,7 @@
 // and on musl, in a scratch copy of native/. The layout is node-gyp-build's:
 //   native/prebuilds/linux-<arch>/flocklease.napi.<libc>.node    the addon
 //   native/prebuilds/linux-<arch>/<target>.napi.<libc>           each "type": "executable" target
+//                                                               (static on glibc, see build())
 // so src/native.ts finds an executable next to the addon it loaded, under the addon's tags.
 //
 // Toolchains come from Debian (scripts/setup-ci.sh installs them); headers come from this machine's
@@ -92,6 +93,14 @@ function cacheKey() {
   return hash.digest('hex');
 }
 
+/** The C sources of an executable target of binding.gyp (which is plain JSON here). */
+function executableSources(targetName) {
+  const gyp = JSON.parse(fs.readFileSync(path.join(nativeDir, 'binding.gyp'), 'utf8'));
+  const target = gyp.targets.find((t) => t.target_name === targetName && t.type === 'executable');
+  if (target === undefined) fail(`binding.gyp has no executable target ${targetName}`);
+  return target.sources.map((source) => path.join(nativeDir, source));
+}
+
 /** node-gyp as npm ships it (npm names it in npm_config_node_gyp for its scripts), else the one on PATH. */
 function nodeGyp() {
   const bundled = [
@@ -147,8 +156,13 @@ function build() {
         if (name.endsWith('.node')) {
           fs.copyFileSync(file, path.join(out, `${name.slice(0, -'.node'.length)}.napi.${target.libc}.node`));
         } else if (stat.mode & 0o111) {
-          fs.copyFileSync(file, path.join(out, `${name}.napi.${target.libc}`));
-          fs.chmodSync(path.join(out, `${name}.napi.${target.libc}`), 0o755);
+          const dest = path.join(out, `${name}.napi.${target.libc}`);
+          // glibc's start files tie a dynamic executable to the glibc it was built on (GLIBC_2.34's
+          // __libc_start_main here), which no wrapper can undo: link it statically instead, so it
+          // needs no glibc at all. musl has no symbol versions: node-gyp's dynamic build is kept.
+          if (target.libc === 'glibc') run(target.cc[0], ['-O2', '-static', '-o', dest, ...executableSources(name)]);
+          else fs.copyFileSync(file, dest);
+          fs.chmodSync(dest, 0o755);
         }
       }
     }
@@ -195,9 +209,15 @@ function check() {
       const dynamic = run('readelf', ['-d', '-W', file]);
       const needed = [...dynamic.matchAll(/\(NEEDED\)\s+Shared library: \[(.*)\]/g)].map((m) => m[1]);
       const libc = target.libc === 'glibc' ? 'libc.so.6' : 'libc.so';
-      if (!needed.includes(libc)) problems.push(`${file}: needs [${needed.join(', ')}], expected ${libc}`);
       const isExecutable = !name.endsWith('.node');
-      if (isExecutable) {
+      const isStatic = isExecutable && target.libc === 'glibc';
+      if (isStatic) {
+        if (needed.length > 0) problems.push(`${file}: needs [${needed.join(', ')}], expected a static executable`);
+        if (/program interpreter/.test(run('readelf', ['-l', '-W', file]))) problems.push(`${file}: not static`);
+      } else if (!needed.includes(libc)) {
+        problems.push(`${file}: needs [${needed.join(', ')}], expected ${libc}`);
+      }
+      if (isExecutable && !isStatic) {
         const interp = /Requesting program interpreter: (.*)\]/.exec(run('readelf', ['-l', '-W', file]))?.[1];
         const expected = LIBC_INTERPRETER[target.libc][target.arch];
         if (interp !== expected) problems.push(`${file}: interpreter ${interp}, expected ${expected}`);
