@@ -106,7 +106,9 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 const REPLY_BUFFER_BYTES = 2048;
 const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
 
-const monotonicWallClock = (): number => performance.timeOrigin + performance.now();
+// timeOrigin is a getter that crosses into C++: read it once, not per request.
+const TIME_ORIGIN = performance.timeOrigin;
+const monotonicWallClock = (): number => TIME_ORIGIN + performance.now();
 
 class Connection {
   readonly framer: LineFramer;
