@@ -370,6 +370,7 @@ function ensureRedis() {
   if (found) return found;
   if (process.getuid?.() === 0) {
     console.error("redis-server not found: installing Debian's redis-server with apt-get …");
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
     execFileSync('apt-get', ['install', '-y', '-qq', 'redis-server'], {
       stdio: 'inherit',
       env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
