@@ -1,26 +1,30 @@
 #!/usr/bin/env node
 /**
- * Load benchmark: lock cycles (acquire + release) per second and cycle latency (p50/p99) of the
- * ticketing server with its pipelining client, beside the same workload on a local Redis
- * (`SET key value NX PX` + a Lua compare-and-delete, ioredis with auto-pipelining).
+ * Ticketing against Redis, two tables (docs/ticketing.md "Benchmark"):
  *
- *   npm run bench:ticketing -- [--duration 3s] [--warmup 1s] [--rounds 3] [--workers 64] [--connections 4]
- *   npm run bench:ticketing -- --cluster [--quick] …   (cluster mode on etcd: see cluster.mjs)
+ * 1. Server against server. One load generator in C (loadgen.c, built here with the system
+ *    compiler) drives both servers with the same loop: one thread, raw epoll, one read() per ready
+ *    connection, every complete reply handled, all the requests they trigger sent in one write().
+ *    Ticketing: `A key owner wait` / `R key token`; Redis: `SET key value NX PX 30000` + a
+ *    compare-and-delete EVALSHA, on the hot key either retried at once or after 1 ms. Reported:
+ *    cycles/s, p50/p99 cycle latency, server CPU per cycle (utime+stime of /proc/<pid>/stat, all
+ *    threads) and the load generator's CPU per cycle. Rounds interleave the systems; each cell is
+ *    the median over rounds, each ratio the median of the rounds' ratios.
+ * 2. Client library against client library (what an application sees end to end): our
+ *    TicketClient against ioredis with auto-pipelining, 64 loops over 4 connections, distinct keys
+ *    and one hot key (Redis loops retry SET NX at once), each run in a fresh Node process.
  *
- * Workloads (each: `workers` concurrent loops over `connections` TCP connections per system —
- * Redis: that many ioredis connections; ticketing: half as many TicketClients, since each has a
- * pipelined connection and a release lane):
- * - distinct: every loop has its own key (acquire, release, repeat);
- * - hot: every loop wants the same key. Ticketing queues the waiters (FIFO hand-off); Redis has no
- *   queue, so its loops retry SET NX at once until it succeeds (the usual spin).
- * A cycle's latency runs from the acquire call to the release's reply. Each system × workload runs
- * in a fresh child process, `rounds` times; the table shows each cell's median run (by cycles/s).
- * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end.
- * Results: printed as a markdown table and written to bench/ticketing/results.json.
+ * Cluster mode: `npm run bench:ticketing -- --cluster [--quick]` (etcd, three nodes, failover): see cluster.mjs.
+ *
+ *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
+ *
+ * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
+ * is Debian's (installed with apt-get when missing and running as root). Results: markdown on
+ * stdout, JSON in <out>/results.json (default bench/ticketing/).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -169,20 +173,185 @@ async function runWorker(config) {
 // ---------------------------------------------------------------------------------------------
 // Orchestration
 
+const LOADGEN_SOURCE = join(here, 'loadgen.c');
+const LOADGEN_BIN = join(root, 'native', 'build', 'loadgen');
+const CFLAGS = ['-O2', '-Wall', '-Wextra'];
+
+/** Builds native/build/loadgen from loadgen.c (if it is older than the source). */
+function buildLoadgen() {
+  let fresh = false;
+  try {
+    fresh = statSync(LOADGEN_BIN).mtimeMs >= statSync(LOADGEN_SOURCE).mtimeMs;
+  } catch {
+    // not built yet
+  }
+  const cc = process.env.CC || 'cc';
+  if (!fresh) {
+    mkdirSync(dirname(LOADGEN_BIN), { recursive: true });
+    execFileSync(cc, [...CFLAGS, '-o', LOADGEN_BIN, LOADGEN_SOURCE, '-lm'], { stdio: 'inherit' });
+  }
+  return { compiler: execFileSync(cc, ['--version'], { encoding: 'utf8' }).split('\n')[0], flags: CFLAGS.join(' ') };
+}
+
+/** The server-against-server workloads. Redis variants: backoffUs 0 retries a failed SET at once. */
+const SERVER_WORKLOADS = [
+  { id: 'distinct 4×1', keys: 'distinct', conns: 4, inflight: 1 },
+  { id: 'distinct 4×16', keys: 'distinct', conns: 4, inflight: 16 },
+  { id: 'distinct 4×64', keys: 'distinct', conns: 4, inflight: 64 },
+  { id: 'distinct 16×64', keys: 'distinct', conns: 16, inflight: 64 },
+  { id: 'hot 4×16', keys: 'hot', conns: 4, inflight: 16 },
+  { id: 'hot 64×1', keys: 'hot', conns: 64, inflight: 1 },
+];
+function systemsOf(workload) {
+  const systems = [
+    { id: 'ticketing', server: 'ticketing', backoffUs: 0 },
+    { id: 'redis', server: 'redis', backoffUs: 0 },
+  ];
+  if (workload.keys === 'hot') {
+    systems[1] = { id: 'redis retry', server: 'redis', backoffUs: 0 };
+    systems.push({ id: 'redis 1 ms', server: 'redis', backoffUs: 1000 });
+  }
+  return systems;
+}
+
+function runLoadgen(system, workload, server, options, prefix) {
+  const args = [
+    system.server,
+    String(server.port),
+    String(workload.conns),
+    String(workload.inflight),
+    workload.keys,
+    String(options.warmupMs),
+    String(options.durationMs),
+    String(system.backoffUs),
+    String(server.child.pid),
+    prefix,
+  ];
+  return new Promise((resolve, reject) => {
+    const timeout = options.warmupMs + options.durationMs + 30_000;
+    execFile(LOADGEN_BIN, args, { timeout }, (error, stdout, stderr) => {
+      if (error) reject(Object.assign(new Error(`loadgen ${args.join(' ')}: ${stderr || error.message}`), { cause: error }));
+      else {
+        try {
+          resolve(JSON.parse(stdout));
+        } catch (parseError) {
+          reject(parseError);
+        }
+      }
+    });
+  });
+}
+
+const METRICS = [
+  'cyclesPerSecond',
+  'p50Us',
+  'p99Us',
+  'serverUserUsPerCycle',
+  'serverSysUsPerCycle',
+  'clientUserUsPerCycle',
+  'clientSysUsPerCycle',
+  'serverCpuShare',
+  'failedAcquiresPerCycle',
+  'readsPerCycle',
+  'writesPerCycle',
+];
+
+function medianOf(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** Per-metric medians over rounds, and the medians of the per-round ratios against ticketing. */
+function summariseServers(runs) {
+  const summary = {};
+  for (const workload of SERVER_WORKLOADS) {
+    const bySystem = runs[workload.id];
+    const cell = {};
+    for (const [system, list] of Object.entries(bySystem)) {
+      const median = {};
+      for (const metric of METRICS) median[metric] = medianOf(list.map((run) => run[metric]));
+      median.serverUsPerCycle = medianOf(list.map((run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle));
+      median.clientUsPerCycle = medianOf(list.map((run) => run.clientUserUsPerCycle + run.clientSysUsPerCycle));
+      median.failures = list.reduce((n, run) => n + run.failures, 0);
+      cell[system] = median;
+    }
+    const t = bySystem.ticketing;
+    for (const system of Object.keys(bySystem).filter((s) => s !== 'ticketing')) {
+      const r = bySystem[system];
+      const cpu = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
+      cell[system].ratio = {
+        cyclesPerSecond: medianOf(t.map((run, i) => run.cyclesPerSecond / r[i].cyclesPerSecond)),
+        serverCpuPerCycle: medianOf(t.map((run, i) => cpu(run) / cpu(r[i]))),
+        p99: medianOf(t.map((run, i) => run.p99Us / r[i].p99Us)),
+      };
+    }
+    summary[workload.id] = cell;
+  }
+  return summary;
+}
+
+/** The targets of issue 13, judged on the summary. */
+function judgeTargets(summary) {
+  const targets = [];
+  const add = (id, measured, target, met) => targets.push({ id, measured, target, met });
+  for (const id of ['distinct 4×16', 'distinct 4×64']) {
+    const r = summary[id].redis.ratio;
+    add(`${id} cycles/s`, r.cyclesPerSecond, '≥ 1.25× Redis', r.cyclesPerSecond >= 1.25);
+    add(`${id} server CPU/cycle`, r.serverCpuPerCycle, '≤ 0.8× Redis', r.serverCpuPerCycle <= 0.8);
+  }
+  const one = summary['distinct 4×1'].redis.ratio;
+  add('distinct 4×1 cycles/s', one.cyclesPerSecond, '≥ 0.8× Redis', one.cyclesPerSecond >= 0.8);
+  const hot = summary['hot 4×16'];
+  const backoff = hot['redis 1 ms'].ratio;
+  const retry = hot['redis retry'].ratio;
+  add('hot 4×16 vs 1 ms back-off cycles/s', backoff.cyclesPerSecond, '≥ 1.5× Redis', backoff.cyclesPerSecond >= 1.5);
+  add('hot 4×16 vs 1 ms back-off p99', backoff.p99, '< 1× Redis', backoff.p99 < 1);
+  add('hot 4×16 vs retry at once cycles/s', retry.cyclesPerSecond, '≥ 2× Redis', retry.cyclesPerSecond >= 2);
+  add('hot 4×16 vs retry at once p99', retry.p99, '< 1× Redis', retry.p99 < 1);
+  return targets;
+}
+
+function serverTable(summary) {
+  const rows = [
+    '| workload | system | cycles/s | p50 µs | p99 µs | server CPU µs/cycle (user + sys) | load generator CPU µs/cycle | failed SETs/cycle | ratio cycles/s | ratio server CPU |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  for (const workload of SERVER_WORKLOADS) {
+    for (const [system, m] of Object.entries(summary[workload.id])) {
+      const failed = system === 'ticketing' ? '—' : m.failedAcquiresPerCycle.toFixed(1);
+      const ratio = m.ratio ? `${m.ratio.cyclesPerSecond.toFixed(2)}×` : '';
+      const cpuRatio = m.ratio ? `${m.ratio.serverCpuPerCycle.toFixed(2)}×` : '';
+      rows.push(
+        `| ${workload.id} | ${system} | ${fmt(m.cyclesPerSecond)} | ${Math.round(m.p50Us)} | ${Math.round(m.p99Us)} | ` +
+          `${m.serverUsPerCycle.toFixed(1)} (${m.serverUserUsPerCycle.toFixed(1)} + ${m.serverSysUsPerCycle.toFixed(1)}) | ` +
+          `${m.clientUsPerCycle.toFixed(1)} | ${failed} | ${ratio} | ${cpuRatio} |`,
+      );
+    }
+  }
+  return rows.join('\n');
+}
+
 function parseArgs(argv) {
-  const options = { durationMs: 3_000, warmupMs: 1_000, rounds: 3, workers: 64, connections: 4 };
+  const options = { quick: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
-  const counts = { '--rounds': 'rounds', '--workers': 'workers', '--connections': 'connections' };
-  for (let i = 0; i < argv.length; i += 2) {
+  for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
-    const value = argv[i + 1];
+    if (flag === '--quick') {
+      Object.assign(options, { quick: true, rounds: 1, durationMs: 400, warmupMs: 200 });
+      continue;
+    }
+    const value = argv[++i];
     if (value === undefined) throw new Error(`${flag} needs a value`);
     if (flag in durations) {
       const m = /^(\d+(?:\.\d+)?)(ms|s)?$/.exec(value);
       if (!m) throw new Error(`${flag}: use e.g. 3s or 500ms`);
       options[durations[flag]] = Number(m[1]) * (m[2] === 'ms' ? 1 : 1000);
-    } else if (flag in counts) {
-      options[counts[flag]] = Number.parseInt(value, 10);
+    } else if (flag === '--rounds') {
+      options.rounds = Number.parseInt(value, 10);
+      if (!(options.rounds >= 1)) throw new Error('--rounds must be a positive integer');
+    } else if (flag === '--out') {
+      options.out = value;
     } else {
       throw new Error(`unknown flag ${flag}`);
     }
@@ -202,13 +371,20 @@ function ensureRedis() {
   const found = which('redis-server');
   if (found) return found;
   if (process.getuid?.() === 0) {
-    console.error('redis-server not found: installing Debian\'s redis-server with apt-get …');
+    console.error("redis-server not found: installing Debian's redis-server with apt-get …");
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'redis-server'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'redis-server'], {
+      stdio: 'inherit',
+      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    });
     const installed = which('redis-server');
     if (installed) return installed;
   }
-  console.error('redis-server is needed as the comparison peer. Install it, e.g.: sudo apt-get install redis-server');
+  console.error(
+    'bench:ticketing needs redis-server (the comparison peer) on PATH. On Debian/Ubuntu: ' +
+      'sudo apt-get update && sudo apt-get install -y redis-server (the benchmark starts its own instance on a free ' +
+      'loopback port; the system service need not run).',
+  );
   process.exit(2);
 }
 
@@ -222,7 +398,8 @@ async function freePort() {
 }
 
 async function startTicketing() {
-  const child = spawn(process.execPath, [join(root, 'ticketing', 'dist', 'cli.js'), 'serve', '--host', '127.0.0.1', '--port', '0'], {
+  const cli = join(root, 'ticketing', 'dist', 'cli.js');
+  const child = spawn(process.execPath, [cli, 'serve', '--host', '127.0.0.1', '--port', '0'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let text = '';
@@ -236,9 +413,8 @@ async function startTicketing() {
 
 async function startRedis(binary) {
   const port = await freePort();
-  const child = spawn(binary, ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const args = ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'];
+  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'inherit'] });
   for (let i = 0; i < 100; i++) {
     try {
       const socket = net.connect(port, '127.0.0.1');
@@ -283,47 +459,58 @@ function median(runs) {
 
 const fmt = (n) => Math.round(n).toLocaleString('en-US');
 const ms = (n) => n.toFixed(3);
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 
-async function main() {
-  const options = parseArgs(process.argv.slice(2));
-  const redisBinary = ensureRedis();
-  const ticketing = await startTicketing();
-  const redis = await startRedis(redisBinary);
-  const servers = [ticketing.child, redis.child];
-  const cleanup = () => servers.forEach((c) => c.exitCode === null && c.kill('SIGKILL'));
-  process.on('SIGINT', () => {
-    cleanup();
-    process.exit(130);
-  });
-  const results = { distinct: { ticketing: [], redis: [] }, hot: { ticketing: [], redis: [] } };
-  try {
-    for (let round = 1; round <= options.rounds; round++) {
-      for (const workload of ['distinct', 'hot']) {
-        for (const system of ['ticketing', 'redis']) {
-          const run = await runInChild({
-            system,
-            workload,
-            port: system === 'ticketing' ? ticketing.port : redis.port,
-            workers: options.workers,
-            connections: options.connections,
-            durationMs: options.durationMs,
-            warmupMs: options.warmupMs,
-            prefix: `bench${round}${workload}`,
-          });
-          results[workload][system].push(run);
-          console.error(
-            `round ${round} ${workload.padEnd(8)} ${system.padEnd(9)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  p50 ${ms(run.p50Ms)} ms  p99 ${ms(run.p99Ms)} ms`,
-          );
-        }
+/** Table 1: both servers under the same C load generator, systems interleaved in every round. */
+async function serverRounds(options, servers) {
+  const runs = {};
+  for (const workload of SERVER_WORKLOADS) runs[workload.id] = {};
+  for (let round = 1; round <= options.rounds; round++) {
+    for (const workload of SERVER_WORKLOADS) {
+      const systems = systemsOf(workload);
+      // Alternate who goes first, so a drift in the machine's load does not favour one system.
+      if (round % 2 === 0) systems.reverse();
+      for (const system of systems) {
+        const prefix = `b${round}${workload.keys[0]}${workload.conns}x${workload.inflight}${system.backoffUs ? 'w' : ''}`;
+        const run = await runLoadgen(system, workload, servers[system.server], options, prefix);
+        (runs[workload.id][system.id] ??= []).push(run);
+        console.error(
+          `round ${round} ${workload.id.padEnd(15)} ${system.id.padEnd(11)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  ` +
+            `p99 ${Math.round(run.p99Us)} µs  server ${(run.serverUserUsPerCycle + run.serverSysUsPerCycle).toFixed(1)} µs/cycle`,
+        );
       }
     }
-  } finally {
-    await stop(ticketing.child);
-    await stop(redis.child);
   }
+  return runs;
+}
 
-  const rows = [];
+/** Table 2: the two client libraries, each system × workload in a fresh Node process. */
+async function clientRounds(options, servers) {
+  const results = { distinct: { ticketing: [], redis: [] }, hot: { ticketing: [], redis: [] } };
+  const workers = 64;
+  const connections = 4;
+  for (let round = 1; round <= options.rounds; round++) {
+    for (const workload of ['distinct', 'hot']) {
+      for (const system of round % 2 === 0 ? ['redis', 'ticketing'] : ['ticketing', 'redis']) {
+        const run = await runInChild({
+          system,
+          workload,
+          port: servers[system].port,
+          workers,
+          connections,
+          durationMs: options.durationMs,
+          warmupMs: options.warmupMs,
+          prefix: `c${round}${workload}`,
+        });
+        results[workload][system].push(run);
+        console.error(
+          `round ${round} clients ${workload.padEnd(8)} ${system.padEnd(9)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  p99 ${ms(run.p99Ms)} ms`,
+        );
+      }
+    }
+  }
   const summary = {};
+  const rows = [];
   for (const workload of ['distinct', 'hot']) {
     const t = median(results[workload].ticketing);
     const r = median(results[workload].redis);
@@ -335,22 +522,83 @@ async function main() {
   const violations = Object.values(results)
     .flatMap((bySystem) => Object.values(bySystem).flat())
     .reduce((n, run) => n + run.overlaps + run.failures, 0);
-  const setup = `${options.workers} loops over ${options.connections} TCP connections per system (ticketing: ${Math.max(1, Math.floor(options.connections / 2))} clients × 2 connections), ${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} runs; ${cpus().length} CPUs, Node ${process.version}`;
   const table = [
-    `Lock cycles (acquire + release) — ${setup}`,
-    '',
-    '| workload | ticketing cycles/s | p50 ms | p99 ms | Redis cycles/s | p50 ms | p99 ms | ratio |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | TicketClient cycles/s | p50 ms | p99 ms | ioredis cycles/s | p50 ms | p99 ms | ratio |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
     ...rows,
     '',
     `Fencing check: ${violations === 0 ? 'no overlapping holders and no failed release in any run' : `${violations} VIOLATIONS (overlapping holders or failed releases)`}.`,
   ].join('\n');
-  console.log(table);
+  return { setup: { workers, connections }, runs: results, summary, table, violations };
+}
+
+async function main() {
+  const options = parseArgs(process.argv.slice(2));
+  const loadgen = buildLoadgen();
+  const redisBinary = ensureRedis();
+  const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();
+  const loadStart = loadavg();
+  const ticketing = await startTicketing();
+  const redis = await startRedis(redisBinary);
+  const servers = { ticketing, redis };
+  const cleanup = () => [ticketing.child, redis.child].forEach((c) => c.exitCode === null && c.kill('SIGKILL'));
+  process.on('SIGINT', () => {
+    cleanup();
+    process.exit(130);
+  });
+  let serverRuns;
+  let clients;
+  try {
+    serverRuns = await serverRounds(options, servers);
+    clients = await clientRounds(options, servers);
+  } finally {
+    await stop(ticketing.child);
+    await stop(redis.child);
+  }
+  const loadEnd = loadavg();
+  const summary = summariseServers(serverRuns);
+  const targets = judgeTargets(summary);
+  const serverFailures = Object.values(serverRuns)
+    .flatMap((bySystem) => Object.values(bySystem).flat())
+    .reduce((n, run) => n + run.failures, 0);
+  const machine = `${cpus().length} CPUs, Node ${process.version}, ${redisVersion.split(' ').slice(0, 3).join(' ')}`;
+  const run = `${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, ${options.rounds} interleaved round(s)`;
+  const output = [
+    `### Server against server (one C load generator for both; ${run})`,
+    '',
+    `${machine}; load average ${loadStart[0]} at start, ${loadEnd[0]} at end. Medians over rounds; ratios are Ticketing ÷ Redis, medians of the rounds' ratios.`,
+    '',
+    serverTable(summary),
+    '',
+    '| target | measured | wanted | met |',
+    '|---|--:|---|---|',
+    ...targets.map((t) => `| ${t.id} | ${t.measured.toFixed(2)}× | ${t.target} | ${t.met ? 'yes' : 'no'} |`),
+    '',
+    `Release check: ${serverFailures === 0 ? 'every release matched its grant in every run' : `${serverFailures} FAILED releases or refused acquires`}.`,
+    '',
+    `### Client library against client library (TicketClient vs ioredis, ${clients.setup.workers} loops over ${clients.setup.connections} connections; ${run})`,
+    '',
+    clients.table,
+  ].join('\n');
+  console.log(output);
+  mkdirSync(options.out, { recursive: true });
   writeFileSync(
-    join(here, 'results.json'),
-    `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cpus: cpus().length, options, summary, runs: results }, null, 2)}\n`,
+    join(options.out, 'results.json'),
+    `${JSON.stringify(
+      {
+        date: new Date().toISOString(),
+        mode: options.quick ? 'quick' : 'full',
+        machine: { cpus: cpus().length, node: process.version, redis: redisVersion, loadgen },
+        load: { start: loadStart, end: loadEnd },
+        options,
+        servers: { summary, targets, runs: serverRuns },
+        clients: { summary: clients.summary, runs: clients.runs },
+      },
+      null,
+      2,
+    )}\n`,
   );
-  if (violations > 0) process.exitCode = 1;
+  if (clients.violations > 0 || serverFailures > 0) process.exitCode = 1;
 }
 
 if (process.argv[2] === '--worker') {

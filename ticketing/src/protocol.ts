@@ -104,6 +104,193 @@ function bad(detail: string): RequestError {
   return { op: 'error', detail };
 }
 
+const SPACE = 0x20;
+const MAX_SAFE_TOKEN = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * The server's request parser: reads a line straight from the receive buffer into its own fields
+ * (overwritten by the next `read`), making no string but the key and owner. Same grammar as
+ * `parseRequest`, which stays the one definition of it: anything the fast path does not accept
+ * outright (H, every malformed line) is handed to `parseRequest`, so errors and their details are
+ * exactly its own.
+ */
+export class RequestReader {
+  op: 'A' | 'R' | 'H' | 'error' = 'error';
+  key = '';
+  owner = '';
+  waitMs = 0;
+  token = 0n;
+  secret = '';
+  /** The `RequestError` detail when `op` is `'error'`. */
+  detail = '';
+
+  /** Parses `buf[start, end)` (one line without its terminator). */
+  read(buf: Buffer, start: number, end: number): this {
+    const op = buf[start];
+    if (end - start >= 5 && buf[start + 1] === SPACE) {
+      if (op === 0x41 /* A */ && this.#acquire(buf, start + 2, end)) return this;
+      if (op === 0x52 /* R */ && this.#release(buf, start + 2, end)) return this;
+    }
+    const request = parseRequest(buf.toString('latin1', start, end));
+    this.op = request.op;
+    switch (request.op) {
+      case 'A':
+        this.key = request.key;
+        this.owner = request.owner;
+        this.waitMs = request.waitMs;
+        break;
+      case 'R':
+        this.key = request.key;
+        this.token = request.token;
+        break;
+      case 'H':
+        this.secret = request.secret;
+        break;
+      case 'error':
+        this.detail = request.detail;
+        break;
+    }
+    return this;
+  }
+
+  #acquire(buf: Buffer, at: number, end: number): boolean {
+    const keyEnd = nameEnd(buf, at, end);
+    if (keyEnd < 0 || buf[keyEnd] !== SPACE) return false;
+    const ownerEnd = nameEnd(buf, keyEnd + 1, end);
+    if (ownerEnd < 0 || buf[ownerEnd] !== SPACE) return false;
+    const waitMs = safeDecimal(buf, ownerEnd + 1, end, true);
+    if (waitMs < 0) return false;
+    this.op = 'A';
+    this.key = buf.toString('latin1', at, keyEnd);
+    this.owner = buf.toString('latin1', keyEnd + 1, ownerEnd);
+    this.waitMs = waitMs;
+    return true;
+  }
+
+  #release(buf: Buffer, at: number, end: number): boolean {
+    const keyEnd = nameEnd(buf, at, end);
+    if (keyEnd < 0 || buf[keyEnd] !== SPACE) return false;
+    // Tokens up to 2^53-1 (today's wall-clock µs are about 2^51) without a string; larger ones
+    // go through parseRequest.
+    const token = safeDecimal(buf, keyEnd + 1, end, false);
+    if (token < 0) return false;
+    this.op = 'R';
+    this.key = buf.toString('latin1', at, keyEnd);
+    this.token = BigInt(token);
+    return true;
+  }
+}
+
+/** End of a name (1–256 bytes of 0x21–0x7e) starting at `at`: the index of the first byte after
+ * it (a space or `end`), or -1. */
+function nameEnd(buf: Buffer, at: number, end: number): number {
+  const limit = Math.min(end, at + MAX_NAME_BYTES + 1);
+  let i = at;
+  for (; i < limit; i++) {
+    const c = buf[i]!;
+    if (c === SPACE) break;
+    if (c < 0x21 || c > 0x7e) return -1;
+  }
+  if (i === at || i - at > MAX_NAME_BYTES) return -1;
+  return i;
+}
+
+/** A canonical decimal filling `buf[at, end)` as a safe integer (`zero`: may be 0), else -1. */
+function safeDecimal(buf: Buffer, at: number, end: number, zero: boolean): number {
+  if (at >= end || end - at > 16) return -1;
+  if (buf[at] === 0x30) return zero && end - at === 1 ? 0 : -1;
+  let n = 0;
+  for (let i = at; i < end; i++) {
+    const d = buf[i]! - 0x30;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n <= Number.MAX_SAFE_INTEGER ? n : -1;
+}
+
+/**
+ * A connection's unwritten replies, encoded straight into one growing buffer (no string per
+ * reply). The same bytes as the `format*` functions below.
+ */
+export class ReplyBuffer {
+  buf: Buffer;
+  length = 0;
+
+  constructor(capacity: number) {
+    this.buf = Buffer.allocUnsafeSlow(capacity);
+  }
+
+  acquired(token: bigint, owner: string, key: string): void {
+    this.#reserve(owner.length + key.length + 26);
+    this.#byte(0x41);
+    this.#byte(SPACE);
+    this.#token(token);
+    this.#byte(SPACE);
+    this.#ascii(owner);
+    this.#byte(SPACE);
+    this.#ascii(key);
+    this.#byte(0x0a);
+  }
+  /** `T`, `B`: `<op> <owner> <key>`. */
+  refused(op: 0x54 | 0x42, owner: string, key: string): void {
+    this.#reserve(owner.length + key.length + 4);
+    this.#byte(op);
+    this.#byte(SPACE);
+    this.#ascii(owner);
+    this.#byte(SPACE);
+    this.#ascii(key);
+    this.#byte(0x0a);
+  }
+  /** `R`, `N`: `<op> <token> <key>`. */
+  releaseReply(op: 0x52 | 0x4e, token: bigint, key: string): void {
+    this.#reserve(key.length + 25);
+    this.#byte(op);
+    this.#byte(SPACE);
+    this.#token(token);
+    this.#byte(SPACE);
+    this.#ascii(key);
+    this.#byte(0x0a);
+  }
+  /** A whole formatted line (latin1), e.g. from `formatError`. */
+  line(text: string): void {
+    this.#reserve(text.length);
+    this.#ascii(text);
+  }
+
+  #reserve(bytes: number): void {
+    const need = this.length + bytes;
+    if (need <= this.buf.length) return;
+    const grown = Buffer.allocUnsafeSlow(Math.max(need, this.buf.length * 2));
+    this.buf.copy(grown, 0, 0, this.length);
+    this.buf = grown;
+  }
+  #byte(c: number): void {
+    this.buf[this.length++] = c;
+  }
+  #ascii(text: string): void {
+    const buf = this.buf;
+    let at = this.length;
+    for (let i = 0; i < text.length; i++) buf[at++] = text.charCodeAt(i);
+    this.length = at;
+  }
+  #token(token: bigint): void {
+    if (token > MAX_SAFE_TOKEN) {
+      this.#ascii(token.toString());
+      return;
+    }
+    let n = Number(token);
+    let digits = 1;
+    for (let p = 10; p <= n; p *= 10) digits++;
+    const buf = this.buf;
+    let at = this.length + digits;
+    this.length = at;
+    do {
+      buf[--at] = 0x30 + (n % 10);
+      n = Math.floor(n / 10);
+    } while (n > 0);
+  }
+}
+
 export function formatAcquire(key: string, owner: string, waitMs: number): string {
   return `A ${key} ${owner} ${waitMs}\n`;
 }
@@ -228,6 +415,10 @@ export function formatError(code: ErrorCode, detail?: string): string {
 /** What `LineFramer.push`/`resume` stopped on. */
 export type FrameStatus = 'ok' | 'paused' | 'too_long';
 
+/** A line as bytes `buf[start, end)`, terminator excluded; valid only during the call. Returns
+ * `false` to stop early (backpressure). */
+export type LineBytesHandler = (buf: Buffer, start: number, end: number) => boolean;
+
 /**
  * Splits a byte stream into lines without ever buffering more than one line limit of an
  * unterminated line. The handler returns `false` to stop early (backpressure); the unread rest is
@@ -249,6 +440,11 @@ export class LineFramer {
   }
 
   push(chunk: Buffer, onLine: (line: string) => boolean): FrameStatus {
+    return this.pushBytes(chunk, (buf, start, end) => onLine(buf.toString('latin1', start, end)));
+  }
+
+  /** `push` without a string per line (the server's hot path). */
+  pushBytes(chunk: Buffer, onLine: LineBytesHandler): FrameStatus {
     if (this.#kept !== undefined) {
       // Data arrived while paused (it was already in flight): append it to what is kept.
       this.#kept = Buffer.concat([this.#kept.subarray(this.#keptAt), chunk]);
@@ -286,6 +482,10 @@ export class LineFramer {
 
   /** Continues with the bytes kept by a pause. */
   resume(onLine: (line: string) => boolean): FrameStatus {
+    return this.resumeBytes((buf, start, end) => onLine(buf.toString('latin1', start, end)));
+  }
+
+  resumeBytes(onLine: LineBytesHandler): FrameStatus {
     const kept = this.#kept;
     if (kept === undefined) return 'ok';
     const at = this.#keptAt;
@@ -293,7 +493,7 @@ export class LineFramer {
     return this.#scan(kept, at, onLine);
   }
 
-  #scan(buf: Buffer, start: number, onLine: (line: string) => boolean): FrameStatus {
+  #scan(buf: Buffer, start: number, onLine: LineBytesHandler): FrameStatus {
     const max = this.maxLineBytes;
     let pos = start;
     for (;;) {
@@ -301,9 +501,9 @@ export class LineFramer {
       if (nl === -1) break;
       if (nl + 1 - pos > max) return 'too_long';
       const end = nl > pos && buf[nl - 1] === 13 ? nl - 1 : nl;
-      const line = buf.toString('latin1', pos, end);
+      const lineStart = pos;
       pos = nl + 1;
-      if (!onLine(line)) {
+      if (!onLine(buf, lineStart, end)) {
         if (pos < buf.length) this.#keep(buf, pos);
         return 'paused';
       }

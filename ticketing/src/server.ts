@@ -20,6 +20,8 @@ import {
   DEFAULT_MAX_LINE_BYTES,
   LineFramer,
   MIN_MAX_LINE_BYTES,
+  ReplyBuffer,
+  RequestReader,
   formatAcquired,
   formatBusy,
   formatError,
@@ -27,7 +29,6 @@ import {
   formatReleased,
   formatTimedOut,
   isName,
-  parseRequest,
   type ErrorCode,
 } from './protocol.js';
 import { DEFAULT_LIMITS, TicketState, type Command, type Effect, type KeyView } from './state.js';
@@ -159,13 +160,20 @@ const SWEEP_SLICE = 10_000;
 const DUE_BATCH = 10_000;
 const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/** First size of a connection's reply buffer (grown on demand); one larger than the cap is
+ * dropped once written, so a past burst does not stay with an idle connection. */
+const REPLY_BUFFER_BYTES = 2048;
+const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
 
-const monotonicWallClock = (): number => performance.timeOrigin + performance.now();
+// timeOrigin is a getter that crosses into C++: read it once, not per request.
+const TIME_ORIGIN = performance.timeOrigin;
+const monotonicWallClock = (): number => TIME_ORIGIN + performance.now();
 
 class Connection {
   readonly framer: LineFramer;
-  /** Replies not yet written (coalesced, written once per incoming chunk or timer tick). */
-  out = '';
+  /** Replies not yet written (coalesced, written once per incoming chunk or timer tick);
+   * allocated on the first reply. */
+  out: ReplyBuffer | undefined;
   dirty = false;
   authed: boolean;
   /** No line has been read yet (a secretless server accepts `H` only as the first line). */
@@ -186,18 +194,23 @@ class Connection {
   holdsUntil = 0;
   /** Why the connection is closing (for the disconnect event). */
   reason = 'closed';
-  readonly onLine: (line: string) => boolean;
+  readonly onLine: (buf: Buffer, start: number, end: number) => boolean;
 
   constructor(
     readonly id: number,
     readonly socket: net.Socket,
     maxLineBytes: number,
     authed: boolean,
-    handleLine: (conn: Connection, line: string) => boolean,
+    handleLine: (conn: Connection, buf: Buffer, start: number, end: number) => boolean,
   ) {
     this.framer = new LineFramer(maxLineBytes);
     this.authed = authed;
-    this.onLine = (line) => handleLine(this, line);
+    this.onLine = (buf, start, end) => handleLine(this, buf, start, end);
+  }
+
+  /** Replies encoded and not yet handed to the socket. */
+  get outBytes(): number {
+    return this.out === undefined ? 0 : this.out.length;
   }
 }
 
@@ -232,6 +245,9 @@ export class TicketServer extends EventEmitter {
   readonly #connections = new Map<number, Connection>();
   #nextId = 1;
   #dirty: Connection[] = [];
+  readonly #request = new RequestReader();
+  readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = { type: 'acquire', session: 0, key: '', owner: '', waitMs: 0 };
+  readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = { type: 'release', session: 0, key: '', token: 0n };
   #deadlineTimer: NodeJS.Timeout | undefined;
   #deadlineAt = Infinity;
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -409,7 +425,7 @@ export class TicketServer extends EventEmitter {
 
   #onData(conn: Connection, chunk: Buffer): void {
     if (conn.closing) return; // discarding after an error reply
-    const status = conn.framer.push(chunk, conn.onLine);
+    const status = conn.framer.pushBytes(chunk, conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
     else this.#noteRead(conn, chunk);
     this.#flush();
@@ -417,9 +433,9 @@ export class TicketServer extends EventEmitter {
   }
 
   /** One request line. Returns false to stop reading this connection's buffered lines. */
-  readonly #handleLine = (conn: Connection, line: string): boolean => {
+  readonly #handleLine = (conn: Connection, buf: Buffer, start: number, end: number): boolean => {
     if (conn.closing) return false;
-    const request = parseRequest(line);
+    const request = this.#request.read(buf, start, end);
     const fresh = conn.fresh;
     conn.fresh = false;
     if (request.op === 'error') {
@@ -444,12 +460,24 @@ export class TicketServer extends EventEmitter {
       }
     }
     switch (request.op) {
-      case 'A':
-        this.#run({ type: 'acquire', session: conn.id, key: request.key, owner: request.owner, waitMs: request.waitMs });
+      case 'A': {
+        // One command object, refilled per request: the state machine keeps none of it.
+        const command = this.#acquireCommand;
+        command.session = conn.id;
+        command.key = request.key;
+        command.owner = request.owner;
+        command.waitMs = request.waitMs;
+        this.#run(command);
         break;
-      case 'R':
-        this.#run({ type: 'release', session: conn.id, key: request.key, token: request.token });
+      }
+      case 'R': {
+        const command = this.#releaseCommand;
+        command.session = conn.id;
+        command.key = request.key;
+        command.token = request.token;
+        this.#run(command);
         break;
+      }
       case 'H':
         // A secretless server accepts (and ignores) H as the first line, so a client configured
         // with a secret still works; anywhere else H is out of place.
@@ -459,7 +487,7 @@ export class TicketServer extends EventEmitter {
         }
         break;
     }
-    if (conn.out.length + conn.socket.writableLength > this.#highWater) {
+    if (conn.outBytes + conn.socket.writableLength > this.#highWater) {
       this.#pause(conn);
       return false;
     }
@@ -483,7 +511,7 @@ export class TicketServer extends EventEmitter {
     clearTimeout(conn.stallTimer);
     clearTimeout(conn.lingerTimer);
     conn.closing = true;
-    conn.out = '';
+    conn.out = undefined;
     this.#run({ type: 'disconnect', session: conn.id });
     this.#flush();
     publish(channels.serverDisconnect, () => ({ server: this, connection: conn.id, reason: conn.reason }));
@@ -570,7 +598,7 @@ export class TicketServer extends EventEmitter {
       server: this,
       connection: conn.id,
       paused: true,
-      bufferedBytes: conn.out.length + conn.socket.writableLength,
+      bufferedBytes: conn.outBytes + conn.socket.writableLength,
     }));
   }
 
@@ -582,7 +610,7 @@ export class TicketServer extends EventEmitter {
     clearTimeout(conn.stallTimer);
     conn.stallTimer = undefined;
     publish(channels.serverBackpressure, () => ({ server: this, connection: conn.id, paused: false, bufferedBytes: conn.socket.writableLength }));
-    const status = conn.framer.resume(conn.onLine);
+    const status = conn.framer.resumeBytes(conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
     else this.#noteRead(conn, undefined);
     this.#flush();
@@ -619,45 +647,53 @@ export class TicketServer extends EventEmitter {
           for (const more of this.#state!.apply(release, now)) effects.push(more);
           return;
         }
-        const line = formatAcquired(effect.token, effect.owner, effect.key);
-        if (this.#gate === undefined) this.#send(conn, line);
-        else this.#gate.hold(conn.id, line, { key: effect.key, token: effect.token });
+        if (this.#gate === undefined) this.#output(conn).acquired(effect.token, effect.owner, effect.key);
+        else this.#gate.hold(conn.id, formatAcquired(effect.token, effect.owner, effect.key), { key: effect.key, token: effect.token });
         const holdsUntil = performance.now() + (effect.expiresAt - now);
         if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
       }
+      // Cluster mode holds every reply as text until its batch commits; single mode encodes it
+      // straight into the connection's buffer (the codec test pins the two to the same bytes).
       case 'timed-out':
-        this.#reply(effect.session, formatTimedOut(effect.owner, effect.key));
+        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatTimedOut(effect.owner, effect.key), undefined);
+        else this.#replyTo(effect.session)?.refused(T, effect.owner, effect.key);
         return;
       case 'busy':
-        this.#reply(effect.session, formatBusy(effect.owner, effect.key));
+        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatBusy(effect.owner, effect.key), undefined);
+        else this.#replyTo(effect.session)?.refused(B, effect.owner, effect.key);
         return;
       case 'released':
-        this.#reply(effect.session, formatReleased(effect.token, effect.key));
+        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatReleased(effect.token, effect.key), undefined);
+        else this.#replyTo(effect.session)?.releaseReply(R, effect.token, effect.key);
         return;
       case 'not-released':
-        this.#reply(effect.session, formatNotReleased(effect.token, effect.key));
+        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatNotReleased(effect.token, effect.key), undefined);
+        else this.#replyTo(effect.session)?.releaseReply(N, effect.token, effect.key);
         return;
       default:
         return; // queued, expired, abandoned, swept: state only
     }
   }
 
-  #reply(session: number, line: string): void {
-    if (this.#gate !== undefined) {
-      this.#gate.hold(session, line, undefined);
-      return;
-    }
+  /** The reply buffer of a session's connection, unless it is gone or closing. */
+  #replyTo(session: number): ReplyBuffer | undefined {
     const conn = this.#connections.get(session);
-    if (conn !== undefined && !conn.closing) this.#send(conn, line);
+    return conn === undefined || conn.closing ? undefined : this.#output(conn);
   }
 
+  /** Queues a whole reply line (an `E`, `M` or `L`, or a reply the cluster gate held). */
   #send(conn: Connection, line: string): void {
-    conn.out += line;
+    this.#output(conn).line(line);
+  }
+
+  /** The connection's reply buffer, marking it for the next flush. */
+  #output(conn: Connection): ReplyBuffer {
     if (!conn.dirty) {
       conn.dirty = true;
       this.#dirty.push(conn);
     }
+    return (conn.out ??= new ReplyBuffer(REPLY_BUFFER_BYTES));
   }
 
   /** Writes every connection's coalesced replies: one write per connection per chunk or tick. */
@@ -678,9 +714,15 @@ export class TicketServer extends EventEmitter {
     for (const conn of dirty) {
       conn.dirty = false;
       const out = conn.out;
-      conn.out = '';
       const socket = conn.socket;
-      if (out.length > 0 && !socket.destroyed) socket.write(out, 'latin1');
+      if (out !== undefined && out.length > 0) {
+        if (!socket.destroyed) socket.write(out.buf.subarray(0, out.length));
+        // Written through to the kernel (nothing left queued in the stream): the bytes are
+        // copied, so the buffer is reused. Otherwise the stream still points into it: next time
+        // a new one.
+        if (socket.writableLength === 0 && out.buf.length <= REPLY_BUFFER_KEEP_BYTES) out.length = 0;
+        else conn.out = undefined;
+      }
       if (conn.closing) {
         if (!socket.destroyed && !socket.writableEnded) socket.end();
       } else if (conn.paused && !conn.resumeScheduled && !socket.writableNeedDrain) {
@@ -801,6 +843,12 @@ function digest(secret: string): Buffer {
 }
 
 function noop(): void {}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+const T = 0x54;
+const B = 0x42;
+const R = 0x52;
+const N = 0x4e;
 
 function optionalString(value: unknown, what: string): string | undefined {
   if (value === undefined) return undefined;

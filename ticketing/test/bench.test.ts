@@ -1,0 +1,97 @@
+// The ticketing benchmark never rots: its quick mode runs here, and every table, workload, system,
+// target and output field it promises must be there. The numbers are not judged (a shared CI box
+// measures nothing); docs/ticketing.md has a full run's. Needs redis-server (the bench installs
+// Debian's with apt-get when running as root).
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+
+const run = promisify(execFile);
+
+interface ServerCell {
+  cyclesPerSecond: number;
+  p50Us: number;
+  p99Us: number;
+  serverUserUsPerCycle: number;
+  serverSysUsPerCycle: number;
+  clientUsPerCycle: number;
+  failures: number;
+  ratio?: { cyclesPerSecond: number; serverCpuPerCycle: number; p99: number };
+}
+interface Results {
+  mode: string;
+  load: { start: number[]; end: number[] };
+  servers: {
+    summary: Record<string, Record<string, ServerCell>>;
+    targets: Array<{ id: string; measured: number; target: string; met: boolean }>;
+  };
+  clients: { summary: Record<string, { ticketing: { cyclesPerSecond: number }; redis: { cyclesPerSecond: number }; ratio: number }> };
+}
+
+const WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64', 'distinct 16×64', 'hot 4×16', 'hot 64×1'];
+
+describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', () => {
+  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-bench-'));
+  let results: Results;
+  let stdout: string;
+
+  beforeAll(async () => {
+    // dist/ is built by `npm test`'s pretest; the bench builds its C load generator itself.
+    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--quick', '--out', out], {
+      maxBuffer: 16 * 1024 * 1024,
+      timeout: 170_000,
+    }));
+    results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as Results;
+  }, 180_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  test('server against server: every workload and system measured, ratios against Ticketing', () => {
+    expect(results.mode).toBe('quick');
+    expect(results.load.start).toHaveLength(3);
+    expect(Object.keys(results.servers.summary)).toEqual(WORKLOADS);
+    for (const workload of WORKLOADS) {
+      const cell = results.servers.summary[workload]!;
+      const systems = workload.startsWith('hot') ? ['ticketing', 'redis retry', 'redis 1 ms'] : ['ticketing', 'redis'];
+      expect(Object.keys(cell).sort(), workload).toEqual(systems.sort());
+      for (const [system, m] of Object.entries(cell)) {
+        const what = `${workload} ${system}`;
+        expect(m.cyclesPerSecond, what).toBeGreaterThan(0);
+        expect(m.p99Us, what).toBeGreaterThanOrEqual(m.p50Us);
+        for (const v of [m.serverUserUsPerCycle, m.serverSysUsPerCycle, m.clientUsPerCycle]) {
+          expect(Number.isFinite(v) && v >= 0, what).toBe(true);
+        }
+        expect(m.failures, what).toBe(0);
+        if (system === 'ticketing') expect(m.ratio).toBeUndefined();
+        else expect(m.ratio!.cyclesPerSecond, what).toBeGreaterThan(0);
+      }
+    }
+  });
+
+  test('every target has a measured value and a verdict', () => {
+    expect(results.servers.targets).toHaveLength(9);
+    for (const t of results.servers.targets) {
+      expect(Number.isFinite(t.measured), t.id).toBe(true);
+      expect(typeof t.met, t.id).toBe('boolean');
+    }
+  });
+
+  test('client library against client library: both workloads, both systems', () => {
+    for (const workload of ['distinct', 'hot']) {
+      const s = results.clients.summary[workload]!;
+      expect(s.ticketing.cyclesPerSecond, workload).toBeGreaterThan(0);
+      expect(s.redis.cyclesPerSecond, workload).toBeGreaterThan(0);
+      expect(s.ratio).toBeGreaterThan(0);
+    }
+  });
+
+  test('prints both tables, each labelled with what it measures', () => {
+    expect(stdout).toContain('### Server against server (one C load generator for both');
+    expect(stdout).toContain('### Client library against client library (TicketClient vs ioredis');
+    for (const workload of WORKLOADS) expect(stdout).toContain(`| ${workload} | ticketing |`);
+    expect(stdout).toMatch(/\| hot 4×16 vs retry at once p99 \| [\d.]+× \|/);
+    expect(stdout).toContain('Fencing check: no overlapping holders');
+  });
+});
