@@ -6,7 +6,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/dist/', 'native/build/', 'bench/out/', 'coverage/', '.test-tmp/'] },
+  { ignores: ['**/dist/', 'native/build/', 'native/prebuilds/', 'bench/out/', 'coverage/', '.test-tmp/'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

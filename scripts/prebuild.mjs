@@ -11,7 +11,7 @@
 //                                                               (static on glibc, see build())
 // so src/native.ts finds an executable next to the addon it loaded, under the addon's tags.
 //
-// Toolchains come from Debian (scripts/setup-ci.sh installs them); headers come from this machine's
+// Toolchains come from Debian (`sh scripts/setup.sh prebuild` installs them); headers come from this machine's
 // Node (never downloaded). glibc binaries are linked against old symbol versions (glibc-compat.c) so
 // that they load on glibc 2.28; the check below fails if one needs a newer symbol.
 import { execFileSync } from 'node:child_process';

@@ -371,12 +371,8 @@ function ensureRedis() {
   const found = which('redis-server');
   if (found) return found;
   if (process.getuid?.() === 0) {
-    console.error("redis-server not found: installing Debian's redis-server with apt-get …");
-    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'redis-server'], {
-      stdio: 'inherit',
-      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
-    });
+    console.error("redis-server not found: installing Debian's redis-server (scripts/setup.sh redis) …");
+    execFileSync('sh', [join(root, 'scripts', 'setup.sh'), 'redis'], { stdio: 'inherit' });
     const installed = which('redis-server');
     if (installed) return installed;
   }

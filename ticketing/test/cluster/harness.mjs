@@ -137,8 +137,8 @@ export async function ensureEtcd({ install = true, timeoutMs = 700_000 } = {}) {
   if (process.platform !== 'linux') return { reason: `etcd is not installed, and ${process.platform} has no apt-get` };
   if (process.getuid?.() !== 0) return { reason: 'etcd is not installed, and installing etcd-server needs root' };
   if (!findOnPath('apt-get')) return { reason: 'etcd is not installed, and there is no apt-get to install it' };
-  const script = join(ROOT, 'scripts', 'ensure-etcd.sh');
-  const result = await run('sh', [script], { timeoutMs });
+  const script = join(ROOT, 'scripts', 'setup.sh');
+  const result = await run('sh', [script, 'etcd'], { timeoutMs });
   const installed = findOnPath('etcd');
   if (installed) return { binary: installed };
   const tail = `${result.stderr}${result.stdout}`.trim().split('\n').slice(-3).join(' / ');
