@@ -36,13 +36,19 @@ const releaseFailed = (id: string, token: number, begin: number, at = begin + 1)
   begin,
   at,
 });
-const loss = (id: string, token: number, begin: number, at: number, holder: { owner: string; token: number } | null): WorkerEvent => ({
+const loss = (
+  id: string,
+  token: number,
+  begin: number,
+  at: number,
+  holder: { owner: string; token: number; expiry?: number } | null,
+): WorkerEvent => ({
   ev: 'loss',
   id,
   token: String(token),
   begin,
   at,
-  holder: holder && { owner: holder.owner, token: String(holder.token) },
+  holder: holder && { owner: holder.owner, token: String(holder.token), expiry: holder.expiry },
 });
 let seq = 0;
 const write = (id: string, token: number, at: number, accepted: boolean, max?: number): WorkerEvent => ({
@@ -224,6 +230,16 @@ describe('each property: a history that breaks it is caught', () => {
   test('P2: a loss to a record with a lower token (the record went backwards), or to no record at all', () => {
     expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'x', token: 5 })] })).properties).toEqual(['P2']);
     expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, null)] })).properties).toEqual(['P2']);
+  });
+
+  test('P2: a loss naming its own record is fine only once that record has ended (tombstone, or expired)', () => {
+    // A same-owner re-acquire after the expiry, refused because the lease is reserved for a queued waiter.
+    const expired = { owner: 'o', token: 10, expiry: 300 };
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, expired)] })).properties).toEqual([]);
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: '', token: 10 })] })).properties).toEqual([]);
+    const unexpired = { owner: 'o', token: 10, expiry: 500 };
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, unexpired)] })).properties).toEqual(['P2']);
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'o', token: 10 })] })).properties).toEqual(['P2']);
   });
 
   test('P2: a final record older than a granted token', () => {

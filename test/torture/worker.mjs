@@ -79,7 +79,8 @@ function unexpected(op, id, error) {
   log({ ev: 'error', op, id, code: error?.code, message: String(error?.stack ?? error), at: Date.now() });
 }
 
-const holderOf = (error) => error.holder && { owner: error.holder.owner, token: String(error.holder.token) };
+const holderOf = (error) =>
+  error.holder && { owner: error.holder.owner, token: String(error.holder.token), expiry: error.holder.expiry.getTime() };
 
 /** One write to the fenced resource with the token of `grant`. */
 async function write(grant) {
