@@ -92,7 +92,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 });
 
 describe('permissions', () => {
-  test('an unwritable lease dir: EACCES, nothing created', async () => {
+  test('an unwritable lease dir: EACCES, nothing created', () => {
     const leaseDir = join(freshDir(), 'leases');
     fs.mkdirSync(leaseDir, { mode: 0o555 });
     const script = `import { Lease } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};

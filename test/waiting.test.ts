@@ -334,7 +334,9 @@ describe('hold', () => {
     expect(hold.grant.expiry.getTime()).toBeGreaterThan(Date.now());
     let lostWith: unknown;
     const lostAt = new Promise<void>((resolve) => hold.signal.addEventListener('abort', () => resolve()));
-    hold.signal.addEventListener('abort', () => (lostWith = hold.signal.reason));
+    hold.signal.addEventListener('abort', () => {
+      lostWith = hold.signal.reason;
+    });
     const expiry = hold.grant.expiry.getTime();
     faults.fail('temp.write', 'EIO', -1); // an outage
     await lostAt;

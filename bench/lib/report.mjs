@@ -95,7 +95,6 @@ export function targets(figures) {
 export function markdown(results) {
   const { figures: f, config: c, machine: m } = results;
   const out = [];
-  const fsName = (fs) => `${fs} (${m.dirs[fs]?.fsType ?? '?'})`;
   out.push(`**${results.mode === 'quick' ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)' : 'Full run'}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`);
 
   if (f.cycle) {

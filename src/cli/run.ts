@@ -128,7 +128,7 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       return 128 + constants.signals[interrupted];
     }
     if (lost !== undefined) {
-      out.say(`${(lost as LeaseError).message}; the command was not started`);
+      out.say(`${lost.message}; the command was not started`);
       return EXIT_LOST;
     }
     const { grant } = hold;

@@ -5,7 +5,6 @@
  * a libuv worker thread, because it fsyncs. Tests wrap this interface, or set the addon's fault
  * points, to inject faults.
  */
-import fs from 'node:fs';
 import { constants } from 'node:os';
 import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';

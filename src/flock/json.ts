@@ -12,6 +12,7 @@ export type JsonValue = null | boolean | string | JsonNumber | JsonValue[] | { [
 
 const MAX_DEPTH = 64;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+// eslint-disable-next-line no-control-regex -- JSON forbids raw control characters in strings: this is the check
 const PLAIN_CHARS = /[^"\\\u0000-\u001f]*/y;
 const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 

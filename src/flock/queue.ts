@@ -40,7 +40,7 @@ export function parseQueue(bytes: Uint8Array | undefined): WaitQueue {
 function toWaiter(value: unknown): QueuedWaiter[] {
   const { t, o, ttl } = (value ?? {}) as { t?: unknown; o?: unknown; ttl?: unknown };
   const valid = Number.isSafeInteger(t) && (t as number) >= 0 && typeof o === 'string' && o !== '' && typeof ttl === 'number' && ttl > 0;
-  return valid ? [{ ticket: t as number, owner: o as string, ttlMs: ttl as number }] : [];
+  return valid ? [{ ticket: t as number, owner: o, ttlMs: ttl }] : [];
 }
 
 /** The file content; '' for an empty queue (the file is then truncated to nothing). */

@@ -70,7 +70,7 @@ describe('flocklease inspect', () => {
 
     const byId = (id: string): JsonRow => rows.find((row) => row.kind === 'lease' && row.id === id)!;
     expect(byId('held-1')).toMatchObject({ state: 'held', owner: 'alice', token: held.token, locked: true, pid: holder.pid, waiters: 1 });
-    expect(byId('held-1').queue).toEqual([{ ticket: expect.any(Number), owner: 'grace', pid: waiter.pid }]);
+    expect(byId('held-1').queue).toEqual([{ ticket: expect.any(Number) as unknown, owner: 'grace', pid: waiter.pid }]);
     expect(byId('held-1').expiresInMs).toBeGreaterThan(50_000);
     expect(byId('crashed-1')).toMatchObject({ state: 'crashed', owner: 'bob', token: crashed.token, locked: false, pid: null });
     expect(byId('expired-live')).toMatchObject({ state: 'expired', owner: 'carol', locked: true, pid: process.pid });
@@ -168,6 +168,7 @@ describe('flocklease inspect', () => {
     await lease.acquire(longId, 'me');
     const text = await cli(['inspect', dir]);
     expect(text.code).toBe(0);
+    // eslint-disable-next-line no-control-regex -- the test looks for control characters on purpose
     expect(text.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/); // only the newlines between rows
     const lines = text.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(4); // the header and one row per lease: no row split by a newline

@@ -223,8 +223,8 @@ describe('flocklease prune', () => {
         const child = spawn(process.execPath, [RACE, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
         let out = '';
         let err = '';
-        child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-        child.stderr!.on('data', (chunk: Buffer) => (err += chunk.toString()));
+        child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
         return once(child, 'close').then(([code]) => {
           expect(err).toBe(''); // a violation is also described here
           expect(code).toBe(0);
@@ -238,8 +238,8 @@ describe('flocklease prune', () => {
       for (const w of workers) expect(w).toMatchObject({ transitions: 0, holders: 0 });
       expect(pruner).toMatchObject({ transitions: 0, holders: 0 });
       // The race was real: the pruner removed records and lock files while the workers ran.
-      expect(pruner!.records).toBeGreaterThan(0);
-      expect(pruner!.locks).toBeGreaterThan(0);
+      expect(pruner.records).toBeGreaterThan(0);
+      expect(pruner.locks).toBeGreaterThan(0);
       const cycles = workers.reduce((sum, w) => sum + w.cycles!, 0);
       expect(cycles).toBeGreaterThan(20);
       const tokens = fs.readFileSync(join(state, 'tokens.log'), 'utf8').trim().split('\n').map(BigInt);

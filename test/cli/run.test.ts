@@ -38,8 +38,8 @@ describe('flocklease run', () => {
       FLOCKLEASE_DIR: dir,
       FLOCKLEASE_SESSION: 'job',
       FLOCKLEASE_OWNER: 'me',
-      FLOCKLEASE_TOKEN: expect.stringMatching(/^\d+$/),
-      FLOCKLEASE_EXPIRY: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      FLOCKLEASE_TOKEN: expect.stringMatching(/^\d+$/) as unknown,
+      FLOCKLEASE_EXPIRY: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) as unknown,
       FLOCKLEASE_TTL_MS: '20000',
     });
     const expiresIn = Date.parse(report.env.FLOCKLEASE_EXPIRY!) - Date.now();
@@ -99,12 +99,12 @@ describe('flocklease run', () => {
     const command = `exec ${[node, BIN, ...runArgs(dir, 'job', ...flags, '--', node, CHILD, 'trap')].map((a) => `'${a}'`).join(' ')}`;
     const tty = spawn('script', ['-qefc', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
     let screen = '';
-    tty.stdout!.on('data', (chunk: Buffer) => (screen += chunk.toString()));
+    tty.stdout.on('data', (chunk: Buffer) => (screen += chunk.toString()));
     const exited = once(tty, 'close');
     try {
       const ready = await until(() => /ready \d+ parent (\d+)/.exec(screen) ?? undefined, 'the command to start');
       for (let presses = 1; presses <= 2; presses++) {
-        tty.stdin!.write('\x03');
+        tty.stdin.write('\x03');
         await until(() => ((screen.match(/got SIGINT/g)?.length ?? 0) >= presses ? true : undefined), `Ctrl-C number ${presses}`);
         await sleep(300); // a second delivery of the same Ctrl-C would show by now
         expect(screen.match(/got SIGINT/g)).toHaveLength(presses);

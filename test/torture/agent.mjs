@@ -31,7 +31,8 @@ const reply = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 const events = [];
 for (const name of ['acquire', 'takeover', 'renew', 'reclaim', 'release', 'loss']) {
   diagnostics.subscribe(`flocklease:${name}`, (message) => {
-    const { lease: _lease, grant, previous, holder, ...rest } = message;
+    const { grant, previous, holder, ...rest } = message;
+    delete rest.lease; // the Lease object itself: not data
     events.push({
       channel: name,
       ...rest,

@@ -53,7 +53,7 @@ export function parseLines(text, source = 'log') {
     try {
       out.push(JSON.parse(line));
     } catch (error) {
-      throw new Error(`${source}:${i + 1}: not a JSON line (${error.message}): ${line.slice(0, 200)}`);
+      throw new Error(`${source}:${i + 1}: not a JSON line (${error.message}): ${line.slice(0, 200)}`, { cause: error });
     }
   }
   return out;

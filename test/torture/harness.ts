@@ -66,8 +66,9 @@ export class Agent {
 
   private constructor(dir: string, options: AgentOptions) {
     this.child = spawn(process.execPath, [AGENT, dir, JSON.stringify(options)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.exited = once(this.child, 'exit').then(([code, signal]) => {
-      this.#exit = { code, signal } as { code: number | null; signal: NodeJS.Signals | null };
+    this.exited = once(this.child, 'exit').then((args) => {
+      const [code, signal] = args as [number | null, NodeJS.Signals | null];
+      this.#exit = { code, signal };
       const error = { seq: -1, ok: false, started: 0, settled: 0, code: 'EAGENTEXITED', message: `agent exited (${code ?? signal}): ${this.stderr}` };
       for (const resolve of this.#pending.values()) resolve(error);
       this.#pending.clear();

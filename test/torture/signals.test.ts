@@ -100,7 +100,7 @@ describe.each(filesystems)('on %s', (fsName, root) => {
       const dir = freshDir(root);
       const holder = await Agent.start(dir, { ttlMs: TTL });
       const competitor = await Agent.start(dir, { ttlMs: 60_000 });
-      const held = await holder.acquire('s1', 'alice');
+      await holder.acquire('s1', 'alice');
       holder.signal('SIGSTOP');
       await holder.stopped();
       const taken = await competitor.must({ op: 'spin', id: 's1', owner: 'bob', pollMs: 5 });

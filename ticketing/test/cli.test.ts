@@ -165,7 +165,7 @@ describe('ticketing serve', () => {
     const issued = tokenOf(await c.readLine());
     first.child.kill('SIGTERM');
     await first.exit;
-    const mark = BigInt(JSON.parse(readFileSync(stateFile, 'utf8')).highWater);
+    const mark = BigInt((JSON.parse(readFileSync(stateFile, 'utf8')) as { highWater: string }).highWater);
     expect(mark >= issued).toBe(true);
     const second = await serve(['--state-file', stateFile]);
     const d = await connect(second.port);
@@ -252,7 +252,7 @@ describe('ticketing serve', () => {
       sockets.push(socket);
       if (i % 200 === 199) await once(socket, 'connect');
     }
-    await Promise.all(sockets.map((socket) => (socket.connecting ? once(socket, 'connect') : undefined)));
+    await Promise.all(sockets.filter((socket) => socket.connecting).map((socket) => once(socket, 'connect')));
     // The server has accepted them all once it answers on a connection made after them.
     const last = await connect(s.port);
     last.write('A probe o 0\n');

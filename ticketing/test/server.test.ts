@@ -36,8 +36,6 @@ function subscribeDisconnects(): Array<{ reason: string }> {
   return seen;
 }
 
-const ACQUIRED = /^A ([1-9][0-9]*) (\S+) (\S+)$/;
-
 describe('A: the acquire table', () => {
   test('not registered: "A <token> <owner> <key>" at once, token about the wall clock in µs', async () => {
     const { port, server: s } = await server();
@@ -302,7 +300,7 @@ describe('tokens are never reused, even across a restart', () => {
     const issued = tokenOf(await c.readLine());
     c.destroy();
     await first.close();
-    const mark = BigInt(JSON.parse(readFileSync(stateFile, 'utf8')).highWater);
+    const mark = BigInt((JSON.parse(readFileSync(stateFile, 'utf8')) as { highWater: string }).highWater);
     expect(mark >= issued).toBe(true);
 
     const hourAgo = (): number => Date.now() - 3_600_000;

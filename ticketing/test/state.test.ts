@@ -16,7 +16,7 @@ const replies = (effects: Effect[]): Effect[] =>
 
 function granted(effects: Effect[]): Extract<Effect, { type: 'granted' }> {
   const grant = effects.find((e) => e.type === 'granted');
-  if (grant === undefined || grant.type !== 'granted') throw new Error(`no grant in ${JSON.stringify(effects, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
+  if (grant === undefined || grant.type !== 'granted') throw new Error(`no grant in ${JSON.stringify(effects, (_, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))}`);
   return grant;
 }
 
@@ -24,7 +24,7 @@ describe('acquire table', () => {
   test('not registered: registered with expiry now+lease and a new token, A at once', () => {
     const state = new TicketState({ leaseMs: LEASE });
     const effects = state.apply(acquire(1, 'k', 'o1'), T0);
-    expect(effects).toEqual([{ type: 'granted', session: 1, key: 'k', owner: 'o1', token: expect.any(BigInt), expiresAt: T0 + LEASE, path: 'free' }]);
+    expect(effects).toEqual([{ type: 'granted', session: 1, key: 'k', owner: 'o1', token: expect.any(BigInt) as unknown, expiresAt: T0 + LEASE, path: 'free' }]);
     const view = state.get('k')!;
     expect(view).toMatchObject({ owner: 'o1', grantedAt: T0, expiresAt: T0 + LEASE, waiters: [] });
     expect(view.token).toBe(granted(effects).token);
@@ -51,7 +51,7 @@ describe('acquire table', () => {
     const state = new TicketState({ leaseMs: LEASE });
     state.apply(acquire(1, 'k', 'o1'), T0);
     const queued = state.apply(acquire(2, 'k', 'o2', 300), T0 + 10);
-    expect(queued).toEqual([{ type: 'queued', session: 2, key: 'k', owner: 'o2', waiter: expect.any(Number), deadline: T0 + 310, position: 1 }]);
+    expect(queued).toEqual([{ type: 'queued', session: 2, key: 'k', owner: 'o2', waiter: expect.any(Number) as unknown, deadline: T0 + 310, position: 1 }]);
     expect(replies(queued)).toEqual([]);
     state.apply(acquire(3, 'k', 'o3', 500), T0 + 20);
     expect(state.get('k')!.waiters.map((w) => w.owner)).toEqual(['o2', 'o3']);
@@ -236,7 +236,7 @@ describe('hand-off and expiry', () => {
     for (let i = 0; i < 25; i++) state.apply(acquire(1, `k${i}`, 'o'), T0);
     state.apply(acquire(1, 'fresh', 'o'), T0 + LEASE);
     state.apply(acquire(2, 'k0', 'w', 60_000), T0); // k0 has a waiter: handed off, never swept
-    let effects: Effect[] = [];
+    let effects: Effect[];
     let slices = 0;
     do {
       effects = state.apply({ type: 'sweep', limit: 10 }, T0 + LEASE);
@@ -255,7 +255,7 @@ describe('hand-off and expiry', () => {
     state.apply(acquire(3, 'k', 'stays', 10_000), T0);
     state.apply(acquire(2, 'k2', 'h2'), T0);
     expect(state.apply({ type: 'disconnect', session: 2 }, T0 + 1)).toEqual([
-      { type: 'abandoned', session: 2, key: 'k', owner: 'gone', waiter: expect.any(Number) },
+      { type: 'abandoned', session: 2, key: 'k', owner: 'gone', waiter: expect.any(Number) as unknown },
     ]);
     // What session 2 holds stays held: grants are leases, not connections.
     expect(state.get('k2')).toMatchObject({ owner: 'h2' });

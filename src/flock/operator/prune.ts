@@ -141,7 +141,7 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
     }
     if (g.record === undefined && g.lock === undefined && g.lives.length + g.waits.length + g.temps.length === 0) continue; // only corrupt copies
     try {
-      await underLock(io, path, g.safe, id ?? g.safe, timeoutMs, async (lockFd) => {
+      await underLock(io, path, g.safe, id ?? g.safe, timeoutMs, (lockFd) => {
         const read = readRecordAt(io, join(path, recordName(g.safe)));
         const queue = parseQueue(io.readLockData(lockFd));
         // What is still there now that no operation on this id is running (files listed before

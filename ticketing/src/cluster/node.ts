@@ -501,9 +501,9 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
         clearTimeout(timer);
         resolve(value);
       },
-      (error: unknown) => {
+      (error) => {
         clearTimeout(timer);
-        reject(error as Error);
+        reject(error);
       },
     );
   });

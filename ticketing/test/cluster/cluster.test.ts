@@ -7,6 +7,9 @@
  * all started and stopped here by PID on free ports. Independent scenarios share the one etcd
  * cluster on separate prefixes; the etcd-member-loss scenario runs last (it kills members).
  */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   ensureEtcd,
@@ -162,9 +165,6 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
   }, 60_000);
 
   it('with a secret, H comes first on followers too', async () => {
-    const { writeFileSync, mkdtempSync } = await import('node:fs');
-    const { join } = await import('node:path');
-    const { tmpdir } = await import('node:os');
     const dir = mkdtempSync(join(tmpdir(), 'ticketing-secret-'));
     writeFileSync(join(dir, 'secret'), 's3cret\n', { mode: 0o600 });
     const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', extraArgs: ['--secret-file', join(dir, 'secret')] });
