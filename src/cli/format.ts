@@ -58,7 +58,7 @@ function hex(code: number, digits: number): string {
 }
 
 /** Columns padded to their widest cell; the last column is not padded. */
-export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>, indent = ''): string {
+function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>, indent = ''): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]): string =>
     indent + cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();

@@ -28,7 +28,7 @@ export const EXIT_LOST = 79;
 export const EXIT_HELD = 75;
 
 /** Signals passed on to the command. */
-export const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
 type Forwarded = (typeof FORWARDED_SIGNALS)[number];
 
 export interface RunOptions {

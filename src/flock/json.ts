@@ -16,7 +16,7 @@ const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 const PLAIN_CHARS = /[^"\\\u0000-\u001f]*/y;
 const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
-export class JsonSyntaxError extends SyntaxError {}
+class JsonSyntaxError extends SyntaxError {}
 
 export function parseJson(text: string): JsonValue {
   let at = 0;

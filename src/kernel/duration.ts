@@ -15,12 +15,3 @@ export function parseDuration(text: string): number {
   if (!Number.isFinite(ms)) throw new RangeError(`duration ${JSON.stringify(text)} is too large`);
   return ms;
 }
-
-export function formatDuration(ms: number): string {
-  const sign = ms < 0 ? '-' : '';
-  const abs = Math.abs(ms);
-  if (abs < 1000) return `${sign}${Math.round(abs)}ms`;
-  if (abs < 60_000) return `${sign}${(abs / 1000).toFixed(abs < 10_000 ? 1 : 0)}s`;
-  if (abs < 3_600_000) return `${sign}${Math.floor(abs / 60_000)}m${Math.round((abs % 60_000) / 1000)}s`;
-  return `${sign}${Math.floor(abs / 3_600_000)}h${Math.floor((abs % 3_600_000) / 60_000)}m`;
-}

@@ -3,7 +3,7 @@ import type { LeaseGrant } from './types.js';
 import { checkOptionalNumber } from '../kernel/numbers.js';
 import { MAX_TOKEN } from '../kernel/token.js';
 
-export const DEFAULT_TTL_MS = 30_000;
+const DEFAULT_TTL_MS = 30_000;
 /** 9999-12-31T23:59:59.999Z: the last instant RFC 3339 (and Go's time) can write. */
 export const MAX_EXPIRY_MS = 253_402_300_799_999;
 

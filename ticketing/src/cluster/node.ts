@@ -50,7 +50,7 @@ export interface ClusterNodeOptions {
   readonly maxTxnOps?: number;
 }
 
-export const CLUSTER_DEFAULTS = {
+const CLUSTER_DEFAULTS = {
   prefix: '/ticketing/',
   leaderTtlMs: 2_000,
   callTimeoutMs: 1_000,
