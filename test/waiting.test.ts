@@ -220,7 +220,9 @@ describe('waiting acquire', () => {
     const lease = new Lease(dir);
     const held = await lease.acquire('s1', 'holder');
     const order: string[] = [];
-    const waiters = ['w1', 'w2', 'w3'].map((owner) => lease.acquire('s1', owner, { waitMs: 10_000 }).then((g) => (order.push(owner), g)));
+    const waiters = ['w1', 'w2', 'w3'].map((owner) =>
+      lease.acquire('s1', owner, { waitMs: 10_000 }).then((g) => (order.push(owner), g)),
+    );
     await until(() => waitFiles(dir).length === 3, 'three waiters');
     await lease.release(held);
     for (let i = 0; i < 3; i++) {

@@ -129,7 +129,9 @@ function leaseError(error: unknown): unknown {
       return new LeaseCorruptError(`${path} is too big for a lease file`, path, { cause: e });
   }
   if (e.syscall === 'flock' && UNSUPPORTED.has(e.code ?? '')) {
-    return new LeaseUnsupportedError(`flock is not supported for ${path} (${e.code}): use a local file system`, { cause: e });
+    return new LeaseUnsupportedError(`flock is not supported for ${path} (${e.code}): use a local file system`, {
+      cause: e,
+    });
   }
   return e;
 }

@@ -83,7 +83,12 @@ export function parseJson(text: string): JsonValue {
         skipSpace();
         expect(':');
         // Duplicate keys: the last wins, as in Go's encoding/json and JSON.parse.
-        Object.defineProperty(object, key, { value: value(depth + 1), enumerable: true, writable: true, configurable: true });
+        Object.defineProperty(object, key, {
+          value: value(depth + 1),
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
         skipSpace();
         if (text[at] === ',') {
           at++;
@@ -113,9 +118,9 @@ export function parseJson(text: string): JsonValue {
       }
     }
     if (c === '"') return string();
-    if (c === 't') return expect('true'), true;
-    if (c === 'f') return expect('false'), false;
-    if (c === 'n') return expect('null'), null;
+    if (c === 't') return (expect('true'), true);
+    if (c === 'f') return (expect('false'), false);
+    if (c === 'n') return (expect('null'), null);
     NUMBER.lastIndex = at;
     const number = NUMBER.exec(text);
     if (number === null) return fail(c === undefined ? 'unexpected end of input' : 'unexpected character');

@@ -9,7 +9,9 @@ export function parseDuration(text: string): number {
   const m = DURATION.exec(text.trim());
   if (m === null) throw new RangeError(`invalid duration ${JSON.stringify(text)}: use e.g. 500ms, 30s, 5m`);
   if (m[2] === undefined && Number(m[1]) !== 0) {
-    throw new RangeError(`duration ${JSON.stringify(text)} has no unit: write ${m[1]}s or ${m[1]}ms (units: ms, s, m, h)`);
+    throw new RangeError(
+      `duration ${JSON.stringify(text)} has no unit: write ${m[1]}s or ${m[1]}ms (units: ms, s, m, h)`,
+    );
   }
   const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']!; // no unit: `0`
   if (!Number.isFinite(ms)) throw new RangeError(`duration ${JSON.stringify(text)} is too large`);

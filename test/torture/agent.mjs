@@ -48,7 +48,10 @@ for (const name of ['acquire', 'takeover', 'renew', 'reclaim', 'release', 'loss'
 function signalFor(command) {
   if (command.abortAfterMs === undefined) return undefined;
   const controller = new AbortController();
-  setTimeout(() => controller.abort(Object.assign(new Error('the caller gave up'), { code: 'EGAVEUP' })), command.abortAfterMs);
+  setTimeout(
+    () => controller.abort(Object.assign(new Error('the caller gave up'), { code: 'EGAVEUP' })),
+    command.abortAfterMs,
+  );
   return controller.signal;
 }
 

@@ -53,7 +53,9 @@ describe('ticketing serve', () => {
     for (let i = 0; i < 5; i++) {
       const child = spawn(process.execPath, [CLI, 'serve', '--port', '0']);
       cleanups.push(() => void child.kill('SIGKILL'));
-      const exit = new Promise<[number | null, string | null]>((resolve) => child.on('exit', (code, signal) => resolve([code, signal])));
+      const exit = new Promise<[number | null, string | null]>((resolve) =>
+        child.on('exit', (code, signal) => resolve([code, signal])),
+      );
       child.stdout.once('data', () => child.kill('SIGTERM'));
       expect(await exit).toEqual([0, null]);
     }
@@ -211,7 +213,12 @@ describe('ticketing serve', () => {
     const help = await runCli(['serve', '--help']);
     expect(help.code).toBe(0);
     const flat = help.stdout.replace(/\s+/g, ' ');
-    for (const [flag, shown] of [['--lease', '30s'], ['--write-timeout', '30s'], ['--idle-timeout', '30s'], ['--line-timeout', '10s']]) {
+    for (const [flag, shown] of [
+      ['--lease', '30s'],
+      ['--write-timeout', '30s'],
+      ['--idle-timeout', '30s'],
+      ['--line-timeout', '10s'],
+    ]) {
       expect(flat).toMatch(new RegExp(`${flag} <dur> [^-]*\\(default: ${shown}\\)`));
     }
     expect(flat).not.toMatch(/<dur> [^-]*\(default: \d+\)/); // no bare milliseconds
@@ -237,7 +244,8 @@ describe('ticketing serve', () => {
 
   test('thousands of idle connections cost little memory', { timeout: 60_000 }, async () => {
     const s = await serve(['--idle-timeout', '10m']); // kept open however slow the machine is
-    const rss = (): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;
+    const rss = (): number =>
+      Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;
     const probe = await connect(s.port);
     probe.write('A warm o 0\n');
     await probe.readLine();
