@@ -55,7 +55,8 @@ example: node bench/run.mjs --only cycle,crash --wait-quiet 0.5`);
 }
 const quick = args.quick;
 const only = args.only ? args.only.split(',') : FIGURES;
-for (const name of only) if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
+for (const name of only)
+  if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : here));
 
 /** Counts per mode. The full run takes ~10 minutes; the quick one ~30 s. */
@@ -103,11 +104,18 @@ const results = {
   startedAt: new Date(started).toISOString(),
   machine,
   load: { start: loadAverage(), figures: {} },
-  config: { ...config, floor, dirs: roots, units: 'cycle/renew/scale latency: µs; everything else: ms unless the field name says otherwise' },
+  config: {
+    ...config,
+    floor,
+    dirs: roots,
+    units: 'cycle/renew/scale latency: µs; everything else: ms unless the field name says otherwise',
+  },
   figures: {},
   errors: [],
 };
-log(`${results.mode} run · ${machine.cpu} · ${machine.cores} cores · load ${results.load.start.join(' ')} · disk ${roots.disk} (${machine.dirs.disk.fsType}), tmpfs ${roots.tmpfs} (${machine.dirs.tmpfs.fsType})`);
+log(
+  `${results.mode} run · ${machine.cpu} · ${machine.cores} cores · load ${results.load.start.join(' ')} · disk ${roots.disk} (${machine.dirs.disk.fsType}), tmpfs ${roots.tmpfs} (${machine.dirs.tmpfs.fsType})`,
+);
 
 async function figure(name, fn) {
   if (!only.includes(name)) return;
@@ -130,21 +138,52 @@ async function perFs(fn) {
 
 try {
   await figure('cycle', () =>
-    perFs((fs, dir) => cycleFigure({ dir: join(dir, 'cycle'), rounds: config.cycle.rounds, cycles: config.cycle.cycles[fs], warmup: config.cycle.warmup, log })),
+    perFs((fs, dir) =>
+      cycleFigure({
+        dir: join(dir, 'cycle'),
+        rounds: config.cycle.rounds,
+        cycles: config.cycle.cycles[fs],
+        warmup: config.cycle.warmup,
+        log,
+      }),
+    ),
   );
   await figure('renew', () =>
-    perFs((fs, dir) => renewFigure({ dir: join(dir, 'renew'), rounds: config.cycle.rounds, cycles: config.cycle.cycles[fs], warmup: config.cycle.warmup, log })),
+    perFs((fs, dir) =>
+      renewFigure({
+        dir: join(dir, 'renew'),
+        rounds: config.cycle.rounds,
+        cycles: config.cycle.cycles[fs],
+        warmup: config.cycle.warmup,
+        log,
+      }),
+    ),
   );
   await figure('eventLoop', () => perFs((fs, dir) => eldFigure({ dir: join(dir, 'eld'), ...config.eventLoop, log })));
   await figure('scale', () =>
-    perFs((fs, dir) => scaleFigure({ dir: join(dir, 'scale'), ids: config.scale.ids, iterations: config.scale.iterations, warmup: config.scale.warmup, rounds: config.scale.rounds[fs] })),
+    perFs((fs, dir) =>
+      scaleFigure({
+        dir: join(dir, 'scale'),
+        ids: config.scale.ids,
+        iterations: config.scale.iterations,
+        warmup: config.scale.warmup,
+        rounds: config.scale.rounds[fs],
+      }),
+    ),
   );
   await figure('crash', () =>
     perFs(async (fs, dir) => {
-      const out = { 'floor-crash': await crashFloor({ dir: join(dir, 'crash-floor'), samples: config.crash.samples.lease }) };
+      const out = {
+        'floor-crash': await crashFloor({ dir: join(dir, 'crash-floor'), samples: config.crash.samples.lease }),
+      };
       for (const key of CROSS_PROCESS_IMPLS) {
         if (key !== 'lease' && !config.crash.peersOn.includes(fs)) continue;
-        out[key] = await crashTakeover({ key, dir: join(dir, 'crash'), samples: config.crash.samples[key === 'lease' ? 'lease' : 'peers'], log });
+        out[key] = await crashTakeover({
+          key,
+          dir: join(dir, 'crash'),
+          samples: config.crash.samples[key === 'lease' ? 'lease' : 'peers'],
+          log,
+        });
       }
       return out;
     }),
@@ -152,7 +191,13 @@ try {
   await figure('wake', () =>
     perFs(async (fs, dir) => {
       const out = {};
-      for (const key of CROSS_PROCESS_IMPLS) out[key] = await wakeUp({ key, dir: join(dir, 'wake'), samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'], log });
+      for (const key of CROSS_PROCESS_IMPLS)
+        out[key] = await wakeUp({
+          key,
+          dir: join(dir, 'wake'),
+          samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'],
+          log,
+        });
       // The C hand-off making the same (durable) commit, its waiter asleep as long as the Lease's.
       const cycles = Math.ceil(config.wake.samples.lease / 2) + 1;
       const handOffs = await floorHandOffs(join(dir, 'wake-floor'), { cycles, durable: true, holdMs: 40 });

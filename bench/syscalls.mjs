@@ -16,7 +16,8 @@ const root = process.argv[2] ?? '/dev/shm';
 const here = dirname(fileURLToPath(import.meta.url));
 const CYCLES = 4;
 const WARM = 8;
-const TRACED = 'openat,newfstatat,fstat,statx,flock,read,write,fsync,fdatasync,close,rename,renameat,renameat2,unlink,unlinkat,access,faccessat,faccessat2';
+const TRACED =
+  'openat,newfstatat,fstat,statx,flock,read,write,fsync,fdatasync,close,rename,renameat,renameat2,unlink,unlinkat,access,faccessat,faccessat2';
 
 function role(path, dir) {
   if (path === dir) return 'DIR';
@@ -58,8 +59,15 @@ function normalize(log, dir) {
     if (name === 'openat') {
       who = role(paths[0], dir);
       if (who && Number(result) >= 0) fds.set(result, who);
-    } else if (/^(newfstatat|statx|rename|renameat2?|unlink|unlinkat|access|faccessat2?)$/.test(name) && paths[0] !== '') {
-      who = paths.map((p) => role(p, dir)).filter(Boolean).join('→') || undefined;
+    } else if (
+      /^(newfstatat|statx|rename|renameat2?|unlink|unlinkat|access|faccessat2?)$/.test(name) &&
+      paths[0] !== ''
+    ) {
+      who =
+        paths
+          .map((p) => role(p, dir))
+          .filter(Boolean)
+          .join('→') || undefined;
     } else if (fdArg !== undefined) {
       who = fds.get(fdArg);
       if (name === 'close') fds.delete(fdArg);
@@ -73,7 +81,9 @@ function normalize(log, dir) {
 }
 
 function strace(args, out) {
-  execFileSync('strace', ['-f', '-qq', '-e', `trace=${TRACED}`, '-o', out, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync('strace', ['-f', '-qq', '-e', `trace=${TRACED}`, '-o', out, ...args], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   return readFileSync(out, 'utf8');
 }
 
@@ -84,7 +94,10 @@ try {
   const leaseDir = join(work, 'lease');
   mkdirSync(floorDir);
   execFileSync(FLOOR_BIN, [floorDir, String(WARM), '1', '4'], { stdio: 'ignore' }); // warm: the records exist
-  const floorCalls = normalize(strace([FLOOR_BIN, floorDir, String(CYCLES), '1', '4'], join(work, 'floor.trace')), floorDir);
+  const floorCalls = normalize(
+    strace([FLOOR_BIN, floorDir, String(CYCLES), '1', '4'], join(work, 'floor.trace')),
+    floorDir,
+  );
   const program = `
     import { accessSync } from 'node:fs';
     import { Lease } from ${JSON.stringify(join(here, '..', 'dist', 'index.js'))};
@@ -94,7 +107,10 @@ try {
     try { accessSync('/MARK-start'); } catch {}
     for (let i = 0; i < ${CYCLES}; i++) await cycle(i);
     try { accessSync('/MARK-end'); } catch {}`;
-  const leaseCalls = normalize(strace([process.execPath, '--input-type=module', '-e', program], join(work, 'lease.trace')), leaseDir);
+  const leaseCalls = normalize(
+    strace([process.execPath, '--input-type=module', '-e', program], join(work, 'lease.trace')),
+    leaseDir,
+  );
 
   const width = Math.max(...floorCalls.map((c) => c.length), 10);
   console.log(`${'C floor'.padEnd(width)}   Lease`);

@@ -8,7 +8,8 @@ const [dir, name] = process.argv.slice(2);
 const TTL = 10_000;
 const lease = new Lease(dir, { ttlMs: TTL });
 const owner = `${name}@${hostname()}-${process.pid}`;
-const report = (event, fields = {}) => process.stdout.write(`${JSON.stringify({ event, name, pid: process.pid, at: Date.now(), ...fields })}\n`);
+const report = (event, fields = {}) =>
+  process.stdout.write(`${JSON.stringify({ event, name, pid: process.pid, at: Date.now(), ...fields })}\n`);
 
 let grant;
 let lastRefusal = '';

@@ -33,7 +33,10 @@ function startWorker(name) {
     if (e.event === 'acquired') {
       say(`${who} ACQUIRED session-1 with fencing token ${e.token}`, e.at);
       if (killedAt !== undefined) {
-        say(`   → takeover ${e.at - killedAt} ms after the kill (TTL is 10 000 ms: the kernel dropped the dead holder's flock)`, e.at);
+        say(
+          `   → takeover ${e.at - killedAt} ms after the kill (TTL is 10 000 ms: the kernel dropped the dead holder's flock)`,
+          e.at,
+        );
       } else {
         setTimeout(() => kill(name, child), 1_800);
       }

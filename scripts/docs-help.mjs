@@ -44,7 +44,10 @@ export function helpBlocks(doc) {
 function write(doc) {
   const file = path.join(root, doc);
   const text = fs.readFileSync(file, 'utf8');
-  fs.writeFileSync(file, text.replace(BLOCK, (_all, commandLine) => `<!-- help: ${commandLine} -->\n\`\`\`\n${helpOf(commandLine)}\`\`\`\n`));
+  fs.writeFileSync(
+    file,
+    text.replace(BLOCK, (_all, commandLine) => `<!-- help: ${commandLine} -->\n\`\`\`\n${helpOf(commandLine)}\`\`\`\n`),
+  );
 }
 
 if (import.meta.filename === path.resolve(process.argv[1] ?? '')) {
@@ -56,7 +59,9 @@ if (import.meta.filename === path.resolve(process.argv[1] ?? '')) {
       for (const block of helpBlocks(doc)) {
         if (block.shown === block.actual) continue;
         stale++;
-        console.error(`${doc}: the block of \`${block.commandLine} --help\` differs from what it prints:\n${block.actual}`);
+        console.error(
+          `${doc}: the block of \`${block.commandLine} --help\` differs from what it prints:\n${block.actual}`,
+        );
       }
     }
     if (stale > 0) {

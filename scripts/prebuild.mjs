@@ -86,7 +86,11 @@ function sourceFiles() {
 
 function cacheKey() {
   const hash = createHash('sha256');
-  for (const name of sourceFiles()) hash.update(name).update('\0').update(fs.readFileSync(path.join(nativeDir, name)));
+  for (const name of sourceFiles())
+    hash
+      .update(name)
+      .update('\0')
+      .update(fs.readFileSync(path.join(nativeDir, name)));
   for (const file of [import.meta.filename, path.join(import.meta.dirname, 'glibc-compat.c')]) {
     hash.update(fs.readFileSync(file));
   }
@@ -183,7 +187,10 @@ const parseVersion = (text) => text.split('.').map(Number);
 /** Highest GLIBC_x.y[.z] among the versions the binary needs (from its .gnu.version_r section). */
 function highestGlibc(file) {
   const needed = run('readelf', ['-V', '-W', file]).matchAll(/Name: GLIBC_([\d.]+)/g);
-  return [...needed].map((m) => parseVersion(m[1])).sort(compareVersions).at(-1);
+  return [...needed]
+    .map((m) => parseVersion(m[1]))
+    .sort(compareVersions)
+    .at(-1);
 }
 
 /** The imported symbols whose glibc version is newer than MAX_GLIBC. */

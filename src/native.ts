@@ -44,7 +44,7 @@ export function nativeAddon(): unknown {
   return addon;
 }
 
-/** The directory the addon was loaded from. */
+/** The directory the addon was loaded from. @public: test/package/tarball.test.ts calls it in the installed package. */
 export function nativeDirectory(): string {
   if (addonFile === undefined) throw unsupported();
   return path.dirname(addonFile);
@@ -54,6 +54,7 @@ export function nativeDirectory(): string {
  * The path of an executable target of native/binding.gyp, built for this platform with the addon: it
  * lies beside the addon and carries the addon's tags (`<name>` beside a local build's `flocklease.node`,
  * `<name>.napi.musl` beside a prebuilt `flocklease.napi.musl.node`).
+ * @public: test/package/tarball.test.ts calls it in the installed package.
  */
 export function nativeExecutable(name: string): string {
   if (addonFile === undefined) throw unsupported();

@@ -33,7 +33,8 @@ function expectSummary(value: unknown, what: string): void {
   const s = value as Summary;
   expect(s, what).toBeDefined();
   expect(s.n, `${what}.n`).toBeGreaterThan(0);
-  for (const field of ['p50', 'p99', 'max', 'mean'] as const) expect(Number.isFinite(s[field]), `${what}.${field}`).toBe(true);
+  for (const field of ['p50', 'p99', 'max', 'mean'] as const)
+    expect(Number.isFinite(s[field]), `${what}.${field}`).toBe(true);
 }
 
 describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
@@ -43,7 +44,10 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
 
   beforeAll(async () => {
     // dist/ is built by `npm test`'s pretest; the harness builds the C floor itself.
-    ({ stdout } = await run(process.execPath, ['bench/run.mjs', '--quick', '--out', out], { maxBuffer: 64 * 1024 * 1024, timeout: 170_000 }));
+    ({ stdout } = await run(process.execPath, ['bench/run.mjs', '--quick', '--out', out], {
+      maxBuffer: 64 * 1024 * 1024,
+      timeout: 170_000,
+    }));
     results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as Results;
   }, 180_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
@@ -60,20 +64,30 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
 
   test('cycle and renew: every implementation and the C floor, on disk and tmpfs', () => {
     for (const fs of FS) {
-      for (const key of ['floor-durable', 'floor', 'lease', 'memory', 'proper-lockfile', 'proper-lockfile-norealpath', 'lockfile']) {
+      for (const key of [
+        'floor-durable',
+        'floor',
+        'lease',
+        'memory',
+        'proper-lockfile',
+        'proper-lockfile-norealpath',
+        'lockfile',
+      ]) {
         const figure = results.figures.cycle?.[fs]?.[key] as { p50: number; p99: number; pooled: Summary } | undefined;
         expect(figure?.p50, `cycle ${fs} ${key}`).toBeGreaterThan(0);
         expect(figure!.p99).toBeGreaterThanOrEqual(figure!.p50 * 0.5);
         expectSummary(figure!.pooled, `cycle ${fs} ${key}`);
       }
-      for (const key of ['floor-durable', 'lease', 'memory']) expectSummary(results.figures.renew?.[fs]?.[key]?.pooled, `renew ${fs} ${key}`);
+      for (const key of ['floor-durable', 'lease', 'memory'])
+        expectSummary(results.figures.renew?.[fs]?.[key]?.pooled, `renew ${fs} ${key}`);
     }
   });
 
   test('event-loop delay, crash takeover, wake-up, contention and scale', () => {
     for (const fs of FS) {
       for (const key of ['lease', 'memory', 'proper-lockfile', 'lockfile']) {
-        const eld = results.figures.eventLoop?.[fs]?.[key] as { turnAddedP99Ms: number; addedP99Ms: number } | undefined;
+        const eld = results.figures.eventLoop?.[fs]?.[key] as
+          { turnAddedP99Ms: number; addedP99Ms: number } | undefined;
         expect(Number.isFinite(eld?.turnAddedP99Ms), `eld ${fs} ${key}`).toBe(true);
         expect(Number.isFinite(eld?.addedP99Ms), `eld ${fs} ${key}`).toBe(true);
       }
@@ -90,7 +104,12 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
         expect(c?.throughput, `contention ${fs} ${key}`).toBeGreaterThan(0);
         expect(Number.isFinite(c!.maxOverMean)).toBe(true);
       }
-      const scale = results.figures.scale?.[fs] as unknown as { fdsPerLease: number; renewRatio: number; cycleRatio: number; memory: Array<{ fdsLeftAfterRelease: number }> };
+      const scale = results.figures.scale?.[fs] as unknown as {
+        fdsPerLease: number;
+        renewRatio: number;
+        cycleRatio: number;
+        memory: Array<{ fdsLeftAfterRelease: number }>;
+      };
       expect(scale.fdsPerLease).toBe(1);
       expect(scale.memory.every((m) => m.fdsLeftAfterRelease === 0)).toBe(true);
       expect(scale.renewRatio).toBeGreaterThan(0);
@@ -110,7 +129,16 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
   });
 
   test('prints the markdown table and writes results.md and the SVG chart', () => {
-    for (const heading of ['Acquire + release cycle', 'Renew', 'Event-loop delay', 'Crash takeover', 'Wake-up', 'Contention', 'Scale', 'Targets']) {
+    for (const heading of [
+      'Acquire + release cycle',
+      'Renew',
+      'Event-loop delay',
+      'Crash takeover',
+      'Wake-up',
+      'Contention',
+      'Scale',
+      'Targets',
+    ]) {
       expect(stdout).toContain(`### ${heading}`);
     }
     expect(stdout).toMatch(/\| T8 \|/);

@@ -70,7 +70,8 @@ test('a backend whose release frees whatever holds the id fails the idempotence 
 test('a backend that lets anyone take a held lease fails', async () => {
   let n = 0;
   const failures = await failuresOf((inner) => ({
-    acquire: async (id: string, owner: string) => inner.acquire(`${id}#${n++}`, owner).then((g) => Object.freeze({ ...g, sessionId: id })),
+    acquire: async (id: string, owner: string) =>
+      inner.acquire(`${id}#${n++}`, owner).then((g) => Object.freeze({ ...g, sessionId: id })),
   }));
   expect(failures).toContain('a different owner gets LeaseHeldError while it is held');
 });

@@ -16,7 +16,7 @@ describe('MemoryLease (fake clock)', () => {
       now += ms;
     },
   });
-  for (const c of cases) test(c.name, c.run);
+  for (const c of cases) test(c.name, () => c.run());
 });
 
 describe.each(filesystems)('Lease on %s (real clock, short TTL)', (_fs, root) => {
@@ -29,5 +29,5 @@ describe.each(filesystems)('Lease on %s (real clock, short TTL)', (_fs, root) =>
     advance: (ms) => sleep(ms),
   });
   // The real-clock cases sleep past the TTL; run them concurrently (separate dirs) to keep the suite fast.
-  for (const c of cases) test.concurrent(c.name, c.run);
+  for (const c of cases) test.concurrent(c.name, () => c.run());
 });

@@ -73,7 +73,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     expect(grant.token).toBeGreaterThan(BigInt(held.token));
   });
 
-  test("a child process spawned by the holder does not keep the lease alive after the holder dies", async () => {
+  test('a child process spawned by the holder does not keep the lease alive after the holder dies', async () => {
     const dir = freshDir(root);
     const holder = await LeaseAgent.start(dir, TTL);
     const held = await holder.acquire('s1', 'alice');
@@ -92,7 +92,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 });
 
 describe('permissions', () => {
-  test('an unwritable lease dir: EACCES, nothing created', async () => {
+  test('an unwritable lease dir: EACCES, nothing created', () => {
     const leaseDir = join(freshDir(), 'leases');
     fs.mkdirSync(leaseDir, { mode: 0o555 });
     const script = `import { Lease } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
@@ -100,7 +100,12 @@ describe('permissions', () => {
     // root ignores permissions: run the attempt as root without the capabilities that override them
     const asRoot = process.getuid?.() === 0;
     const command = asRoot ? 'setpriv' : process.execPath;
-    const args = [...(asRoot ? ['--bounding-set=-dac_override,-dac_read_search', process.execPath] : []), '--input-type=module', '-e', script];
+    const args = [
+      ...(asRoot ? ['--bounding-set=-dac_override,-dac_read_search', process.execPath] : []),
+      '--input-type=module',
+      '-e',
+      script,
+    ];
     const run = spawnSync(command, args, { encoding: 'utf8' });
     expect(run.stdout.trim()).toBe('EACCES');
     expect(fs.readdirSync(leaseDir)).toEqual([]);

@@ -10,7 +10,10 @@ const DEMO = fileURLToPath(new URL('../examples/demo.mjs', import.meta.url));
 
 test('the demo shows a takeover after kill -9 and leaves no temp directory behind', async () => {
   const tmp = freshDir();
-  const child = spawn(process.execPath, [DEMO], { env: { ...process.env, TMPDIR: tmp }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [DEMO], {
+    env: { ...process.env, TMPDIR: tmp },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let stdout = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   const timer = setTimeout(() => child.kill('SIGKILL'), 25_000);

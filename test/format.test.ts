@@ -19,7 +19,9 @@ interface Vectors {
   corrupt_records: string[];
 }
 // A copy of ../shared/spec/flocklease-vectors.json (the golden vectors of the Go-compatible format).
-const vectors = JSON.parse(readFileSync(new URL('./fixtures/flocklease-vectors.json', import.meta.url), 'utf8')) as Vectors;
+const vectors = JSON.parse(
+  readFileSync(new URL('./fixtures/flocklease-vectors.json', import.meta.url), 'utf8'),
+) as Vectors;
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
 
 describe('safeID (golden vectors)', () => {
@@ -39,7 +41,12 @@ describe('safeID (golden vectors)', () => {
       expect(parseLeaseFileName(`${safe}.18446744073709551615.live`)).toEqual({ kind: 'live', safe, token: MAX_TOKEN });
       expect(parseLeaseFileName(`${safe}.lease.json.2837461`)).toEqual({ kind: 'temp', safe });
     }
-    for (const stranger of ['notes.txt', 'x.lock', 'abc-ba7816bf8f01cfea.01.live', 'abc-ba7816bf8f01cfea.lease.json.']) {
+    for (const stranger of [
+      'notes.txt',
+      'x.lock',
+      'abc-ba7816bf8f01cfea.01.live',
+      'abc-ba7816bf8f01cfea.lease.json.',
+    ]) {
       expect(parseLeaseFileName(stranger)).toBeUndefined();
     }
   });
@@ -69,7 +76,7 @@ describe('record (golden vectors)', () => {
   test('keeps uint64 tokens exact where JSON.parse would round them', () => {
     const text = '{"owner":"o","token":18446744073709551615,"expiry":"2026-01-01T00:00:00Z"}';
     expect(parseRecord(bytes(text)).token).toBe(MAX_TOKEN);
-    expect(BigInt(JSON.parse(text).token)).not.toBe(MAX_TOKEN);
+    expect(BigInt((JSON.parse(text) as { token: number }).token)).not.toBe(MAX_TOKEN);
     expect(formatRecord({ owner: 'o', token: MAX_TOKEN, expiryMs: 0 })).toContain('"token":18446744073709551615,');
   });
 
@@ -106,7 +113,11 @@ describe('record (golden vectors)', () => {
   });
 
   test('ignores unknown fields and accepts a record without "session"', () => {
-    const record = parseRecord(bytes('{"future":{"nested":[1,2.5e3,null,true]},"owner":"a","token":3,"expiry":"2026-11-29T09:00:00Z","session":7}'));
+    const record = parseRecord(
+      bytes(
+        '{"future":{"nested":[1,2.5e3,null,true]},"owner":"a","token":3,"expiry":"2026-11-29T09:00:00Z","session":7}',
+      ),
+    );
     expect(record).toEqual({ owner: 'a', token: 3n, expiryMs: Date.UTC(2026, 10, 29, 9), session: undefined });
   });
 
@@ -147,12 +158,19 @@ describe('RFC 3339', () => {
     expect(parseRfc3339Instant(text)).toEqual({ ms, nanos });
   });
 
-  test.each(['2026-11-29 10:15:30Z', '2026-13-01T00:00:00Z', '2023-02-29T00:00:00Z', '2026-11-29T24:00:00Z', '2026-11-29T10:15:60Z', '2026-11-29T10:15:30', '2026-11-29T10:15:30+24:00', '2026-11-29T10:15:30.Z', ' 2026-11-29T10:15:30Z'])(
-    'refuses %j',
-    (text) => {
-      expect(parseRfc3339(text)).toBeUndefined();
-    },
-  );
+  test.each([
+    '2026-11-29 10:15:30Z',
+    '2026-13-01T00:00:00Z',
+    '2023-02-29T00:00:00Z',
+    '2026-11-29T24:00:00Z',
+    '2026-11-29T10:15:60Z',
+    '2026-11-29T10:15:30',
+    '2026-11-29T10:15:30+24:00',
+    '2026-11-29T10:15:30.Z',
+    ' 2026-11-29T10:15:30Z',
+  ])('refuses %j', (text) => {
+    expect(parseRfc3339(text)).toBeUndefined();
+  });
 });
 
 describe('token rule', () => {
@@ -175,12 +193,25 @@ describe('JSON reader', () => {
     const text = '{"a":[-0.5e-3,0,12345678901234567890],"b":"\\u00e9\\n\\"\\/","__proto__":{"x":1}}';
     const value = parseJson(text) as Record<string, unknown>;
     expect((value.a as JsonNumber[]).map((n) => n.text)).toEqual(['-0.5e-3', '0', '12345678901234567890']);
-    expect(value.b).toBe(JSON.parse(text).b);
+    expect(value.b).toBe((JSON.parse(text) as { b: string }).b);
     expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
     expect(Object.keys(value)).toEqual(['a', 'b', '__proto__']);
   });
 
-  test.each(['', ' ', '{', '{"a":1,}', '[1 2]', '"\u0001"', '"\\x"', '01', '+1', '.5', 'nul', '[' .repeat(100) + ']'.repeat(100)])('refuses %j', (text) => {
+  test.each([
+    '',
+    ' ',
+    '{',
+    '{"a":1,}',
+    '[1 2]',
+    '"\u0001"',
+    '"\\x"',
+    '01',
+    '+1',
+    '.5',
+    'nul',
+    '['.repeat(100) + ']'.repeat(100),
+  ])('refuses %j', (text) => {
     expect(() => parseJson(text)).toThrow(SyntaxError);
   });
 });

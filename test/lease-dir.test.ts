@@ -25,8 +25,13 @@ function acquireInChild(dir: string): { code: string; syscall: string; path: str
     } catch (e) {
       console.log(JSON.stringify({ code: e.code, syscall: e.syscall, path: e.path, message: e.message, ms: performance.now() - started }));
     }`;
-  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script, dir], { encoding: 'utf8', timeout: 10_000, killSignal: 'SIGKILL' });
-  if (child.error !== undefined || child.signal !== null) throw new Error(`the acquire did not end within 10 s (${child.signal ?? child.error?.message})`);
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script, dir], {
+    encoding: 'utf8',
+    timeout: 10_000,
+    killSignal: 'SIGKILL',
+  });
+  if (child.error !== undefined || child.signal !== null)
+    throw new Error(`the acquire did not end within 10 s (${child.signal ?? child.error?.message})`);
   return JSON.parse(child.stdout) as never;
 }
 
@@ -39,14 +44,19 @@ describe('the lease directory', () => {
     expect(nested).toMatchObject({ code: 'ENOENT', syscall: 'mkdir', path: '/proc/flocklease-x' });
   });
 
-  test.runIf(fs.existsSync('/proc/self'))('flocklease run --dir /proc/x exits promptly with a message naming the path', async () => {
-    const result = await Promise.race([
-      cli(['run', '--dir', '/proc/flocklease-x', '--id', 'job', '--ttl', '10s', '--', 'true']),
-      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('run did not exit within 15 s')), 15_000).unref()),
-    ]);
-    expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/^flocklease: ENOENT: .*mkdir '\/proc\/flocklease-x'/);
-  });
+  test.runIf(fs.existsSync('/proc/self'))(
+    'flocklease run --dir /proc/x exits promptly with a message naming the path',
+    async () => {
+      const result = await Promise.race([
+        cli(['run', '--dir', '/proc/flocklease-x', '--id', 'job', '--ttl', '10s', '--', 'true']),
+        new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('run did not exit within 15 s')), 15_000).unref(),
+        ),
+      ]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^flocklease: ENOENT: .*mkdir '\/proc\/flocklease-x'/);
+    },
+  );
 
   test('a file in place of a parent: ENOTDIR naming the path; nothing is created', async () => {
     const root = freshDir();

@@ -12,7 +12,15 @@ import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaust
 import { MAX_TOKEN } from '../src/kernel/token.js';
 import type { LeaseGrant } from '../src/port/types.js';
 import { freshDir } from './helpers/dirs.js';
-import { fdsOf, isFlocked, leaseFiles, openFdCount, readRecordFile, snapshot, writeRecordFile } from './helpers/lease-files.js';
+import {
+  fdsOf,
+  isFlocked,
+  leaseFiles,
+  openFdCount,
+  readRecordFile,
+  snapshot,
+  writeRecordFile,
+} from './helpers/lease-files.js';
 
 const TTL = 10_000;
 const vectors = JSON.parse(fs.readFileSync(new URL('./fixtures/flocklease-vectors.json', import.meta.url), 'utf8')) as {
@@ -38,8 +46,17 @@ describe('acquire', () => {
     const grant = await lease().acquire('s1', 'alice');
     const f = leaseFiles(dir, 's1');
     expect(grant).toEqual({ sessionId: 's1', owner: 'alice', token: BigInt(now) * 1000n, expiry: new Date(now + TTL) });
-    expect(readRecordFile(dir, 's1')).toEqual({ owner: 'alice', token: grant.token, expiryMs: now + TTL, session: 's1' });
-    expect(fs.readdirSync(dir).sort()).toEqual([`${f.safe}.${grant.token}.live`, `${f.safe}.lease.json`, `${f.safe}.lock`]);
+    expect(readRecordFile(dir, 's1')).toEqual({
+      owner: 'alice',
+      token: grant.token,
+      expiryMs: now + TTL,
+      session: 's1',
+    });
+    expect(fs.readdirSync(dir).sort()).toEqual([
+      `${f.safe}.${grant.token}.live`,
+      `${f.safe}.lease.json`,
+      `${f.safe}.lock`,
+    ]);
     expect(await isFlocked(f.live(grant.token))).toBe(true);
     expect(await isFlocked(f.lock)).toBe(false); // the transition lock is held only during an operation
     expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
@@ -76,9 +93,15 @@ describe('acquire', () => {
   test('unexpired and alive: LeaseHeldError naming the holder, and nothing changes', async () => {
     const a = await lease().acquire('s1', 'alice');
     const before = snapshot(dir);
-    const error = await lease().acquire('s1', 'bob').catch((e: unknown) => e);
+    const error = await lease()
+      .acquire('s1', 'bob')
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LeaseHeldError);
-    expect(error).toMatchObject({ code: 'ELEASEHELD', sessionId: 's1', holder: { owner: 'alice', token: a.token, expiry: a.expiry } });
+    expect(error).toMatchObject({
+      code: 'ELEASEHELD',
+      sessionId: 's1',
+      holder: { owner: 'alice', token: a.token, expiry: a.expiry },
+    });
     expect(snapshot(dir)).toEqual(before);
   });
 
@@ -180,16 +203,19 @@ describe('renew', () => {
     ['the owner differs', (token: bigint) => ({ owner: 'mallory', token })],
     ['the token differs', (token: bigint) => ({ owner: 'alice', token: token + 1n })],
     ['the record is a tombstone', (token: bigint) => ({ owner: '', token })],
-  ])('definitive loss when %s: LeaseHeldError, the local generation is let go, the record untouched', async (_what, mutate) => {
-    const l = lease();
-    const grant = await l.acquire('s1', 'alice');
-    writeRecordFile(dir, 's1', { ...mutate(grant.token), expiryMs: now + TTL, session: 's1' });
-    const before = snapshot(dir);
-    await expect(l.renew(grant)).rejects.toSatisfy(held);
-    expect(await isFlocked(leaseFiles(dir, 's1').live(grant.token))).toBe(false);
-    expect(snapshot(dir)).toEqual(before);
-    await expect(l.renew(grant)).rejects.toSatisfy(held); // stays lost even if the record came back
-  });
+  ])(
+    'definitive loss when %s: LeaseHeldError, the local generation is let go, the record untouched',
+    async (_what, mutate) => {
+      const l = lease();
+      const grant = await l.acquire('s1', 'alice');
+      writeRecordFile(dir, 's1', { ...mutate(grant.token), expiryMs: now + TTL, session: 's1' });
+      const before = snapshot(dir);
+      await expect(l.renew(grant)).rejects.toSatisfy(held);
+      expect(await isFlocked(leaseFiles(dir, 's1').live(grant.token))).toBe(false);
+      expect(snapshot(dir)).toEqual(before);
+      await expect(l.renew(grant)).rejects.toSatisfy(held); // stays lost even if the record came back
+    },
+  );
 
   test('no local handle is a loss, even when the record names the caller', async () => {
     const grant = await lease().acquire('s1', 'alice');
@@ -369,23 +395,31 @@ describe('failure paths (injected faults)', () => {
 });
 
 describe('corrupt records (golden vectors)', () => {
-  test.each(vectors.corrupt_records.map((text) => [text]))('%j: every operation fails with ELEASECORRUPT, the file is untouched', async (text) => {
-    const l = lease();
-    const grant = await l.acquire('s1', 'alice');
-    const { record } = leaseFiles(dir, 's1');
-    const good = fs.readFileSync(record);
-    fs.writeFileSync(record, text);
-    const before = snapshot(dir);
-    for (const operation of [() => l.acquire('s1', 'bob'), () => l.acquire('s1', 'alice'), () => l.renew(grant), () => l.release(grant)]) {
-      const error = await operation().catch((e: unknown) => e);
-      expect(error).toBeInstanceOf(LeaseCorruptError);
-      expect(error).toMatchObject({ code: 'ELEASECORRUPT', path: record });
-      expect((error as Error).message).toContain(record);
-    }
-    expect(snapshot(dir)).toEqual(before);
-    fs.writeFileSync(record, good); // repaired: the lease was never given up
-    expect((await l.renew(grant)).token).toBe(grant.token);
-  });
+  test.each(vectors.corrupt_records.map((text) => [text]))(
+    '%j: every operation fails with ELEASECORRUPT, the file is untouched',
+    async (text) => {
+      const l = lease();
+      const grant = await l.acquire('s1', 'alice');
+      const { record } = leaseFiles(dir, 's1');
+      const good = fs.readFileSync(record);
+      fs.writeFileSync(record, text);
+      const before = snapshot(dir);
+      for (const operation of [
+        () => l.acquire('s1', 'bob'),
+        () => l.acquire('s1', 'alice'),
+        () => l.renew(grant),
+        () => l.release(grant),
+      ]) {
+        const error = await operation().catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(LeaseCorruptError);
+        expect(error).toMatchObject({ code: 'ELEASECORRUPT', path: record });
+        expect((error as Error).message).toContain(record);
+      }
+      expect(snapshot(dir)).toEqual(before);
+      fs.writeFileSync(record, good); // repaired: the lease was never given up
+      expect((await l.renew(grant)).token).toBe(grant.token);
+    },
+  );
 });
 
 describe('bad input: a typed error, nothing on disk changed', () => {
@@ -395,7 +429,10 @@ describe('bad input: a typed error, nothing on disk changed', () => {
     fs.mkdirSync(dir, { recursive: true });
     fs.symlinkSync(target, leaseFiles(dir, 's1').record);
     const before = snapshot(dir);
-    await expect(lease().acquire('s1', 'alice')).rejects.toMatchObject({ code: 'ELEASECORRUPT', message: expect.stringContaining('symbolic link') });
+    await expect(lease().acquire('s1', 'alice')).rejects.toMatchObject({
+      code: 'ELEASECORRUPT',
+      message: expect.stringContaining('symbolic link') as unknown,
+    });
     expect(fs.readFileSync(target, 'utf8')).toBe('precious');
     expect(snapshot(dir)).toMatchObject(before);
     expect(Object.keys(snapshot(dir)).filter((n) => n.endsWith('.live'))).toEqual([]);
@@ -463,7 +500,8 @@ describe('bad input: a typed error, nothing on disk changed', () => {
       () => l.release({ ...grant, sessionId: '' }),
       () => l.release(null as unknown as LeaseGrant),
     ];
-    for (const call of calls) await expect(call()).rejects.toSatisfy((e) => e instanceof TypeError || e instanceof RangeError);
+    for (const call of calls)
+      await expect(call()).rejects.toSatisfy((e) => e instanceof TypeError || e instanceof RangeError);
     expect(snapshot(dir)).toEqual(before);
     expect(() => {
       (grant as { token: bigint }).token = 1n;
@@ -548,7 +586,10 @@ describe('descriptors', () => {
 describe('diagnostics_channel events', () => {
   const seen: Array<[string, Record<string, unknown>]> = [];
   const names = ['acquire', 'takeover', 'renew', 'reclaim', 'release', 'loss'];
-  const subscribers = names.map((name) => [`flocklease:${name}`, (message: unknown) => seen.push([name, message as Record<string, unknown>])] as const);
+  const subscribers = names.map(
+    (name) =>
+      [`flocklease:${name}`, (message: unknown) => seen.push([name, message as Record<string, unknown>])] as const,
+  );
   beforeEach(() => {
     seen.length = 0;
     for (const [channel, fn] of subscribers) diagnostics.subscribe(channel, fn);
@@ -571,7 +612,10 @@ describe('diagnostics_channel events', () => {
     await expect(bob.renew(b)).rejects.toSatisfy(held); // loss
     writeRecordFile(dir, 's2', { owner: 'ghost', token: 3n, expiryMs: now + TTL });
     await bob.acquire('s2', 'bob'); // takeover: crashed
-    const summary = seen.map(([name, m]) => [name, (m.reason as string | undefined) ?? (m.grant as LeaseGrant | undefined)?.owner ?? m.owner]);
+    const summary = seen.map(([name, m]) => [
+      name,
+      (m.reason as string | undefined) ?? (m.grant as LeaseGrant | undefined)?.owner ?? m.owner,
+    ]);
     expect(summary).toEqual([
       ['acquire', 'alice'],
       ['renew', 'alice'],

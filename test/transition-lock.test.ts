@@ -18,7 +18,9 @@ test('transitions stay mutually exclusive while the lock file is unlinked and re
     run(process.execPath, [fixture('exclusion-worker.mjs'), dir, 's1', owner, String(durationMs)]),
   );
   const churner = run(process.execPath, [fixture('lock-churner.mjs'), leaseFiles(dir, 's1').lock, String(durationMs)]);
-  const results = (await Promise.all(workers)).map(({ stdout }) => JSON.parse(stdout) as { cycles: number; violations: number });
+  const results = (await Promise.all(workers)).map(
+    ({ stdout }) => JSON.parse(stdout) as { cycles: number; violations: number },
+  );
   const { unlinked } = JSON.parse((await churner).stdout) as { unlinked: number };
   expect(unlinked).toBeGreaterThan(20); // the lock file really was pulled out from under them (~1 000 when idle)
   expect(results.reduce((sum, r) => sum + r.cycles, 0)).toBeGreaterThan(50);

@@ -220,7 +220,9 @@ describe('waiting acquire', () => {
     const lease = new Lease(dir);
     const held = await lease.acquire('s1', 'holder');
     const order: string[] = [];
-    const waiters = ['w1', 'w2', 'w3'].map((owner) => lease.acquire('s1', owner, { waitMs: 10_000 }).then((g) => (order.push(owner), g)));
+    const waiters = ['w1', 'w2', 'w3'].map((owner) =>
+      lease.acquire('s1', owner, { waitMs: 10_000 }).then((g) => (order.push(owner), g)),
+    );
     await until(() => waitFiles(dir).length === 3, 'three waiters');
     await lease.release(held);
     for (let i = 0; i < 3; i++) {
@@ -334,7 +336,9 @@ describe('hold', () => {
     expect(hold.grant.expiry.getTime()).toBeGreaterThan(Date.now());
     let lostWith: unknown;
     const lostAt = new Promise<void>((resolve) => hold.signal.addEventListener('abort', () => resolve()));
-    hold.signal.addEventListener('abort', () => (lostWith = hold.signal.reason));
+    hold.signal.addEventListener('abort', () => {
+      lostWith = hold.signal.reason;
+    });
     const expiry = hold.grant.expiry.getTime();
     faults.fail('temp.write', 'EIO', -1); // an outage
     await lostAt;

@@ -28,14 +28,22 @@ const openFds = () => readdirSync('/proc/self/fd').length;
 
 async function latencies(lease, held) {
   let grant = held;
-  const renew = await tinySamples('renew', async () => {
-    grant = await lease.renew(grant);
-  }, { iterations, warmup });
+  const renew = await tinySamples(
+    'renew',
+    async () => {
+      grant = await lease.renew(grant);
+    },
+    { iterations, warmup },
+  );
   let i = 0;
-  const cycle = await tinySamples('cycle', async () => {
-    const g = await lease.acquire(`fresh-${i++ % 4}`, 'scale');
-    await lease.release(g);
-  }, { iterations, warmup });
+  const cycle = await tinySamples(
+    'cycle',
+    async () => {
+      const g = await lease.acquire(`fresh-${i++ % 4}`, 'scale');
+      await lease.release(g);
+    },
+    { iterations, warmup },
+  );
   return { renew, cycle, grant };
 }
 
@@ -95,8 +103,16 @@ const memoryLeaseHeap = round((heapUsed() - before) / ids);
 process.stdout.write(
   `${JSON.stringify({
     ids,
-    renew: { at1: roundsSummary(samples.renew1), atN: roundsSummary(samples.renewN), at1After: roundsSummary(samples.renew1After) },
-    cycle: { at1: roundsSummary(samples.cycle1), atN: roundsSummary(samples.cycleN), at1After: roundsSummary(samples.cycle1After) },
+    renew: {
+      at1: roundsSummary(samples.renew1),
+      atN: roundsSummary(samples.renewN),
+      at1After: roundsSummary(samples.renew1After),
+    },
+    cycle: {
+      at1: roundsSummary(samples.cycle1),
+      atN: roundsSummary(samples.cycleN),
+      at1After: roundsSummary(samples.cycle1After),
+    },
     memory,
     memoryLeaseHeapPerLeaseBytes: memoryLeaseHeap,
     heldMemoryLeases: memGrants.length,

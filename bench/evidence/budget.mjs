@@ -18,14 +18,13 @@ const { kIO } = await import(`${dist}/flock/lease.js`);
 const { fileIO } = await import(`${dist}/flock/io.js`);
 const { parseRecord, formatRecord } = await import(`${dist}/flock/record.js`);
 
-
 const turn = () => new Promise((r) => setImmediate(r));
 
 async function measure(root, N) {
   const times = {};
   const io = {};
   for (const [name, fn] of Object.entries(fileIO)) {
-    const record = (t0) => ((times[name] ??= []).push((performance.now() - t0) * 1000));
+    const record = (t0) => (times[name] ??= []).push((performance.now() - t0) * 1000);
     io[name] =
       name === 'commit'
         ? async (...args) => {

@@ -5,7 +5,8 @@
 import { Lease } from '../../dist/index.js';
 import { rmSync } from 'node:fs';
 for (const root of ['/dev/shm', '/tmp']) {
-  const dir = `${root}/starve`; rmSync(dir, { recursive: true, force: true });
+  const dir = `${root}/starve`;
+  rmSync(dir, { recursive: true, force: true });
   const lease = new Lease(dir);
   for (let i = 0; i < 100; i++) await lease.release(await lease.acquire('w' + (i % 4), 'me'));
   const N = root === '/tmp' ? 200 : 2000;
@@ -15,5 +16,7 @@ for (const root of ['/dev/shm', '/tmp']) {
   for (let i = 0; i < N; i++) await lease.release(await lease.acquire('x' + (i % 4), 'me'));
   const loopMs = performance.now() - t0;
   await new Promise((r) => setTimeout(r, 5));
-  console.log(`${root}: ${N} awaited acquire+release in ${loopMs.toFixed(1)} ms; a 1 ms timer set before the loop fired at ${firedAt.toFixed(1)} ms`);
+  console.log(
+    `${root}: ${N} awaited acquire+release in ${loopMs.toFixed(1)} ms; a 1 ms timer set before the loop fired at ${firedAt.toFixed(1)} ms`,
+  );
 }

@@ -35,14 +35,24 @@ async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) 
   const startAt = sharedNow() + 50;
   for (const c of contenders) c.child.stdin.end(`${JSON.stringify({ startAt, warmupMs, durationMs })}\n`);
   const results = await Promise.all(contenders.map((c) => c.next()));
-  return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
+  return {
+    cycles: results.reduce((n, r) => n + r.cycles, 0),
+    waitsMs: results.flatMap((r) => r.waitsMs),
+    perProcess: results.map((r) => r.cycles),
+  };
 }
 
 async function floorRound(dir, { processes, warmupMs, durationMs, fair }) {
   const results = await Promise.all(
-    Array.from({ length: processes }, () => floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair })),
+    Array.from({ length: processes }, () =>
+      floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair }),
+    ),
   );
-  return { cycles: results.reduce((n, r) => n + r.cycles, 0), waitsMs: results.flatMap((r) => r.waitsMs), perProcess: results.map((r) => r.cycles) };
+  return {
+    cycles: results.reduce((n, r) => n + r.cycles, 0),
+    waitsMs: results.flatMap((r) => r.waitsMs),
+    perProcess: results.map((r) => r.cycles),
+  };
 }
 
 function describe(rounds, durationMs) {
@@ -91,7 +101,10 @@ export async function contentionFigure({ dir, rounds, processes, warmupMs, durat
   for (const key of peers) {
     const d = join(dir, `contend-${key}`);
     mkdirSync(d, { recursive: true });
-    result[key] = { ...describe([await nodeRound(key, d, { ...settings, pollMs: peerPollMs })], durationMs), pollMs: peerPollMs };
+    result[key] = {
+      ...describe([await nodeRound(key, d, { ...settings, pollMs: peerPollMs })], durationMs),
+      pollMs: peerPollMs,
+    };
     log?.(`  contention ${key}`);
   }
   return result;

@@ -147,14 +147,29 @@ export async function eldFigure({ dir, rounds, windowMs, log }) {
       turnAddedP99Ms: turnAdded('p99'),
       turnAddedMaxMs: turnAdded('max'),
       turns: {
-        baseline: { p50: turnMed('baseline', 'p50'), p99: turnMed('baseline', 'p99'), max: turnMed('baseline', 'max'), n: sumN(turnList, 'baseline') },
-        stream: { p50: turnMed('stream', 'p50'), p99: turnMed('stream', 'p99'), max: turnMed('stream', 'max'), n: sumN(turnList, 'stream') },
+        baseline: {
+          p50: turnMed('baseline', 'p50'),
+          p99: turnMed('baseline', 'p99'),
+          max: turnMed('baseline', 'max'),
+          n: sumN(turnList, 'baseline'),
+        },
+        stream: {
+          p50: turnMed('stream', 'p50'),
+          p99: turnMed('stream', 'p99'),
+          max: turnMed('stream', 'max'),
+          n: sumN(turnList, 'stream'),
+        },
       },
       // monitorEventLoopDelay({ resolution: 1 }), in ms.
       addedP50Ms: added('p50'),
       addedP99Ms: added('p99'),
       addedMaxMs: added('max'),
-      baseline: { p50: med('baseline', 'p50'), p99: med('baseline', 'p99'), max: med('baseline', 'max'), n: sumN(list, 'baseline') },
+      baseline: {
+        p50: med('baseline', 'p50'),
+        p99: med('baseline', 'p99'),
+        max: med('baseline', 'max'),
+        n: sumN(list, 'baseline'),
+      },
       stream: {
         p50: med('stream', 'p50'),
         p99: med('stream', 'p99'),

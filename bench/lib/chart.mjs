@@ -28,7 +28,8 @@ function logAxis(values, y0, y1) {
   const finite = values.filter((v) => Number.isFinite(v) && v > 0);
   const lo = 10 ** Math.floor(Math.log10(Math.min(...finite, 1)));
   const hi = 10 ** Math.ceil(Math.log10(Math.max(...finite, 10)));
-  const y = (v) => y0 - ((Math.log10(Math.max(v, lo)) - Math.log10(lo)) / (Math.log10(hi) - Math.log10(lo))) * (y0 - y1);
+  const y = (v) =>
+    y0 - ((Math.log10(Math.max(v, lo)) - Math.log10(lo)) / (Math.log10(hi) - Math.log10(lo))) * (y0 - y1);
   const ticks = [];
   for (let t = lo; t <= hi * 1.0001; t *= 10) ticks.push(t);
   return { y, ticks };
@@ -43,13 +44,17 @@ function panel({ x, y, width, height, title, unit, tickLabel, groups, fsList }) 
   const bottom = y + height - 78;
   const all = groups.flatMap((g) => fsList.flatMap((fs) => [g.values[fs]?.p50, g.values[fs]?.p99]));
   const axis = logAxis(all, bottom, top);
-  parts.push(`<text x="${x + width / 2}" y="${y + 18}" text-anchor="middle" font-size="14" font-weight="bold">${esc(title)}</text>`);
+  parts.push(
+    `<text x="${x + width / 2}" y="${y + 18}" text-anchor="middle" font-size="14" font-weight="bold">${esc(title)}</text>`,
+  );
   for (const t of axis.ticks) {
     const ty = axis.y(t);
     parts.push(`<line x1="${left}" y1="${ty}" x2="${right}" y2="${ty}" stroke="#ddd"/>`);
     parts.push(`<text x="${left - 6}" y="${ty + 4}" text-anchor="end" font-size="11">${esc(tickLabel(t))}</text>`);
   }
-  parts.push(`<text x="${x + 14}" y="${(top + bottom) / 2}" transform="rotate(-90 ${x + 14} ${(top + bottom) / 2})" text-anchor="middle" font-size="11">${esc(unit)} (log scale)</text>`);
+  parts.push(
+    `<text x="${x + 14}" y="${(top + bottom) / 2}" transform="rotate(-90 ${x + 14} ${(top + bottom) / 2})" text-anchor="middle" font-size="11">${esc(unit)} (log scale)</text>`,
+  );
   parts.push(`<line x1="${left}" y1="${bottom}" x2="${right}" y2="${bottom}" stroke="#333"/>`);
   const slot = (right - left) / groups.length;
   const barWidth = Math.min(28, (slot - 12) / fsList.length);
@@ -60,16 +65,24 @@ function panel({ x, y, width, height, title, unit, tickLabel, groups, fsList }) 
       if (!v || !Number.isFinite(v.p50)) return;
       const bx = cx - (barWidth * fsList.length) / 2 + j * barWidth;
       const by = axis.y(v.p50);
-      parts.push(`<rect x="${bx + 1}" y="${by}" width="${barWidth - 2}" height="${Math.max(0, bottom - by)}" fill="${COLORS[fs]}"><title>${esc(`${g.name.join(' ')}, ${fs}: p50 ${fmt(v.p50)} ${unit}, p99 ${fmt(v.p99)} ${unit}`)}</title></rect>`);
+      parts.push(
+        `<rect x="${bx + 1}" y="${by}" width="${barWidth - 2}" height="${Math.max(0, bottom - by)}" fill="${COLORS[fs]}"><title>${esc(`${g.name.join(' ')}, ${fs}: p50 ${fmt(v.p50)} ${unit}, p99 ${fmt(v.p99)} ${unit}`)}</title></rect>`,
+      );
       if (Number.isFinite(v.p99)) {
         const wy = axis.y(v.p99);
         const wx = bx + barWidth / 2;
-        parts.push(`<line x1="${wx}" y1="${by}" x2="${wx}" y2="${wy}" stroke="#222"/><line x1="${wx - 4}" y1="${wy}" x2="${wx + 4}" y2="${wy}" stroke="#222"/>`);
+        parts.push(
+          `<line x1="${wx}" y1="${by}" x2="${wx}" y2="${wy}" stroke="#222"/><line x1="${wx - 4}" y1="${wy}" x2="${wx + 4}" y2="${wy}" stroke="#222"/>`,
+        );
       }
       // A white halo keeps the value readable across the whisker.
-      parts.push(`<text x="${bx + barWidth / 2}" y="${by - 3}" text-anchor="middle" font-size="9" stroke="#fff" stroke-width="3" paint-order="stroke">${esc(fmt(v.p50))}</text>`);
+      parts.push(
+        `<text x="${bx + barWidth / 2}" y="${by - 3}" text-anchor="middle" font-size="9" stroke="#fff" stroke-width="3" paint-order="stroke">${esc(fmt(v.p50))}</text>`,
+      );
     });
-    g.name.forEach((w, k) => parts.push(`<text x="${cx}" y="${bottom + 14 + k * 12}" text-anchor="middle" font-size="11">${esc(w)}</text>`));
+    g.name.forEach((w, k) =>
+      parts.push(`<text x="${cx}" y="${bottom + 14 + k * 12}" text-anchor="middle" font-size="11">${esc(w)}</text>`),
+    );
   });
   return parts.join('\n');
 }
@@ -79,9 +92,15 @@ export function chartSvg(results) {
   const width = 980;
   const fsList = ['disk', 'tmpfs'].filter((fs) => f.cycle?.[fs] || f.crash?.[fs]);
   const cycleKeys = Object.keys(f.cycle?.tmpfs ?? f.cycle?.disk ?? {});
-  const cycleGroups = cycleKeys.map((k) => ({ name: shortName(k), values: Object.fromEntries(fsList.map((fs) => [fs, f.cycle?.[fs]?.[k]])) }));
+  const cycleGroups = cycleKeys.map((k) => ({
+    name: shortName(k),
+    values: Object.fromEntries(fsList.map((fs) => [fs, f.cycle?.[fs]?.[k]])),
+  }));
   const crashKeys = Object.keys(f.crash?.tmpfs ?? f.crash?.disk ?? {});
-  const crashGroups = crashKeys.map((k) => ({ name: shortName(k), values: Object.fromEntries(fsList.map((fs) => [fs, f.crash?.[fs]?.[k]])) }));
+  const crashGroups = crashKeys.map((k) => ({
+    name: shortName(k),
+    values: Object.fromEntries(fsList.map((fs) => [fs, f.crash?.[fs]?.[k]])),
+  }));
   const us = (t) => (t >= 1000 ? `${t / 1000} ms` : `${t} µs`);
   const ms = (t) => (t >= 1000 ? `${t / 1000} s` : `${t} ms`);
   const h1 = 360;
@@ -90,8 +109,28 @@ export function chartSvg(results) {
   const svg = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${legendY + 40}" viewBox="0 0 ${width} ${legendY + 40}" font-family="Helvetica, Arial, sans-serif">`,
     `<rect width="100%" height="100%" fill="#fff"/>`,
-    panel({ x: 0, y: 0, width, height: h1, title: 'Acquire + release cycle, p50 (bar) and p99 (whisker)', unit: 'µs', tickLabel: us, groups: cycleGroups, fsList }),
-    panel({ x: 0, y: h1, width: width * 0.62, height: h2, title: 'Crash takeover: SIGKILL → waiting acquire has it', unit: 'ms', tickLabel: ms, groups: crashGroups, fsList }),
+    panel({
+      x: 0,
+      y: 0,
+      width,
+      height: h1,
+      title: 'Acquire + release cycle, p50 (bar) and p99 (whisker)',
+      unit: 'µs',
+      tickLabel: us,
+      groups: cycleGroups,
+      fsList,
+    }),
+    panel({
+      x: 0,
+      y: h1,
+      width: width * 0.62,
+      height: h2,
+      title: 'Crash takeover: SIGKILL → waiting acquire has it',
+      unit: 'ms',
+      tickLabel: ms,
+      groups: crashGroups,
+      fsList,
+    }),
   ];
   const nx = width * 0.64;
   const note = [
@@ -108,7 +147,9 @@ export function chartSvg(results) {
   note.forEach((line, i) => svg.push(`<text x="${nx}" y="${h1 + 50 + i * 18}" font-size="12">${esc(line)}</text>`));
   fsList.forEach((fs, i) => {
     svg.push(`<rect x="${60 + i * 120}" y="${legendY + 8}" width="14" height="14" fill="${COLORS[fs]}"/>`);
-    svg.push(`<text x="${80 + i * 120}" y="${legendY + 20}" font-size="12">${fs} (${esc(results.machine.dirs[fs]?.fsType ?? '')})</text>`);
+    svg.push(
+      `<text x="${80 + i * 120}" y="${legendY + 20}" font-size="12">${fs} (${esc(results.machine.dirs[fs]?.fsType ?? '')})</text>`,
+    );
   });
   svg.push(`<text x="${320}" y="${legendY + 20}" font-size="12">bars: p50 · whiskers: p99 · log axes</text>`);
   svg.push('</svg>');

@@ -53,7 +53,13 @@ export async function floorRenews(dir, { renews, warmup, durable }) {
 
 /** One contending process: { waitsMs, cycles } of the cycles that started after the warm-up. */
 export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false }) {
-  const { waitsNs, cycles } = await run([dir, fair ? '--contend-fair' : '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)]);
+  const { waitsNs, cycles } = await run([
+    dir,
+    fair ? '--contend-fair' : '--contend',
+    String(seconds),
+    durable ? '1' : '0',
+    String(warmupSeconds),
+  ]);
   return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
 }
 

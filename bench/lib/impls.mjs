@@ -105,7 +105,12 @@ function openProperLockfile(dir, { wait = false, pollMs = DEFAULT_POLL_MS, stale
       if (staleMs !== undefined) options.stale = staleMs;
       if (waitNow) {
         // Poll every pollMs until WAIT_LIMIT_MS (retry's factor 1: a constant period).
-        options.retries = { retries: Math.ceil(WAIT_LIMIT_MS / pollMs), factor: 1, minTimeout: pollMs, maxTimeout: pollMs };
+        options.retries = {
+          retries: Math.ceil(WAIT_LIMIT_MS / pollMs),
+          factor: 1,
+          minTimeout: pollMs,
+          maxTimeout: pollMs,
+        };
       }
       return properLockfile.lock(file, options);
     },

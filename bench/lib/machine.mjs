@@ -10,7 +10,9 @@ export function fsType(dir) {
     ['stat', ['-f', '-c', '%T', dir]],
   ]) {
     try {
-      const type = execFileSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n')[0];
+      const type = execFileSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+        .trim()
+        .split('\n')[0];
       if (type) return type;
     } catch {
       // try the next way
@@ -21,7 +23,9 @@ export function fsType(dir) {
 
 function cpuModel() {
   try {
-    const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
+    const line = readFileSync('/proc/cpuinfo', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('model name'));
     return line ? line.split(':')[1].trim() : os.cpus()[0]?.model;
   } catch {
     return os.cpus()[0]?.model;
@@ -30,7 +34,10 @@ function cpuModel() {
 
 function gitCommit() {
   try {
-    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
   } catch {
     return undefined;
   }

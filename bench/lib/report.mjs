@@ -19,13 +19,19 @@ export function fmt(x, digits = 3) {
   if (!Number.isFinite(x)) return String(x);
   const r = round(x, digits);
   if (Number.isInteger(x) && Math.abs(x) < 1000) return String(x);
-  if (Math.abs(r) >= 1000) return Math.round(r).toString().replace(/\B(?=(\d{3})+(?!\d))/g, '\u202f');
+  if (Math.abs(r) >= 1000)
+    return Math.round(r)
+      .toString()
+      .replace(/\B(?=(\d{3})+(?!\d))/g, '\u202f');
   return Math.abs(r) >= 1 ? r.toPrecision(digits) : String(r);
 }
 const ratio = (x) => (x === undefined || Number.isNaN(x) ? '—' : `${fmt(x)}×`);
 
 function table(header, rows, align = []) {
-  const lines = [`| ${header.join(' | ')} |`, `|${header.map((h, i) => (i === 0 || align[i] === 'l' ? '---' : '--:')).join('|')}|`];
+  const lines = [
+    `| ${header.join(' | ')} |`,
+    `|${header.map((h, i) => (i === 0 || align[i] === 'l' ? '---' : '--:')).join('|')}|`,
+  ];
   for (const row of rows) lines.push(`| ${row.join(' | ')} |`);
   return lines.join('\n');
 }
@@ -38,56 +44,118 @@ export function targets(figures) {
   const cycle = (fs, key) => get(f, 'cycle', fs, key, 'p50');
   const list = [];
   const add = (id, figure, measured, target, met, detail) =>
-    list.push({ id, figure, measured: measured === undefined || Number.isNaN(measured) ? null : round(measured), target, met: measured === undefined || Number.isNaN(measured) ? null : met, detail });
+    list.push({
+      id,
+      figure,
+      measured: measured === undefined || Number.isNaN(measured) ? null : round(measured),
+      target,
+      met: measured === undefined || Number.isNaN(measured) ? null : met,
+      detail,
+    });
 
   const t1 = cycle('disk', 'lease') / cycle('disk', 'floor-durable');
-  add('T1', 'disk, durable cycle p50: Lease ÷ durable C floor', t1, '≤ 1.3×', t1 <= 1.3, `Lease ${fmt(cycle('disk', 'lease'))} µs, floor ${fmt(cycle('disk', 'floor-durable'))} µs`);
+  add(
+    'T1',
+    'disk, durable cycle p50: Lease ÷ durable C floor',
+    t1,
+    '≤ 1.3×',
+    t1 <= 1.3,
+    `Lease ${fmt(cycle('disk', 'lease'))} µs, floor ${fmt(cycle('disk', 'floor-durable'))} µs`,
+  );
 
   const t2 = cycle('tmpfs', 'lease') / cycle('tmpfs', 'floor-durable');
-  add('T2', 'tmpfs cycle p50: Lease ÷ C floor', t2, '≤ 2.5×', t2 <= 2.5, `Lease ${fmt(cycle('tmpfs', 'lease'))} µs, floor ${fmt(cycle('tmpfs', 'floor-durable'))} µs (same calls; ${ratio(cycle('tmpfs', 'lease') / cycle('tmpfs', 'floor'))} the floor without its no-op fsyncs)`);
+  add(
+    'T2',
+    'tmpfs cycle p50: Lease ÷ C floor',
+    t2,
+    '≤ 2.5×',
+    t2 <= 2.5,
+    `Lease ${fmt(cycle('tmpfs', 'lease'))} µs, floor ${fmt(cycle('tmpfs', 'floor-durable'))} µs (same calls; ${ratio(cycle('tmpfs', 'lease') / cycle('tmpfs', 'floor'))} the floor without its no-op fsyncs)`,
+  );
 
   const eld = FS.map((fs) => get(f, 'eventLoop', fs, 'lease', 'turnAddedP99Ms'));
   const t3 = Math.max(...eld.filter((x) => x !== undefined));
-  add('T3', 'event-loop delay added, p99 (worst of disk, tmpfs)', eld.some((x) => x === undefined) ? undefined : t3, '≤ 0.2 ms', t3 <= 0.2,
-    `disk ${fmt(eld[0])} ms, tmpfs ${fmt(eld[1])} ms (loop-turn probe); timer probe (monitorEventLoopDelay): disk ${fmt(get(f, 'eventLoop', 'disk', 'lease', 'addedP99Ms'))} ms, tmpfs ${fmt(get(f, 'eventLoop', 'tmpfs', 'lease', 'addedP99Ms'))} ms`);
+  add(
+    'T3',
+    'event-loop delay added, p99 (worst of disk, tmpfs)',
+    eld.some((x) => x === undefined) ? undefined : t3,
+    '≤ 0.2 ms',
+    t3 <= 0.2,
+    `disk ${fmt(eld[0])} ms, tmpfs ${fmt(eld[1])} ms (loop-turn probe); timer probe (monitorEventLoopDelay): disk ${fmt(get(f, 'eventLoop', 'disk', 'lease', 'addedP99Ms'))} ms, tmpfs ${fmt(get(f, 'eventLoop', 'tmpfs', 'lease', 'addedP99Ms'))} ms`,
+  );
 
   const t4 = cycle('tmpfs', 'proper-lockfile') / cycle('tmpfs', 'lease');
-  add('T4', 'tmpfs cycle p50: proper-lockfile (default) ÷ Lease', t4, '≥ 2× faster', t4 >= 2, `proper-lockfile ${fmt(cycle('tmpfs', 'proper-lockfile'))} µs, Lease ${fmt(cycle('tmpfs', 'lease'))} µs`);
+  add(
+    'T4',
+    'tmpfs cycle p50: proper-lockfile (default) ÷ Lease',
+    t4,
+    '≥ 2× faster',
+    t4 >= 2,
+    `proper-lockfile ${fmt(cycle('tmpfs', 'proper-lockfile'))} µs, Lease ${fmt(cycle('tmpfs', 'lease'))} µs`,
+  );
 
   const crash = FS.map((fs) => get(f, 'crash', fs, 'lease', 'p50'));
   const t5 = Math.max(...crash.filter((x) => x !== undefined));
-  add('T5', 'crash takeover p50 (worst of disk, tmpfs)', crash.some((x) => x === undefined) ? undefined : t5, '≤ 5 ms', t5 <= 5,
-    `disk ${fmt(crash[0])} ms, tmpfs ${fmt(crash[1])} ms; proper-lockfile ${FS.map((fs) => fmt(get(f, 'crash', fs, 'proper-lockfile', 'p50'))).join(' / ')} ms, lockfile ${FS.map((fs) => fmt(get(f, 'crash', fs, 'lockfile', 'p50'))).join(' / ')} ms`);
+  add(
+    'T5',
+    'crash takeover p50 (worst of disk, tmpfs)',
+    crash.some((x) => x === undefined) ? undefined : t5,
+    '≤ 5 ms',
+    t5 <= 5,
+    `disk ${fmt(crash[0])} ms, tmpfs ${fmt(crash[1])} ms; proper-lockfile ${FS.map((fs) => fmt(get(f, 'crash', fs, 'proper-lockfile', 'p50'))).join(' / ')} ms, lockfile ${FS.map((fs) => fmt(get(f, 'crash', fs, 'lockfile', 'p50'))).join(' / ')} ms`,
+  );
 
   // The lease is fair, so it is judged against the fair C floor (the same FIFO discipline).
   const lease6 = get(f, 'contention', 'tmpfs', 'lease');
   const floor6 = get(f, 'contention', 'tmpfs', 'floor-fair');
   const share = lease6 && floor6 ? lease6.throughput / floor6.throughput : undefined;
   const unfair6 = get(f, 'contention', 'tmpfs', 'floor-durable');
-  add('T6', 'contention, 8 processes, tmpfs: throughput ÷ fair C floor; max wait ÷ mean', share,
-    '≥ 0.5 and max/mean ≤ 10', share >= 0.5 && lease6?.maxOverMean <= 10,
+  add(
+    'T6',
+    'contention, 8 processes, tmpfs: throughput ÷ fair C floor; max wait ÷ mean',
+    share,
+    '≥ 0.5 and max/mean ≤ 10',
+    share >= 0.5 && lease6?.maxOverMean <= 10,
     lease6 && floor6
       ? `throughput ${fmt(lease6.throughput)}/s vs fair floor ${fmt(floor6.throughput)}/s (${fmt(100 * share)} %; ` +
-        `unfair C floor ${fmt(unfair6?.throughput)}/s); max/mean ${fmt(lease6.maxOverMean)} ` +
-        `(fair floor ${fmt(floor6.maxOverMean)}, unfair floor ${fmt(unfair6?.maxOverMean)})`
-      : undefined);
+          `unfair C floor ${fmt(unfair6?.throughput)}/s); max/mean ${fmt(lease6.maxOverMean)} ` +
+          `(fair floor ${fmt(floor6.maxOverMean)}, unfair floor ${fmt(unfair6?.maxOverMean)})`
+      : undefined,
+  );
 
   const scale = FS.map((fs) => get(f, 'scale', fs)).filter(Boolean);
   const worstRatio = Math.max(...scale.flatMap((s) => [s.renewRatio, s.cycleRatio]));
   const worstHeap = Math.max(...scale.map((s) => s.heapPerLeaseBytes));
-  add('T7', `${fmt(scale[0]?.ids ?? 10000)} held ids: op latency ÷ at 1 id (worst); heap per held lease`, scale.length ? worstRatio : undefined, '≤ 1.2× and ≤ 1 KB', worstRatio <= 1.2 && worstHeap <= 1024,
+  add(
+    'T7',
+    `${fmt(scale[0]?.ids ?? 10000)} held ids: op latency ÷ at 1 id (worst); heap per held lease`,
+    scale.length ? worstRatio : undefined,
+    '≤ 1.2× and ≤ 1 KB',
+    worstRatio <= 1.2 && worstHeap <= 1024,
     scale.length
-      ? `${FS.filter((fs) => get(f, 'scale', fs)).map((fs) => `${fs}: renew ${ratio(f.scale[fs].renewRatio)}, acquire+release ${ratio(f.scale[fs].cycleRatio)}`).join('; ')}; heap ${fmt(worstHeap)} B per lease with the caller's grants (${fmt(Math.max(...scale.map((s) => s.heapPerLeaseWithoutGrantsBytes)))} B without)`
-      : undefined);
+      ? `${FS.filter((fs) => get(f, 'scale', fs))
+          .map(
+            (fs) => `${fs}: renew ${ratio(f.scale[fs].renewRatio)}, acquire+release ${ratio(f.scale[fs].cycleRatio)}`,
+          )
+          .join(
+            '; ',
+          )}; heap ${fmt(worstHeap)} B per lease with the caller's grants (${fmt(Math.max(...scale.map((s) => s.heapPerLeaseWithoutGrantsBytes)))} B without)`
+      : undefined,
+  );
 
   const handOff = FS.map((fs) => get(f, 'wake', fs, 'lease', 'p50') / get(f, 'wake', fs, 'floor-handoff', 'p50'));
   const t8 = Math.max(...handOff.filter((x) => !Number.isNaN(x)));
-  add('T8', 'hand-off p50, release returned in A → acquire resolved in B: Lease ÷ C hand-off (worst of disk, tmpfs)',
-    handOff.some((x) => Number.isNaN(x)) ? undefined : t8, '≤ 3×', t8 <= 3,
+  add(
+    'T8',
+    'hand-off p50, release returned in A → acquire resolved in B: Lease ÷ C hand-off (worst of disk, tmpfs)',
+    handOff.some((x) => Number.isNaN(x)) ? undefined : t8,
+    '≤ 3×',
+    t8 <= 3,
     FS.map((fs) => {
       const lease = get(f, 'wake', fs, 'lease', 'p50');
       return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(get(f, 'wake', fs, 'floor-handoff', 'p50'))} ms`;
-    }).join('; '));
+    }).join('; '),
+  );
   return list;
 }
 
@@ -95,79 +163,203 @@ export function targets(figures) {
 export function markdown(results) {
   const { figures: f, config: c, machine: m } = results;
   const out = [];
-  const fsName = (fs) => `${fs} (${m.dirs[fs]?.fsType ?? '?'})`;
-  out.push(`**${results.mode === 'quick' ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)' : 'Full run'}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`);
+  out.push(
+    `**${results.mode === 'quick' ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)' : 'Full run'}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`,
+  );
 
   if (f.cycle) {
-    out.push(`\n### Acquire + release cycle (µs)\n\nMedian over ${c.cycle.rounds} interleaved rounds of each round's p50 / p99; ${c.cycle.cycles.disk} (disk) / ${c.cycle.cycles.tmpfs} (tmpfs) cycles per round over 4 rotating ids after ${c.cycle.warmup} warm-up cycles. × floor = p50 ÷ the durable C floor's p50 on the same file system.\n`);
+    out.push(
+      `\n### Acquire + release cycle (µs)\n\nMedian over ${c.cycle.rounds} interleaved rounds of each round's p50 / p99; ${c.cycle.cycles.disk} (disk) / ${c.cycle.cycles.tmpfs} (tmpfs) cycles per round over 4 rotating ids after ${c.cycle.warmup} warm-up cycles. × floor = p50 ÷ the durable C floor's p50 on the same file system.\n`,
+    );
     const keys = Object.keys(f.cycle.tmpfs ?? f.cycle.disk ?? {});
-    out.push(table(['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
-      keys.map((k) => [label(k), ...FS.flatMap((fs) => {
-        const s = get(f, 'cycle', fs, k);
-        return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'cycle', fs, 'floor-durable', 'p50'))];
-      })])));
+    out.push(
+      table(
+        ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
+        keys.map((k) => [
+          label(k),
+          ...FS.flatMap((fs) => {
+            const s = get(f, 'cycle', fs, k);
+            return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'cycle', fs, 'floor-durable', 'p50'))];
+          }),
+        ]),
+      ),
+    );
   }
   if (f.renew) {
-    out.push(`\n### Renew (µs)\n\nOne held lease renewed back to back (same rounds and counts as the cycle). proper-lockfile and lockfile have no renew (proper-lockfile refreshes its lock's mtime on a timer).\n`);
+    out.push(
+      `\n### Renew (µs)\n\nOne held lease renewed back to back (same rounds and counts as the cycle). proper-lockfile and lockfile have no renew (proper-lockfile refreshes its lock's mtime on a timer).\n`,
+    );
     const keys = Object.keys(f.renew.tmpfs ?? f.renew.disk ?? {});
-    out.push(table(['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
-      keys.map((k) => [label(k), ...FS.flatMap((fs) => {
-        const s = get(f, 'renew', fs, k);
-        return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'renew', fs, 'floor-durable', 'p50'))];
-      })])));
+    out.push(
+      table(
+        ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
+        keys.map((k) => [
+          label(k),
+          ...FS.flatMap((fs) => {
+            const s = get(f, 'renew', fs, k);
+            return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'renew', fs, 'floor-durable', 'p50'))];
+          }),
+        ]),
+      ),
+    );
   }
   if (f.eventLoop) {
-    out.push(`\n### Event-loop delay added by a stream of operations (ms)\n\nMedian over ${c.eventLoop.rounds} rounds of ${c.eventLoop.windowMs} ms windows (stream − idle baseline of the same pair). *Loop-turn probe* (T3): length of the event-loop turns that ran an operation (setImmediate ticker, µs resolution). *Timer probe*: \`monitorEventLoopDelay({ resolution: 1 })\`.\n`);
+    out.push(
+      `\n### Event-loop delay added by a stream of operations (ms)\n\nMedian over ${c.eventLoop.rounds} rounds of ${c.eventLoop.windowMs} ms windows (stream − idle baseline of the same pair). *Loop-turn probe* (T3): length of the event-loop turns that ran an operation (setImmediate ticker, µs resolution). *Timer probe*: \`monitorEventLoopDelay({ resolution: 1 })\`.\n`,
+    );
     const rows = [];
     for (const fs of FS) {
       for (const [k, s] of Object.entries(f.eventLoop[fs] ?? {})) {
-        rows.push([label(k), fs, fmt(s.turnAddedP50Ms), fmt(s.turnAddedP99Ms), fmt(s.addedP99Ms), fmt(s.addedMaxMs), fmt(s.stream.opsPerSecond)]);
+        rows.push([
+          label(k),
+          fs,
+          fmt(s.turnAddedP50Ms),
+          fmt(s.turnAddedP99Ms),
+          fmt(s.addedP99Ms),
+          fmt(s.addedMaxMs),
+          fmt(s.stream.opsPerSecond),
+        ]);
       }
     }
-    out.push(table(['implementation', 'fs', 'turn p50', 'turn p99 (T3)', 'timer probe p99', 'timer probe max', 'ops/s in the stream'], rows));
+    out.push(
+      table(
+        [
+          'implementation',
+          'fs',
+          'turn p50',
+          'turn p99 (T3)',
+          'timer probe p99',
+          'timer probe max',
+          'ops/s in the stream',
+        ],
+        rows,
+      ),
+    );
   }
   if (f.crash) {
-    out.push(`\n### Crash takeover (ms): SIGKILL the holder → a waiting acquire in another process has it\n\nproper-lockfile: ${c.peers.properLockfile}; lockfile: ${c.peers.lockfile}. The holder is killed 100–1100 ms after it took the lock (flocklease: 30–50 ms). For the Lease, a C process also blocks in flock on the holder's \`.live\` file: *kernel* = kill → that flock released (the killed Node process torn down), *lease* = the rest (wake-up, takeover, durable record write). The C floor row kills a tiny C holder instead.\n`);
+    out.push(
+      `\n### Crash takeover (ms): SIGKILL the holder → a waiting acquire in another process has it\n\nproper-lockfile: ${c.peers.properLockfile}; lockfile: ${c.peers.lockfile}. The holder is killed 100–1100 ms after it took the lock (flocklease: 30–50 ms). For the Lease, a C process also blocks in flock on the holder's \`.live\` file: *kernel* = kill → that flock released (the killed Node process torn down), *lease* = the rest (wake-up, takeover, durable record write). The C floor row kills a tiny C holder instead.\n`,
+    );
     const keys = Object.keys(f.crash.tmpfs ?? f.crash.disk ?? {});
-    out.push(table(['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`, `${fs} kernel / lease p50`])],
-      keys.map((k) => [label(k), ...FS.flatMap((fs) => {
-        const s = get(f, 'crash', fs, k);
-        const split = s?.kernelUnlock ? `${fmt(s.kernelUnlock.p50)} / ${fmt(s.afterUnlock.p50)}` : '';
-        return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n), split];
-      })])));
+    out.push(
+      table(
+        ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`, `${fs} kernel / lease p50`])],
+        keys.map((k) => [
+          label(k),
+          ...FS.flatMap((fs) => {
+            const s = get(f, 'crash', fs, k);
+            const split = s?.kernelUnlock ? `${fmt(s.kernelUnlock.p50)} / ${fmt(s.afterUnlock.p50)}` : '';
+            return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n), split];
+          }),
+        ]),
+      ),
+    );
   }
   if (f.wake) {
-    out.push(`\n### Wake-up after a release (ms): the holder's release() resolved → the waiter's acquire resolved (another process)\n`);
+    out.push(
+      `\n### Wake-up after a release (ms): the holder's release() resolved → the waiter's acquire resolved (another process)\n`,
+    );
     const keys = Object.keys(f.wake.tmpfs ?? f.wake.disk ?? {});
-    out.push(table(['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`]), 'tmpfs p50 from the release call'],
-      keys.map((k) => [label(k), ...FS.flatMap((fs) => {
-        const s = get(f, 'wake', fs, k);
-        return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n)];
-      }), fmt(get(f, 'wake', 'tmpfs', k, 'fromReleaseCall', 'p50'))])));
+    out.push(
+      table(
+        [
+          'implementation',
+          ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`]),
+          'tmpfs p50 from the release call',
+        ],
+        keys.map((k) => [
+          label(k),
+          ...FS.flatMap((fs) => {
+            const s = get(f, 'wake', fs, k);
+            return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n)];
+          }),
+          fmt(get(f, 'wake', 'tmpfs', k, 'fromReleaseCall', 'p50')),
+        ]),
+      ),
+    );
   }
   if (f.contention) {
-    out.push(`\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease, C floor and fair C floor interleaved) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`);
+    out.push(
+      `\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease, C floor and fair C floor interleaved) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`,
+    );
     const rows = [];
     for (const fs of FS) {
       for (const [k, s] of Object.entries(f.contention[fs] ?? {})) {
-        rows.push([label(k), fs, fmt(s.throughput), ratio(s.throughput / f.contention[fs]['floor-durable']?.throughput), fmt(s.waitMeanMs), fmt(s.waitP99Ms), fmt(s.waitMaxMs), fmt(s.maxOverMean)]);
+        rows.push([
+          label(k),
+          fs,
+          fmt(s.throughput),
+          ratio(s.throughput / f.contention[fs]['floor-durable']?.throughput),
+          fmt(s.waitMeanMs),
+          fmt(s.waitP99Ms),
+          fmt(s.waitMaxMs),
+          fmt(s.maxOverMean),
+        ]);
       }
     }
-    out.push(table(['implementation', 'fs', 'cycles/s', '× floor', 'wait mean ms', 'wait p99 ms', 'wait max ms', 'max / mean'], rows));
+    out.push(
+      table(
+        ['implementation', 'fs', 'cycles/s', '× floor', 'wait mean ms', 'wait p99 ms', 'wait max ms', 'max / mean'],
+        rows,
+      ),
+    );
   }
   if (f.scale) {
-    out.push(`\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds; ${c.scale.rounds.tmpfs} round(s) on tmpfs, ${c.scale.rounds.disk} on disk): with 1 id held in a fresh directory (before), with all held, and with 1 held again after releasing the rest (after; the directory keeps every id's files). Ratio = all ÷ the mean of before and after. Heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`);
+    out.push(
+      `\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds; ${c.scale.rounds.tmpfs} round(s) on tmpfs, ${c.scale.rounds.disk} on disk): with 1 id held in a fresh directory (before), with all held, and with 1 held again after releasing the rest (after; the directory keeps every id's files). Ratio = all ÷ the mean of before and after. Heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`,
+    );
     const rows = FS.filter((fs) => f.scale[fs]).map((fs) => {
       const s = f.scale[fs];
-      return [fs, fmt(s.ids), fmt(s.heapPerLeaseBytes), fmt(s.heapPerLeaseWithoutGrantsBytes), fmt(s.fdsPerLease), `${fmt(s.renew.at1.p50)} / ${fmt(s.renew.at1After.p50)}`, fmt(s.renew.atN.p50), ratio(s.renewRatio), `${fmt(s.cycle.at1.p50)} / ${fmt(s.cycle.at1After.p50)}`, fmt(s.cycle.atN.p50), ratio(s.cycleRatio)];
+      return [
+        fs,
+        fmt(s.ids),
+        fmt(s.heapPerLeaseBytes),
+        fmt(s.heapPerLeaseWithoutGrantsBytes),
+        fmt(s.fdsPerLease),
+        `${fmt(s.renew.at1.p50)} / ${fmt(s.renew.at1After.p50)}`,
+        fmt(s.renew.atN.p50),
+        ratio(s.renewRatio),
+        `${fmt(s.cycle.at1.p50)} / ${fmt(s.cycle.at1After.p50)}`,
+        fmt(s.cycle.atN.p50),
+        ratio(s.cycleRatio),
+      ];
     });
-    out.push(table(['fs', 'held', 'heap B/lease', 'heap B/lease w/o grants', 'fds/lease', 'renew @1 (before / after)', 'renew @all', 'ratio', 'acq+rel @1 (before / after)', 'acq+rel @all', 'ratio'], rows));
+    out.push(
+      table(
+        [
+          'fs',
+          'held',
+          'heap B/lease',
+          'heap B/lease w/o grants',
+          'fds/lease',
+          'renew @1 (before / after)',
+          'renew @all',
+          'ratio',
+          'acq+rel @1 (before / after)',
+          'acq+rel @all',
+          'ratio',
+        ],
+        rows,
+      ),
+    );
     const mem = Object.values(f.scale)[0]?.memoryLeaseHeapPerLeaseBytes;
-    if (mem !== undefined) out.push(`\nMemoryLease, for reference: ${fmt(mem)} B of heap per held lease (with grants).`);
+    if (mem !== undefined)
+      out.push(`\nMemoryLease, for reference: ${fmt(mem)} B of heap per held lease (with grants).`);
   }
   out.push(`\n### Targets\n`);
-  out.push(table(['#', 'figure', 'measured', 'target', 'verdict', 'detail'],
-    results.targets.map((t) => [t.id, t.figure, t.measured === null ? '—' : fmt(t.measured), t.target, t.met === null ? 'not measured' : t.met ? '**met**' : '**not met**', t.detail ?? '']),
-    ['l', 'l', 'r', 'l', 'l', 'l']));
+  out.push(
+    table(
+      ['#', 'figure', 'measured', 'target', 'verdict', 'detail'],
+      results.targets.map((t) => [
+        t.id,
+        t.figure,
+        t.measured === null ? '—' : fmt(t.measured),
+        t.target,
+        t.met === null ? 'not measured' : t.met ? '**met**' : '**not met**',
+        t.detail ?? '',
+      ]),
+      ['l', 'l', 'r', 'l', 'l', 'l'],
+    ),
+  );
   return out.join('\n');
 }

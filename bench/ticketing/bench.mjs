@@ -230,7 +230,8 @@ function runLoadgen(system, workload, server, options, prefix) {
   return new Promise((resolve, reject) => {
     const timeout = options.warmupMs + options.durationMs + 30_000;
     execFile(LOADGEN_BIN, args, { timeout }, (error, stdout, stderr) => {
-      if (error) reject(Object.assign(new Error(`loadgen ${args.join(' ')}: ${stderr || error.message}`), { cause: error }));
+      if (error)
+        reject(Object.assign(new Error(`loadgen ${args.join(' ')}: ${stderr || error.message}`), { cause: error }));
       else {
         try {
           resolve(JSON.parse(stdout));
@@ -409,7 +410,18 @@ async function startTicketing() {
 
 async function startRedis(binary) {
   const port = await freePort();
-  const args = ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'];
+  const args = [
+    '--bind',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--protected-mode',
+    'yes',
+  ];
   const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'inherit'] });
   for (let i = 0; i < 100; i++) {
     try {
@@ -610,10 +622,12 @@ if (process.argv[2] === '--worker') {
   );
 } else if (process.argv.includes('--cluster')) {
   // Cluster mode has its own harness (etcd, three nodes, failover): bench/ticketing/cluster.mjs.
-  import('./cluster.mjs').then((cluster) => cluster.main(process.argv.slice(2))).catch((error) => {
-    console.error(error);
-    process.exit(1);
-  });
+  import('./cluster.mjs')
+    .then((cluster) => cluster.main(process.argv.slice(2)))
+    .catch((error) => {
+      console.error(error);
+      process.exit(1);
+    });
 } else {
   main().catch((error) => {
     console.error(error);

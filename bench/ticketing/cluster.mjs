@@ -90,12 +90,16 @@ async function ticketingSystem({ addresses, leader, connections }) {
   const port = Number(primary.slice(primary.lastIndexOf(':') + 1));
   // Short reconnect backoffs, so the failover time measures the nodes rather than the client's
   // default back-off (250 ms for no_leader, doubling while it repeats).
-  const clients = Array.from({ length: count }, () => new TicketClient({
-    port,
-    clusterAddresses: addresses,
-    backoff: { initialMs: 20, maxMs: 200 },
-    errorBackoffMs: { no_leader: 50, not_active: 50 },
-  }));
+  const clients = Array.from(
+    { length: count },
+    () =>
+      new TicketClient({
+        port,
+        clusterAddresses: addresses,
+        backoff: { initialMs: 20, maxMs: 200 },
+        errorBackoffMs: { no_leader: 50, not_active: 50 },
+      }),
+  );
   return {
     async acquire(i, key) {
       const result = await clients[i % count].acquire(key, { waitMs: 60_000 });
@@ -172,7 +176,9 @@ function commitStats(statsDir, nodePids) {
 function batchSizes(before, after) {
   const batches = after.batches - before.batches;
   if (batches <= 0) return null;
-  const sizes = Object.keys(after.writesHistogram).map(Number).sort((a, b) => a - b);
+  const sizes = Object.keys(after.writesHistogram)
+    .map(Number)
+    .sort((a, b) => a - b);
   const at = (q) => {
     let seen = 0;
     for (const size of sizes) {
@@ -290,7 +296,8 @@ async function runWorker(config) {
     const clientUs = after.client.user + after.client.system - before.client.user - before.client.system;
     cpuPerCycleUs.client = cycles ? clientUs / cycles : null;
     const etcdDelta = {};
-    for (const name of Object.keys(COUNTERS)) etcdDelta[name] = (after.etcd?.[name] ?? NaN) - (before.etcd?.[name] ?? NaN);
+    for (const name of Object.keys(COUNTERS))
+      etcdDelta[name] = (after.etcd?.[name] ?? NaN) - (before.etcd?.[name] ?? NaN);
     result = {
       system,
       workload,
@@ -390,14 +397,15 @@ async function measureFailover(etcd, nodes, options) {
   const messages = [];
   const waiting = [];
   child.on('message', (m) => (waiting.length ? waiting.shift()(m) : messages.push(m)));
-  const next = (timeoutMs) => new Promise((resolve, reject) => {
-    if (messages.length) return resolve(messages.shift());
-    const timer = setTimeout(() => reject(new Error('failover worker did not answer')), timeoutMs);
-    waiting.push((m) => {
-      clearTimeout(timer);
-      resolve(m);
+  const next = (timeoutMs) =>
+    new Promise((resolve, reject) => {
+      if (messages.length) return resolve(messages.shift());
+      const timer = setTimeout(() => reject(new Error('failover worker did not answer')), timeoutMs);
+      waiting.push((m) => {
+        clearTimeout(timer);
+        resolve(m);
+      });
     });
-  });
   const kills = [];
   try {
     await next(30_000); // ready
@@ -410,8 +418,11 @@ async function measureFailover(etcd, nodes, options) {
       const { firstGrantAt } = await next(20_000);
       const ms = firstGrantAt === null ? null : firstGrantAt - killedAt;
       kills.push({ killed: leader.address, ms });
-      console.error(`failover ${k + 1}: killed leader ${leader.address}; first grant from the new leader after ${
-        ms === null ? 'NONE within 15 s' : `${ms.toFixed(0)} ms`}`);
+      console.error(
+        `failover ${k + 1}: killed leader ${leader.address}; first grant from the new leader after ${
+          ms === null ? 'NONE within 15 s' : `${ms.toFixed(0)} ms`
+        }`,
+      );
       await leader.restart();
     }
     child.send({ stop: true });
@@ -469,33 +480,41 @@ export async function main(argv) {
       env: { TICKETING_COMMIT_STATS: statsDir },
     });
     leaderAtStart = (await nodes.waitForLeader({ timeoutMs: 15_000 })).address;
-    console.error(`etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart}) `
-      + `[${((Date.now() - began) / 1000).toFixed(1)} s]`);
+    console.error(
+      `etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart}) ` +
+        `[${((Date.now() - began) / 1000).toFixed(1)} s]`,
+    );
     for (let round = 1; round <= options.rounds; round++) {
       for (const system of SYSTEMS) {
         // One child per system and round runs both workloads: it loads its client library once.
-        const results = await runInChild({
-          system,
-          workloads: WORKLOADS,
-          addresses: nodes.addresses,
+        const results = await runInChild(
+          {
+            system,
+            workloads: WORKLOADS,
+            addresses: nodes.addresses,
             leader: (await nodes.waitForLeader({ timeoutMs: 15_000 })).address,
             endpoints: etcd.endpoints,
             connections: options.connections,
-          workers: options.workers,
-          durationMs: options.durationMs,
-          warmupMs: options.warmupMs,
-          prefix: `bench${round}${system}`,
-          pids: pidsOf(etcd, nodes),
-          statsDir,
-          nodePids: nodes.nodes.map((n) => n.pid),
-          metricsEndpoints: etcd.endpoints,
-        }, 2 * (options.warmupMs + options.durationMs) + 90_000);
+            workers: options.workers,
+            durationMs: options.durationMs,
+            warmupMs: options.warmupMs,
+            prefix: `bench${round}${system}`,
+            pids: pidsOf(etcd, nodes),
+            statsDir,
+            nodePids: nodes.nodes.map((n) => n.pid),
+            metricsEndpoints: etcd.endpoints,
+          },
+          2 * (options.warmupMs + options.durationMs) + 90_000,
+        );
         for (const run of results) {
           const { workload } = run;
           runs[workload][system].push(run);
-          console.error(`round ${round} ${workload.padEnd(8)} ${system.padEnd(10)} ${fmt(run.cyclesPerSecond).padStart(7)} cycles/s`
-            + `  p50 ${fixed(run.p50Ms)} ms  p99 ${fixed(run.p99Ms)} ms  ops/commit ${fixed(run.opsPerCommit)}`
-            + (run.errors ? `  errors ${run.errors}` : '') + `  [${((Date.now() - began) / 1000).toFixed(1)} s]`);
+          console.error(
+            `round ${round} ${workload.padEnd(8)} ${system.padEnd(10)} ${fmt(run.cyclesPerSecond).padStart(7)} cycles/s` +
+              `  p50 ${fixed(run.p50Ms)} ms  p99 ${fixed(run.p99Ms)} ms  ops/commit ${fixed(run.opsPerCommit)}` +
+              (run.errors ? `  errors ${run.errors}` : '') +
+              `  [${((Date.now() - began) / 1000).toFixed(1)} s]`,
+          );
         }
       }
     }
@@ -513,7 +532,8 @@ const batchCell = (b) => (b ? `${fixed(b.meanWrites, 1)} / ${b.p50Writes} / ${b.
 
 function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart }) {
   // Each cell: the median run by cycles/s (its own p50/p99/CPU stay together).
-  const pick = (list) => [...list].sort((a, b) => a.cyclesPerSecond - b.cyclesPerSecond)[Math.floor((list.length - 1) / 2)];
+  const pick = (list) =>
+    [...list].sort((a, b) => a.cyclesPerSecond - b.cyclesPerSecond)[Math.floor((list.length - 1) / 2)];
   const summary = {};
   const rows = [];
   for (const workload of WORKLOADS) {
@@ -522,53 +542,86 @@ function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart
       const run = pick(runs[workload][system]);
       summary[workload][system] = run;
       const cpu = run.cpuPerCycleUs;
-      const group = (prefix) => Object.keys(cpu).filter((k) => k.startsWith(prefix)).map((k) => fmt(cpu[k])).join(' / ');
-      rows.push(`| ${workload} | ${system} | ${fmt(run.cyclesPerSecond)} | ${fixed(run.p50Ms)} | ${fixed(run.p99Ms)} | ${
-        fixed(run.opsPerCommit)} | ${batchCell(run.batches)} | ${fixed(run.etcd.walFsyncs / run.seconds, 0)} / ${
-        fixed(run.walFsyncMeanMs, 1)} | ${group('etcd-')} | ${group('node-')} | ${fmt(cpu.client)} |`);
+      const group = (prefix) =>
+        Object.keys(cpu)
+          .filter((k) => k.startsWith(prefix))
+          .map((k) => fmt(cpu[k]))
+          .join(' / ');
+      rows.push(
+        `| ${workload} | ${system} | ${fmt(run.cyclesPerSecond)} | ${fixed(run.p50Ms)} | ${fixed(run.p99Ms)} | ${fixed(
+          run.opsPerCommit,
+        )} | ${batchCell(run.batches)} | ${fixed(run.etcd.walFsyncs / run.seconds, 0)} / ${fixed(
+          run.walFsyncMeanMs,
+          1,
+        )} | ${group('etcd-')} | ${group('node-')} | ${fmt(cpu.client)} |`,
+      );
     }
     // The ratio is taken within each round (same moment, same machine load), then the median.
-    const ratios = runs[workload].ticketing.map((t, round) =>
-      t.cyclesPerSecond / runs[workload]['etcd3-lock'][round].cyclesPerSecond);
+    const ratios = runs[workload].ticketing.map(
+      (t, round) => t.cyclesPerSecond / runs[workload]['etcd3-lock'][round].cyclesPerSecond,
+    );
     summary[workload].ratioToLockPerRound = ratios;
     summary[workload].ratioToLock = median(ratios);
     summary[workload].targetMet = summary[workload].ratioToLock >= 10 && summary[workload].ticketing.p99Ms <= 20;
   }
-  const violations = Object.values(runs).flatMap((s) => Object.values(s).flat())
+  const violations = Object.values(runs)
+    .flatMap((s) => Object.values(s).flat())
     .reduce((n, run) => n + run.overlaps + run.failures, 0);
   const failoverMs = failover?.kills.map((k) => k.ms) ?? [];
-  const setup = `${options.workers} loops over ${options.connections} connections per system, ${options.durationMs / 1000} s `
-    + `per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} interleaved round(s); `
-    + `3 etcd members (heartbeat ${ETCD_HEARTBEAT_MS} ms, election ${ETCD_ELECTION_MS} ms) and 3 Ticketing nodes `
-    + `(--leader-ttl ${LEADER_TTL}, --lease ${LEASE}) on loopback; ${cpus().length} CPUs shared, load ${loadAtStart.toFixed(1)} `
-    + `at start; Node ${process.version}`;
+  const setup =
+    `${options.workers} loops over ${options.connections} connections per system, ${options.durationMs / 1000} s ` +
+    `per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} interleaved round(s); ` +
+    `3 etcd members (heartbeat ${ETCD_HEARTBEAT_MS} ms, election ${ETCD_ELECTION_MS} ms) and 3 Ticketing nodes ` +
+    `(--leader-ttl ${LEADER_TTL}, --lease ${LEASE}) on loopback; ${cpus().length} CPUs shared, load ${loadAtStart.toFixed(1)} ` +
+    `at start; Node ${process.version}`;
   const lines = [
     `Cluster lock cycles (acquire + release): ${setup}`,
     '',
-    '| workload | system | cycles/s | p50 ms | p99 ms | ops per etcd commit | batch keys mean / p50 / p99 / max '
-      + '| WAL fsyncs/s / mean ms (one member) | CPU µs/cycle etcd m0 / m1 / m2 | Ticketing n0 / n1 / n2 | client |',
+    '| workload | system | cycles/s | p50 ms | p99 ms | ops per etcd commit | batch keys mean / p50 / p99 / max ' +
+      '| WAL fsyncs/s / mean ms (one member) | CPU µs/cycle etcd m0 / m1 / m2 | Ticketing n0 / n1 / n2 | client |',
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows,
     '',
-    ...WORKLOADS.map((w) => `${w}: Ticketing / etcd3 Lock = ${fixed(summary[w].ratioToLock)}× (median of the rounds' `
-      + `ratios ${summary[w].ratioToLockPerRound.map((r) => fixed(r, 1)).join(', ')}), Ticketing p99 `
-      + `${fixed(summary[w].ticketing.p99Ms)} ms: target (≥ 10×, p99 ≤ 20 ms) ${summary[w].targetMet ? 'met' : 'NOT met'}.`),
+    ...WORKLOADS.map(
+      (w) =>
+        `${w}: Ticketing / etcd3 Lock = ${fixed(summary[w].ratioToLock)}× (median of the rounds' ` +
+        `ratios ${summary[w].ratioToLockPerRound.map((r) => fixed(r, 1)).join(', ')}), Ticketing p99 ` +
+        `${fixed(summary[w].ticketing.p99Ms)} ms: target (≥ 10×, p99 ≤ 20 ms) ${summary[w].targetMet ? 'met' : 'NOT met'}.`,
+    ),
     failover
-      ? `Failover (leader SIGKILL under the distinct load → first grant by the new leader): ${failoverMs.map((ms) =>
-        (ms === null ? 'none within 15 s' : `${ms.toFixed(0)} ms`)).join(', ')}; median ${fixed(median(failoverMs), 0)} ms.`
+      ? `Failover (leader SIGKILL under the distinct load → first grant by the new leader): ${failoverMs
+          .map((ms) => (ms === null ? 'none within 15 s' : `${ms.toFixed(0)} ms`))
+          .join(', ')}; median ${fixed(median(failoverMs), 0)} ms.`
       : 'Failover: not measured (--kills 0).',
-    `Safety check: ${violations === 0 ? 'no overlapping holders, no failed release, hot-key tokens rising in every run'
-      : `${violations} VIOLATIONS (overlapping holders, failed releases or falling tokens)`}.`,
+    `Safety check: ${
+      violations === 0
+        ? 'no overlapping holders, no failed release, hot-key tokens rising in every run'
+        : `${violations} VIOLATIONS (overlapping holders, failed releases or falling tokens)`
+    }.`,
   ];
   console.log(lines.join('\n'));
   // A --quick run is a smoke test: it must not replace the committed results.
   if (options.quick) console.error('--quick: bench/ticketing/cluster-results.json left as it was');
-  else writeFileSync(join(here, 'cluster-results.json'), `${JSON.stringify({
-    date: startedAt, node: process.version, cpus: cpus().length, loadAtStart, options,
-    etcd: { members: 3, heartbeatMs: ETCD_HEARTBEAT_MS, electionMs: ETCD_ELECTION_MS },
-    ticketing: { nodes: 3, leaderTtl: LEADER_TTL, lease: LEASE, leaderAtStart },
-    summary, failover, runs,
-  }, null, 2)}\n`);
+  else
+    writeFileSync(
+      join(here, 'cluster-results.json'),
+      `${JSON.stringify(
+        {
+          date: startedAt,
+          node: process.version,
+          cpus: cpus().length,
+          loadAtStart,
+          options,
+          etcd: { members: 3, heartbeatMs: ETCD_HEARTBEAT_MS, electionMs: ETCD_ELECTION_MS },
+          ticketing: { nodes: 3, leaderTtl: LEADER_TTL, lease: LEASE, leaderAtStart },
+          summary,
+          failover,
+          runs,
+        },
+        null,
+        2,
+      )}\n`,
+    );
   if (violations > 0) process.exitCode = 1;
 }
 

@@ -58,10 +58,14 @@ function hex(code: number, digits: number): string {
 }
 
 /** Columns padded to their widest cell; the last column is not padded. */
-export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>, indent = ''): string {
+function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>, indent = ''): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]): string =>
-    indent + cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+    indent +
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
 }
 
@@ -69,7 +73,8 @@ export function table(header: readonly string[], rows: ReadonlyArray<readonly st
 const NOTE_MAX = 160;
 
 function note(row: LeaseRow): string {
-  if (row.problem !== undefined) return row.problem.startsWith(`${row.path}: `) ? row.problem.slice(row.path.length + 2) : row.problem;
+  if (row.problem !== undefined)
+    return row.problem.startsWith(`${row.path}: `) ? row.problem.slice(row.path.length + 2) : row.problem;
   switch (row.state) {
     case 'crashed':
       return 'holder died: the next acquire takes over';
@@ -169,12 +174,15 @@ export function pruneText(result: PruneResult): string {
   const file = (path: string): string => displayText(path.slice(result.dir.length + 1));
   const lines = result.removed.map((r) => `${verb} ${file(r.path)}  (${r.kind}: ${r.reason})`);
   for (const s of result.skipped) lines.push(`left alone ${displayText(s.id)}: ${displayText(s.reason, NOTE_MAX)}`);
-  for (const e of result.errors) lines.push(`could not remove ${file(e.path)}: ${displayText(e.error.message, NOTE_MAX)}`);
+  for (const e of result.errors)
+    lines.push(`could not remove ${file(e.path)}: ${displayText(e.error.message, NOTE_MAX)}`);
   const records = result.removed.filter((r) => r.kind === 'record').length;
   lines.push(
     `${result.dryRun ? 'Dry run: would remove' : 'Removed'} ${result.removed.length} file${result.removed.length === 1 ? '' : 's'} ` +
       `(${records} record${records === 1 ? '' : 's'}); ${result.skipped.length} id${result.skipped.length === 1 ? '' : 's'} left alone` +
-      (result.errors.length > 0 ? `; ${result.errors.length} removal${result.errors.length === 1 ? '' : 's'} failed` : '') +
+      (result.errors.length > 0
+        ? `; ${result.errors.length} removal${result.errors.length === 1 ? '' : 's'} failed`
+        : '') +
       '.',
   );
   return `${lines.join('\n')}\n`;
@@ -187,6 +195,10 @@ export function pruneJson(result: PruneResult): unknown {
     olderThanMs: result.olderThanMs,
     removed: result.removed,
     skipped: result.skipped,
-    errors: result.errors.map((e) => ({ path: e.path, message: e.error.message, code: (e.error as NodeJS.ErrnoException).code ?? null })),
+    errors: result.errors.map((e) => ({
+      path: e.path,
+      message: e.error.message,
+      code: (e.error as NodeJS.ErrnoException).code ?? null,
+    })),
   };
 }

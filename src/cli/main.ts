@@ -14,8 +14,20 @@ import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '../kernel/duration.js';
 import { parseLeaseFileName } from '../flock/layout.js';
-import { forceRelease, inspectLeaseDir, pruneLeaseDir, repairLease, DEFAULT_PRUNE_AGE_MS } from '../flock/operator/index.js';
-import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError, LeaseUnsupportedError } from '../port/errors.js';
+import {
+  forceRelease,
+  inspectLeaseDir,
+  pruneLeaseDir,
+  repairLease,
+  DEFAULT_PRUNE_AGE_MS,
+} from '../flock/operator/index.js';
+import {
+  LeaseCorruptError,
+  LeaseHeldError,
+  LeaseTimeoutError,
+  LeaseTokenExhaustedError,
+  LeaseUnsupportedError,
+} from '../port/errors.js';
 import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
 import { EXIT_HELD, EXIT_LOST, runCommand } from './run.js';
 
@@ -61,7 +73,8 @@ function nonEmpty(what: string): (text: string) => string {
 
 function version(): string {
   try {
-    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string })
+      .version;
   } catch {
     return 'unknown';
   }
@@ -108,8 +121,14 @@ Examples:
   $ flocklease repair /run/myapp/leases --id session-42
   $ flocklease release /run/myapp/leases --id session-42 --force`,
     );
-  const verbose = new Option('--verbose', 'explain more on stderr; show stack traces of unexpected errors (or FLOCKLEASE_DEBUG=1)');
-  const lockTimeout = new Option('--lock-timeout <duration>', "how long to wait for the id's transition lock (held for microseconds by a running operation)")
+  const verbose = new Option(
+    '--verbose',
+    'explain more on stderr; show stack traces of unexpected errors (or FLOCKLEASE_DEBUG=1)',
+  );
+  const lockTimeout = new Option(
+    '--lock-timeout <duration>',
+    "how long to wait for the id's transition lock (held for microseconds by a running operation)",
+  )
     .default(10_000, '10s')
     .argParser(positiveDuration);
 
@@ -137,7 +156,10 @@ could notice (the current generation's liveness file is probed with a shared,
 non-blocking flock, as acquire does).`,
     )
     .argument('<dir>', 'the lease directory')
-    .option('--json', 'print a JSON array: one object per lease and per leftover, all with the same fields (token as a string)')
+    .option(
+      '--json',
+      'print a JSON array: one object per lease and per leftover, all with the same fields (token as a string)',
+    )
     .option('--id <id>', 'only this session id', nonEmpty('--id'))
     .addOption(verbose)
     .addHelpText(
@@ -198,13 +220,24 @@ KillMode=control-group).`,
     .option('--dir <dir>', 'the lease directory, created if missing (mode 0700) (required)', nonEmpty('--dir'))
     .option('--id <id>', 'the session id to lease (required)', nonEmpty('--id'))
     .option('--owner <owner>', 'the owner to record (default: <hostname>-<pid of run>)', nonEmpty('--owner'))
-    .addOption(new Option('--ttl <duration>', 'lease length; renewed every ttl/3').default(30_000, '30s').argParser(positiveDuration))
     .addOption(
-      new Option('--wait <duration>', 'wait this long for a held lease (in arrival order with other waiters); "forever" waits until interrupted')
+      new Option('--ttl <duration>', 'lease length; renewed every ttl/3')
+        .default(30_000, '30s')
+        .argParser(positiveDuration),
+    )
+    .addOption(
+      new Option(
+        '--wait <duration>',
+        'wait this long for a held lease (in arrival order with other waiters); "forever" waits until interrupted',
+      )
         .default(0, 'do not wait')
         .argParser(waitDuration),
     )
-    .addOption(new Option('--kill-after <duration>', 'after a loss, SIGKILL the command this long after SIGTERM').default(5_000, '5s').argParser(duration))
+    .addOption(
+      new Option('--kill-after <duration>', 'after a loss, SIGKILL the command this long after SIGTERM')
+        .default(5_000, '5s')
+        .argParser(duration),
+    )
     .option('--foreground', "keep the command in the terminal's process group (interactive commands)")
     .addOption(verbose)
     .argument('<command...>', 'the command and its arguments (put them after --)')
@@ -232,7 +265,16 @@ Examples:
     .action(
       async (
         command: string[],
-        opts: { dir?: string; id?: string; owner?: string; ttl: number; wait: number; killAfter: number; foreground?: boolean; verbose?: boolean },
+        opts: {
+          dir?: string;
+          id?: string;
+          owner?: string;
+          ttl: number;
+          wait: number;
+          killAfter: number;
+          foreground?: boolean;
+          verbose?: boolean;
+        },
       ) => {
         result.verbose ||= opts.verbose === true;
         const dir = required(opts.dir, '--dir <dir>');
@@ -304,12 +346,29 @@ Examples:
   Dry run: would remove 1 file (0 records); 1 id left alone.
   $ flocklease prune /run/myapp/leases --older-than 1h`,
     )
-    .action(async (dir: string, opts: { olderThan: number; dryRun?: boolean; id?: string; json?: boolean; lockTimeout: number; verbose?: boolean }) => {
-      result.verbose ||= opts.verbose === true;
-      const pruned = await pruneLeaseDir(dir, { olderThanMs: opts.olderThan, dryRun: opts.dryRun === true, id: opts.id, lockTimeoutMs: opts.lockTimeout });
-      io.stdout(opts.json ? `${JSON.stringify(pruneJson(pruned), null, 2)}\n` : pruneText(pruned));
-      result.code = pruned.errors.length > 0 ? EXIT.FAILURE : EXIT.OK;
-    });
+    .action(
+      async (
+        dir: string,
+        opts: {
+          olderThan: number;
+          dryRun?: boolean;
+          id?: string;
+          json?: boolean;
+          lockTimeout: number;
+          verbose?: boolean;
+        },
+      ) => {
+        result.verbose ||= opts.verbose === true;
+        const pruned = await pruneLeaseDir(dir, {
+          olderThanMs: opts.olderThan,
+          dryRun: opts.dryRun === true,
+          id: opts.id,
+          lockTimeoutMs: opts.lockTimeout,
+        });
+        io.stdout(opts.json ? `${JSON.stringify(pruneJson(pruned), null, 2)}\n` : pruneText(pruned));
+        result.code = pruned.errors.length > 0 ? EXIT.FAILURE : EXIT.OK;
+      },
+    );
 
   cli
     .command('repair')
@@ -344,12 +403,16 @@ Examples:
       if (repaired.status === 'healthy') io.stdout(`${id}: the record is not corrupt; nothing to repair\n`);
       else if (repaired.status === 'missing') io.stdout(`${id}: no record; nothing to repair\n`);
       else {
-        const problem = repaired.problem.startsWith(`${repaired.path}: `) ? repaired.problem.slice(repaired.path.length + 2) : repaired.problem;
+        const problem = repaired.problem.startsWith(`${repaired.path}: `)
+          ? repaired.problem.slice(repaired.path.length + 2)
+          : repaired.problem;
         io.stdout(
           `repaired ${id}: ${problem}\n` +
             `kept the corrupt record as ${repaired.copy.slice(repaired.copy.lastIndexOf('/') + 1)}\n` +
             `wrote a tombstone with token ${repaired.token}: the next acquire takes over\n` +
-            (repaired.stillHeldBy.length > 0 ? `note: pid ${repaired.stillHeldBy.join(', ')} still ran as its holder; it loses the lease at its next renew\n` : ''),
+            (repaired.stillHeldBy.length > 0
+              ? `note: pid ${repaired.stillHeldBy.join(', ')} still ran as its holder; it loses the lease at its next renew\n`
+              : ''),
         );
       }
       result.code = EXIT.OK;
@@ -394,10 +457,16 @@ Examples:
       const released = await forceRelease(dir, target, { lockTimeoutMs: opts.lockTimeout });
       const id = JSON.stringify(opts.id);
       if (released.status === 'missing') io.stdout(`${id}: no record; nothing to release\n`);
-      else if (released.status === 'already-released') io.stdout(`${id}: already released (token ${released.token}); nothing to do\n`);
+      else if (released.status === 'already-released')
+        io.stdout(`${id}: already released (token ${released.token}); nothing to do\n`);
       else {
         const { previous, pid } = released;
-        const who = previous.state === 'held' ? 'held by' : previous.state === 'crashed' ? 'recorded (holder dead) for' : 'expired, last held by';
+        const who =
+          previous.state === 'held'
+            ? 'held by'
+            : previous.state === 'crashed'
+              ? 'recorded (holder dead) for'
+              : 'expired, last held by';
         io.stdout(
           `broke ${id}: it was ${who} ${previous.owner} (${pid === undefined ? '' : `pid ${pid}, `}token ${previous.token}, ` +
             `expires ${isoSeconds(previous.expiry)}, ${relative(previous.expiry.getTime(), Date.now())})\n` +
@@ -425,7 +494,9 @@ function shellQuote(text: string): string {
  * say so, whichever check found it. */
 function withRepairHint(error: LeaseCorruptError): string {
   const isRecord = parseLeaseFileName(basename(error.path))?.kind === 'record';
-  return isRecord && !error.message.includes('flocklease repair') ? `${error.message} (see \`flocklease repair\`)` : error.message;
+  return isRecord && !error.message.includes('flocklease repair')
+    ? `${error.message} (see \`flocklease repair\`)`
+    : error.message;
 }
 
 /** Maps an error to an exit code and one line (a stack too when verbose). */
@@ -441,7 +512,8 @@ function failure(error: unknown, io: Io, verbose: boolean): number {
   if (error instanceof LeaseHeldError || error instanceof LeaseTimeoutError) return say(EXIT.HELD);
   if (error instanceof LeaseTokenExhaustedError || error instanceof LeaseUnsupportedError) return say(EXIT.FAILURE);
   // Arguments the library refused before touching anything (e.g. an id with a lone surrogate).
-  if (error instanceof TypeError || error instanceof RangeError) return say(EXIT.USAGE, `${message} (add --help for usage)`);
+  if (error instanceof TypeError || error instanceof RangeError)
+    return say(EXIT.USAGE, `${message} (add --help for usage)`);
   const code = (error as NodeJS.ErrnoException).code;
   if (typeof code === 'string') return say(EXIT.FAILURE);
   return say(EXIT.FAILURE, `unexpected error: ${message}${verbose ? '' : ' (--verbose shows the stack)'}`);

@@ -28,7 +28,7 @@ export const EXIT_LOST = 79;
 export const EXIT_HELD = 75;
 
 /** Signals passed on to the command. */
-export const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
 type Forwarded = (typeof FORWARDED_SIGNALS)[number];
 
 export interface RunOptions {
@@ -106,7 +106,10 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
   const unsubscribe = options.verbose
     ? [
         verbose('flocklease:renew', (m) => `renewed ${JSON.stringify(id)} until ${isoSeconds(m.grant.expiry)}`),
-        verbose('flocklease:reclaim', (m) => `reclaimed ${JSON.stringify(id)} after its expiry, until ${isoSeconds(m.grant.expiry)}`),
+        verbose(
+          'flocklease:reclaim',
+          (m) => `reclaimed ${JSON.stringify(id)} after its expiry, until ${isoSeconds(m.grant.expiry)}`,
+        ),
       ]
     : [];
 
@@ -128,11 +131,12 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       return 128 + constants.signals[interrupted];
     }
     if (lost !== undefined) {
-      out.say(`${(lost as LeaseError).message}; the command was not started`);
+      out.say(`${lost.message}; the command was not started`);
       return EXIT_LOST;
     }
     const { grant } = hold;
-    if (options.verbose) out.say(`acquired ${JSON.stringify(id)} as ${owner}: token ${grant.token}, expires ${isoSeconds(grant.expiry)}`);
+    if (options.verbose)
+      out.say(`acquired ${JSON.stringify(id)} as ${owner}: token ${grant.token}, expires ${isoSeconds(grant.expiry)}`);
 
     const env = {
       ...process.env,
@@ -154,7 +158,9 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       detached: !options.foreground, // a new session and process group, led by the supervisor
     });
     child = started;
-    const status = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | { error: NodeJS.ErrnoException }>((done) => {
+    const status = await new Promise<
+      { code: number | null; signal: NodeJS.Signals | null } | { error: NodeJS.ErrnoException }
+    >((done) => {
       started.once('error', (error) => done({ error }));
       started.once('exit', (code, signal) => done({ code, signal }));
     });
@@ -189,7 +195,9 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       await hold.release();
     } catch (error) {
       // The kernel drops our liveness lock when we exit: the next acquire takes over at once.
-      out.say(`warning: could not release ${JSON.stringify(id)} (${(error as Error).message}); it is freed when this process exits`);
+      out.say(
+        `warning: could not release ${JSON.stringify(id)} (${(error as Error).message}); it is freed when this process exits`,
+      );
     }
     if (options.verbose) out.say(`released ${JSON.stringify(id)}; the command ended (${describeStatus(status)})`);
     return childStatus;
@@ -226,15 +234,20 @@ async function reapGroup(pgid: number, graceMs: number): Promise<void> {
 
 /** One line naming the holder: owner, pid, token, expiry. */
 function heldMessage(dir: string, id: string, waitMs: number, error: LeaseHeldError): string {
-  const prefix = waitMs > 0 ? `lease ${JSON.stringify(id)} not obtained within ${compact(waitMs)}:` : `lease ${JSON.stringify(id)} is`;
+  const prefix =
+    waitMs > 0
+      ? `lease ${JSON.stringify(id)} not obtained within ${compact(waitMs)}:`
+      : `lease ${JSON.stringify(id)} is`;
   let row;
   try {
     row = inspectLeaseDir(dir, { id }).leases[0];
   } catch {
     row = undefined;
   }
-  const holder = error.holder ?? (row?.owner ? { owner: row.owner, token: row.token!, expiry: row.expiry! } : undefined);
-  if (holder === undefined) return `lease ${JSON.stringify(id)} not obtained${waitMs > 0 ? ` within ${compact(waitMs)}` : ''}: ${error.message}`;
+  const holder =
+    error.holder ?? (row?.owner ? { owner: row.owner, token: row.token!, expiry: row.expiry! } : undefined);
+  if (holder === undefined)
+    return `lease ${JSON.stringify(id)} not obtained${waitMs > 0 ? ` within ${compact(waitMs)}` : ''}: ${error.message}`;
   const pid = row?.token === holder.token && row.pid !== undefined ? `pid ${row.pid}, ` : '';
   const now = Date.now();
   return `${prefix} held by ${displayText(holder.owner)} (${pid}token ${holder.token}, expires ${isoSeconds(holder.expiry)}, ${relative(holder.expiry.getTime(), now)})`;

@@ -183,7 +183,10 @@ export function conformanceCases(target: ConformanceTarget): ConformanceCase[] {
 
     async 'an aborted signal rejects with its reason and acquires nothing'(lease) {
       const reason = new Error('stop');
-      await assert.rejects(lease.acquire('s1', 'alice', { signal: AbortSignal.abort(reason) }), (error) => error === reason);
+      await assert.rejects(
+        lease.acquire('s1', 'alice', { signal: AbortSignal.abort(reason) }),
+        (error) => error === reason,
+      );
       const grant = await lease.acquire('s1', 'bob');
       assertGrant(grant, 's1', 'bob');
     },

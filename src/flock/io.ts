@@ -5,7 +5,6 @@
  * a libuv worker thread, because it fsyncs. Tests wrap this interface, or set the addon's fault
  * points, to inject faults.
  */
-import fs from 'node:fs';
 import { constants } from 'node:os';
 import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
@@ -130,7 +129,9 @@ function leaseError(error: unknown): unknown {
       return new LeaseCorruptError(`${path} is too big for a lease file`, path, { cause: e });
   }
   if (e.syscall === 'flock' && UNSUPPORTED.has(e.code ?? '')) {
-    return new LeaseUnsupportedError(`flock is not supported for ${path} (${e.code}): use a local file system`, { cause: e });
+    return new LeaseUnsupportedError(`flock is not supported for ${path} (${e.code}): use a local file system`, {
+      cause: e,
+    });
   }
   return e;
 }

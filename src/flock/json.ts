@@ -12,10 +12,11 @@ export type JsonValue = null | boolean | string | JsonNumber | JsonValue[] | { [
 
 const MAX_DEPTH = 64;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+// eslint-disable-next-line no-control-regex -- JSON forbids raw control characters in strings: this is the check
 const PLAIN_CHARS = /[^"\\\u0000-\u001f]*/y;
 const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
-export class JsonSyntaxError extends SyntaxError {}
+class JsonSyntaxError extends SyntaxError {}
 
 export function parseJson(text: string): JsonValue {
   let at = 0;
@@ -82,7 +83,12 @@ export function parseJson(text: string): JsonValue {
         skipSpace();
         expect(':');
         // Duplicate keys: the last wins, as in Go's encoding/json and JSON.parse.
-        Object.defineProperty(object, key, { value: value(depth + 1), enumerable: true, writable: true, configurable: true });
+        Object.defineProperty(object, key, {
+          value: value(depth + 1),
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
         skipSpace();
         if (text[at] === ',') {
           at++;
@@ -112,9 +118,9 @@ export function parseJson(text: string): JsonValue {
       }
     }
     if (c === '"') return string();
-    if (c === 't') return expect('true'), true;
-    if (c === 'f') return expect('false'), false;
-    if (c === 'n') return expect('null'), null;
+    if (c === 't') return (expect('true'), true);
+    if (c === 'f') return (expect('false'), false);
+    if (c === 'n') return (expect('null'), null);
     NUMBER.lastIndex = at;
     const number = NUMBER.exec(text);
     if (number === null) return fail(c === undefined ? 'unexpected end of input' : 'unexpected character');

@@ -47,7 +47,8 @@ export type LeaseFileName =
   | { readonly kind: 'wait'; readonly safe: string; readonly ticket: number }
   | { readonly kind: 'temp'; readonly safe: string };
 
-const NAME = /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.(?:(lock)|(lease\.json)|(0|[1-9]\d{0,19})\.live|(0|[1-9]\d{0,15})\.wait|lease\.json\.([A-Za-z0-9._-]+))$/;
+const NAME =
+  /^([A-Za-z0-9_-]{1,40}-[0-9a-f]{16})\.(?:(lock)|(lease\.json)|(0|[1-9]\d{0,19})\.live|(0|[1-9]\d{0,15})\.wait|lease\.json\.([A-Za-z0-9._-]+))$/;
 
 export function parseLeaseFileName(name: string): LeaseFileName | undefined {
   const m = NAME.exec(name);

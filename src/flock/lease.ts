@@ -87,7 +87,6 @@ interface TransitionRequest {
   readonly place?: Place | undefined;
 }
 
-
 export class Lease implements SessionLease {
   readonly dir: string;
   readonly ttlMs: number;
@@ -148,7 +147,10 @@ export class Lease implements SessionLease {
       // No handle here: a prior renew declared loss, or this grant was never this process's.
       if (held?.token !== token || held.owner !== owner) {
         publish(channels.loss, () => ({ lease: this, sessionId, owner, token }));
-        throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)} is not held by ${owner} with token ${token} in this process`, sessionId);
+        throw new LeaseHeldError(
+          `lease ${JSON.stringify(sessionId)} is not held by ${owner} with token ${token} in this process`,
+          sessionId,
+        );
       }
       const record = this.#readRecord(safe);
       if (record?.owner !== owner || record.token !== token) {
@@ -167,8 +169,7 @@ export class Lease implements SessionLease {
       const renewed = grantOf(sessionId, owner, token, expiryMs);
       if (isExpired(record, now)) {
         publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(record.expiryMs) }));
-      }
-      else publish(channels.renew, () => ({ lease: this, grant: renewed }));
+      } else publish(channels.renew, () => ({ lease: this, grant: renewed }));
       return renewed;
     });
   }
@@ -206,7 +207,11 @@ export class Lease implements SessionLease {
           queue.waiters.shift();
           queue.freeSince = 0;
           try {
-            await this.#commit(safe, { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId }, { live, adoptFrom, remove: [ourLive] });
+            await this.#commit(
+              safe,
+              { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId },
+              { live, adoptFrom, remove: [ourLive] },
+            );
           } catch (error) {
             const failure = error as CommitError;
             // The waiter gave up just now (it removes its .wait file without our lock): nothing
@@ -308,12 +313,17 @@ export class Lease implements SessionLease {
     return { grant };
   }
 
-  async #acquireWaiting(sessionId: string, owner: string, waitMs: number, signal: AbortSignal | undefined): Promise<LeaseGrant> {
+  async #acquireWaiting(
+    sessionId: string,
+    owner: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<LeaseGrant> {
     const deadline = performance.now() + waitMs;
     const safe = safeID(sessionId);
     const place: Place = { owner };
     try {
-      for (let idleRounds = 0, lastWatch: string | undefined; ; ) {
+      for (let idleRounds = 0, lastWatch: string | undefined; ;) {
         const attempt = await this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
           this.#attempt(tx, owner),
         );
@@ -365,12 +375,7 @@ export class Lease implements SessionLease {
 
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
    * the lease, the wait runs out, or `signal` aborts (which rejects). */
-  async #waitForChange(
-    safe: string,
-    attempt: Refused,
-    leftMs: number,
-    signal: AbortSignal | undefined,
-  ): Promise<void> {
+  async #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
     const round = new AbortController();
     const wakers = this.#wakers.get(safe) ?? new Set();
     this.#wakers.set(safe, wakers);
@@ -452,7 +457,10 @@ export class Lease implements SessionLease {
     const { safe, sessionId, now } = tx;
     const token = nextToken(record?.token ?? 0n, now);
     if (token === undefined) {
-      throw new LeaseTokenExhaustedError(`lease ${JSON.stringify(sessionId)} has used every uint64 fencing token`, sessionId);
+      throw new LeaseTokenExhaustedError(
+        `lease ${JSON.stringify(sessionId)} has used every uint64 fencing token`,
+        sessionId,
+      );
     }
     const predecessor = this.#held.get(safe);
     if (predecessor !== undefined) {
@@ -577,5 +585,9 @@ function describe(record: LeaseRecord): string {
 }
 
 function heldError(sessionId: string, record: LeaseRecord): LeaseHeldError {
-  return new LeaseHeldError(`lease ${JSON.stringify(sessionId)} is held: ${describe(record)}`, sessionId, holderOf(record));
+  return new LeaseHeldError(
+    `lease ${JSON.stringify(sessionId)} is held: ${describe(record)}`,
+    sessionId,
+    holderOf(record),
+  );
 }

@@ -23,7 +23,7 @@ export function makeLeaseDir(dir: string): void {
   const target = resolve(dir);
   // Up: find the deepest level that exists (mkdir says EEXIST) or cannot be made for another reason.
   const missing: string[] = [];
-  for (let path = target; ; ) {
+  for (let path = target; ;) {
     const outcome = tryMkdir(path, path === target ? LEASE_DIR_MODE : PARENT_MODE);
     if (outcome === 'created') break;
     if (outcome === 'exists') {

@@ -31,7 +31,10 @@ export function parseQueue(bytes: Uint8Array | undefined): WaitQueue {
   try {
     const value = JSON.parse(UTF8.decode(bytes)) as { waiters?: unknown; freeSince?: unknown };
     const waiters = Array.isArray(value.waiters) ? value.waiters.flatMap(toWaiter) : [];
-    return { waiters, freeSince: typeof value.freeSince === 'number' && Number.isFinite(value.freeSince) ? value.freeSince : 0 };
+    return {
+      waiters,
+      freeSince: typeof value.freeSince === 'number' && Number.isFinite(value.freeSince) ? value.freeSince : 0,
+    };
   } catch {
     return { waiters: [], freeSince: 0 }; // unreadable soft state: start over (waiters re-enqueue)
   }
@@ -39,8 +42,14 @@ export function parseQueue(bytes: Uint8Array | undefined): WaitQueue {
 
 function toWaiter(value: unknown): QueuedWaiter[] {
   const { t, o, ttl } = (value ?? {}) as { t?: unknown; o?: unknown; ttl?: unknown };
-  const valid = Number.isSafeInteger(t) && (t as number) >= 0 && typeof o === 'string' && o !== '' && typeof ttl === 'number' && ttl > 0;
-  return valid ? [{ ticket: t as number, owner: o as string, ttlMs: ttl as number }] : [];
+  const valid =
+    Number.isSafeInteger(t) &&
+    (t as number) >= 0 &&
+    typeof o === 'string' &&
+    o !== '' &&
+    typeof ttl === 'number' &&
+    ttl > 0;
+  return valid ? [{ ticket: t as number, owner: o, ttlMs: ttl }] : [];
 }
 
 /** The file content; '' for an empty queue (the file is then truncated to nothing). */

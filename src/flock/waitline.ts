@@ -137,7 +137,8 @@ export class WaitLine {
         queue.waiters.push(waiter);
         const fits = formatQueue(queue).length <= MAX_QUEUE_TEXT;
         const fd = fits ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
-        if (fd === undefined) queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
+        if (fd === undefined)
+          queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
         else Object.assign(place, { ticket: waiter.ticket, fd });
       }
     }

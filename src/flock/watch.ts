@@ -38,8 +38,3 @@ async function pollUnlocked(io: LeaseIO, path: string, signal: AbortSignal): Pro
     // aborted, or the file became unreadable: either way, time to look again
   }
 }
-
-/** Watcher threads now running (for tests and the benchmarks). */
-export function activeWatches(): number {
-  return watches.size;
-}

@@ -9,18 +9,11 @@ export function parseDuration(text: string): number {
   const m = DURATION.exec(text.trim());
   if (m === null) throw new RangeError(`invalid duration ${JSON.stringify(text)}: use e.g. 500ms, 30s, 5m`);
   if (m[2] === undefined && Number(m[1]) !== 0) {
-    throw new RangeError(`duration ${JSON.stringify(text)} has no unit: write ${m[1]}s or ${m[1]}ms (units: ms, s, m, h)`);
+    throw new RangeError(
+      `duration ${JSON.stringify(text)} has no unit: write ${m[1]}s or ${m[1]}ms (units: ms, s, m, h)`,
+    );
   }
   const ms = Number(m[1]) * UNITS[m[2] ?? 'ms']!; // no unit: `0`
   if (!Number.isFinite(ms)) throw new RangeError(`duration ${JSON.stringify(text)} is too large`);
   return ms;
-}
-
-export function formatDuration(ms: number): string {
-  const sign = ms < 0 ? '-' : '';
-  const abs = Math.abs(ms);
-  if (abs < 1000) return `${sign}${Math.round(abs)}ms`;
-  if (abs < 60_000) return `${sign}${(abs / 1000).toFixed(abs < 10_000 ? 1 : 0)}s`;
-  if (abs < 3_600_000) return `${sign}${Math.floor(abs / 60_000)}m${Math.round((abs % 60_000) / 1000)}s`;
-  return `${sign}${Math.floor(abs / 3_600_000)}h${Math.floor((abs % 3_600_000) / 60_000)}m`;
 }

@@ -7,4 +7,4 @@ export { checkNumber, checkOptionalNumber, type NumberRule } from './numbers.js'
 export { MAX_TOKEN, nextToken } from './token.js';
 export { MAX_TIMER_MS, timerDelay } from './timers.js';
 export { publish } from './events.js';
-export { parseDuration, formatDuration } from './duration.js';
+export { parseDuration } from './duration.js';

@@ -16,10 +16,14 @@ export function checkNumber(value: unknown, what: string, rule: NumberRule = {})
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number, got ${typeof value}`);
   const low = rule.zero === true ? value >= 0 : value > 0;
   if (!Number.isFinite(value) || !low) {
-    throw new RangeError(`${what} must be a finite ${rule.zero === true ? 'number, 0 or more' : 'positive number'}, got ${value}`);
+    throw new RangeError(
+      `${what} must be a finite ${rule.zero === true ? 'number, 0 or more' : 'positive number'}, got ${value}`,
+    );
   }
-  if (rule.integer === true && !Number.isInteger(value)) throw new RangeError(`${what} must be an integer, got ${value}`);
-  if (rule.max !== undefined && value > rule.max) throw new RangeError(`${what} must be at most ${rule.max}, got ${value}`);
+  if (rule.integer === true && !Number.isInteger(value))
+    throw new RangeError(`${what} must be an integer, got ${value}`);
+  if (rule.max !== undefined && value > rule.max)
+    throw new RangeError(`${what} must be at most ${rule.max}, got ${value}`);
   return value;
 }
 

@@ -70,7 +70,8 @@ export class MemoryLease implements SessionLease {
           const left = deadline - performance.now();
           if (left <= 0) throw error;
           const record = this.#records.get(sessionId);
-          const untilExpiry = record === undefined || record.owner === '' ? left : record.expiryMs - readClock(this.#clock) + 1;
+          const untilExpiry =
+            record === undefined || record.owner === '' ? left : record.expiryMs - readClock(this.#clock) + 1;
           const round = new AbortController();
           try {
             await Promise.race([woken, sleep(Math.max(1, Math.min(left, untilExpiry)), round.signal).catch(() => {})]);
@@ -102,7 +103,11 @@ export class MemoryLease implements SessionLease {
     const record = this.#records.get(sessionId);
     if (record !== undefined && record.owner !== '' && record.expiryMs > now) {
       if (record.owner !== owner) {
-        throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)} is held by ${record.owner}`, sessionId, holderOf(record));
+        throw new LeaseHeldError(
+          `lease ${JSON.stringify(sessionId)} is held by ${record.owner}`,
+          sessionId,
+          holderOf(record),
+        );
       }
       record.expiryMs = expiryMs; // same owner re-acquires: same token, fresh expiry
       const grant = grantOf(sessionId, record);
@@ -110,11 +115,17 @@ export class MemoryLease implements SessionLease {
       return grant;
     }
     if (!first && (this.#queues.get(sessionId)?.length ?? 0) > 0) {
-      throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter`, sessionId);
+      throw new LeaseHeldError(
+        `lease ${JSON.stringify(sessionId)} is free but reserved for a queued waiter`,
+        sessionId,
+      );
     }
     const token = nextToken(record?.token ?? 0n, now);
     if (token === undefined) {
-      throw new LeaseTokenExhaustedError(`lease ${JSON.stringify(sessionId)} has used every uint64 fencing token`, sessionId);
+      throw new LeaseTokenExhaustedError(
+        `lease ${JSON.stringify(sessionId)} has used every uint64 fencing token`,
+        sessionId,
+      );
     }
     const previous = record && holderOf(record);
     const next = { owner, token, expiryMs };
@@ -139,12 +150,17 @@ export class MemoryLease implements SessionLease {
     if (record?.owner !== owner || record.token !== token) {
       const holder = record && holderOf(record);
       publish(channels.loss, () => ({ lease: this, sessionId, owner, token, holder }));
-      throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)} was lost by ${owner} (token ${token})`, sessionId, holder);
+      throw new LeaseHeldError(
+        `lease ${JSON.stringify(sessionId)} was lost by ${owner} (token ${token})`,
+        sessionId,
+        holder,
+      );
     }
     const expiredAt = record.expiryMs;
     record.expiryMs = expiryMs; // even if it had expired: nobody took it over (sleep-past-TTL reclaim)
     const renewed = grantOf(sessionId, record);
-    if (expiredAt <= now) publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(expiredAt) }));
+    if (expiredAt <= now)
+      publish(channels.reclaim, () => ({ lease: this, grant: renewed, expiredAt: new Date(expiredAt) }));
     else publish(channels.renew, () => ({ lease: this, grant: renewed }));
     return renewed;
   }

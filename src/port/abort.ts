@@ -12,7 +12,7 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
         signal.removeEventListener('abort', onAbort);
         resolve(value);
       },
-      (error: unknown) => {
+      (error) => {
         signal.removeEventListener('abort', onAbort);
         reject(error);
       },

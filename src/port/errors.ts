@@ -38,7 +38,11 @@ export class LeaseUnsupportedError extends LeaseError {
 /** A held lease's expiry passed before a renew could succeed (renew kept failing transiently). */
 export class LeaseExpiredError extends LeaseError {
   readonly code = 'ELEASEEXPIRED';
-  constructor(message: string, readonly sessionId: string, options?: ErrorOptions) {
+  constructor(
+    message: string,
+    readonly sessionId: string,
+    options?: ErrorOptions,
+  ) {
     super(message, options);
   }
 }
@@ -46,7 +50,10 @@ export class LeaseExpiredError extends LeaseError {
 /** The per-id transition lock was not obtained in time (a wedged or suspended process holds it). */
 export class LeaseTimeoutError extends LeaseError {
   readonly code = 'ELEASETIMEOUT';
-  constructor(message: string, readonly sessionId: string) {
+  constructor(
+    message: string,
+    readonly sessionId: string,
+  ) {
     super(message);
   }
 }
@@ -54,7 +61,11 @@ export class LeaseTimeoutError extends LeaseError {
 /** A lease file cannot be trusted: unparsable record, or not a regular file. Nothing was changed. */
 export class LeaseCorruptError extends LeaseError {
   readonly code = 'ELEASECORRUPT';
-  constructor(message: string, readonly path: string, options?: ErrorOptions) {
+  constructor(
+    message: string,
+    readonly path: string,
+    options?: ErrorOptions,
+  ) {
     super(message, options);
   }
 }
@@ -62,7 +73,10 @@ export class LeaseCorruptError extends LeaseError {
 /** The record's token is 2^64-1: no greater fencing token exists. */
 export class LeaseTokenExhaustedError extends LeaseError {
   readonly code = 'ELEASETOKENEXHAUSTED';
-  constructor(message: string, readonly sessionId: string) {
+  constructor(
+    message: string,
+    readonly sessionId: string,
+  ) {
     super(message);
   }
 }

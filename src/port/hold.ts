@@ -39,7 +39,8 @@ export async function holdLease(
   options: HoldOptions = {},
 ): Promise<LeaseHold> {
   checkOptions(options, 'options');
-  if (options.onLost !== undefined && typeof options.onLost !== 'function') throw new TypeError('onLost must be a function');
+  if (options.onLost !== undefined && typeof options.onLost !== 'function')
+    throw new TypeError('onLost must be a function');
   checkPositiveMs(options.renewEveryMs, 'renewEveryMs');
   const clock = resolveClock(options.clock);
   const grant = await lease.acquire(sessionId, owner, { waitMs: options.waitMs, signal: options.signal });
@@ -120,9 +121,12 @@ class Hold implements LeaseHold {
         return this.#lose(expired);
       }
       // Transient (I/O error, transition lock busy): retry, faster and faster as the expiry nears.
-      this.#timer = setTimeout(() => {
-        this.#renewing = this.#renew(retryMs * 2).finally(() => (this.#renewing = undefined));
-      }, timerDelay(Math.min(retryMs, Math.max(1, leftMs / 2), this.#renewEveryMs))).unref();
+      this.#timer = setTimeout(
+        () => {
+          this.#renewing = this.#renew(retryMs * 2).finally(() => (this.#renewing = undefined));
+        },
+        timerDelay(Math.min(retryMs, Math.max(1, leftMs / 2), this.#renewEveryMs)),
+      ).unref();
     }
   }
 

@@ -3,7 +3,7 @@ import type { LeaseGrant } from './types.js';
 import { checkOptionalNumber } from '../kernel/numbers.js';
 import { MAX_TOKEN } from '../kernel/token.js';
 
-export const DEFAULT_TTL_MS = 30_000;
+const DEFAULT_TTL_MS = 30_000;
 /** 9999-12-31T23:59:59.999Z: the last instant RFC 3339 (and Go's time) can write. */
 export const MAX_EXPIRY_MS = 253_402_300_799_999;
 
@@ -79,12 +79,15 @@ export function resolveClock(value: unknown): () => number {
 /** Reads the clock, refusing a value no record could hold. */
 export function readClock(clock: () => number): number {
   const now = clock();
-  if (typeof now !== 'number' || !Number.isFinite(now)) throw new TypeError(`clock() must return a finite number, got ${String(now)}`);
+  if (typeof now !== 'number' || !Number.isFinite(now))
+    throw new TypeError(`clock() must return a finite number, got ${String(now)}`);
   return now;
 }
 
 export function checkExpiry(expiryMs: number): void {
   if (!(expiryMs <= MAX_EXPIRY_MS)) {
-    throw new RangeError(`expiry ${expiryMs} ms is past 9999-12-31T23:59:59.999Z, the last RFC 3339 instant: ttlMs is too large`);
+    throw new RangeError(
+      `expiry ${expiryMs} ms is past 9999-12-31T23:59:59.999Z, the last RFC 3339 instant: ttlMs is too large`,
+    );
   }
 }

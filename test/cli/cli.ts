@@ -22,7 +22,10 @@ export class CliProcess {
   readonly #listeners = new Set<() => void>();
 
   constructor(args: readonly string[], env: NodeJS.ProcessEnv = {}) {
-    this.child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    this.child = spawn(process.execPath, [BIN, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
+    });
     this.child.stdout!.on('data', (chunk: Buffer) => {
       this.stdout += chunk.toString();
       for (const wake of this.#listeners) wake();
@@ -50,7 +53,8 @@ export class CliProcess {
       if (this.child.exitCode !== null || this.child.signalCode !== null) {
         throw new Error(`flocklease exited before printing ${pattern}: stdout=${this.stdout} stderr=${this.stderr}`);
       }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${pattern}: stdout=${this.stdout} stderr=${this.stderr}`);
+      if (Date.now() > deadline)
+        throw new Error(`timed out waiting for ${pattern}: stdout=${this.stdout} stderr=${this.stderr}`);
       await new Promise<void>((resolve) => {
         const wake = (): void => {
           this.#listeners.delete(wake);
@@ -79,7 +83,11 @@ export function cli(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<C
 }
 
 /** Polls `check` until it returns a value other than undefined. */
-export async function until<T>(check: () => T | undefined | Promise<T | undefined>, what: string, timeoutMs = 20_000): Promise<T> {
+export async function until<T>(
+  check: () => T | undefined | Promise<T | undefined>,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

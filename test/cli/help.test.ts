@@ -23,8 +23,11 @@ describe('flocklease --help', () => {
     expect(result.code).toBe(0);
     for (const command of COMMANDS) expect(result.stdout).toMatch(new RegExp(`\\n {2}${command} `));
     expect(result.stdout).toMatch(/Durations: 500ms, 30s, 5m, 2h/);
-    for (const code of ['0 ', '64', '65', '75', '79', '1 ']) expect(result.stdout).toMatch(new RegExp(`\\n {2}${code} `));
-    const pkg = JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    for (const code of ['0 ', '64', '65', '75', '79', '1 '])
+      expect(result.stdout).toMatch(new RegExp(`\\n {2}${code} `));
+    const pkg = JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
     expect(await cli(['--version'])).toMatchObject({ code: 0, stdout: `${pkg.version}\n` });
   });
 
@@ -37,8 +40,14 @@ describe('flocklease --help', () => {
       [['frobnicate'], /^flocklease: unknown command 'frobnicate'/],
       [['inspect'], /^flocklease: missing required argument 'dir'/],
       [['inspect', '/tmp', '--color'], /^flocklease: unknown option '--color'/],
-      [['prune', '/tmp', '--older-than', 'a week'], /^flocklease: option '--older-than <duration>' argument 'a week' is invalid/],
-      [['prune', '/tmp', '--lock-timeout', '0'], /^flocklease: option '--lock-timeout <duration>' argument '0' is invalid\. must be more than 0/],
+      [
+        ['prune', '/tmp', '--older-than', 'a week'],
+        /^flocklease: option '--older-than <duration>' argument 'a week' is invalid/,
+      ],
+      [
+        ['prune', '/tmp', '--lock-timeout', '0'],
+        /^flocklease: option '--lock-timeout <duration>' argument '0' is invalid\. must be more than 0/,
+      ],
       [['release', '/tmp', '--force'], /^flocklease: required option '--id <id>' not specified/],
     ];
     for (const [args, message] of cases) {

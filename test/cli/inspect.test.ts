@@ -44,7 +44,12 @@ describe('flocklease inspect', () => {
     // expired, its holder (this process) still running; and expired with its holder gone
     const short = new Lease(dir, { ttlMs: 100 });
     await short.acquire('expired-live', 'carol');
-    writeRecordFile(dir, 'expired-dead', { owner: 'dave', token: 17n, expiryMs: Date.now() - HOUR, session: 'expired-dead' });
+    writeRecordFile(dir, 'expired-dead', {
+      owner: 'dave',
+      token: 17n,
+      expiryMs: Date.now() - HOUR,
+      session: 'expired-dead',
+    });
     // released
     const lease = new Lease(dir, { ttlMs: 60_000 });
     const released = await lease.acquire('released-1', 'erin');
@@ -69,19 +74,51 @@ describe('flocklease inspect', () => {
     }, 'the waiter to queue');
 
     const byId = (id: string): JsonRow => rows.find((row) => row.kind === 'lease' && row.id === id)!;
-    expect(byId('held-1')).toMatchObject({ state: 'held', owner: 'alice', token: held.token, locked: true, pid: holder.pid, waiters: 1 });
-    expect(byId('held-1').queue).toEqual([{ ticket: expect.any(Number), owner: 'grace', pid: waiter.pid }]);
+    expect(byId('held-1')).toMatchObject({
+      state: 'held',
+      owner: 'alice',
+      token: held.token,
+      locked: true,
+      pid: holder.pid,
+      waiters: 1,
+    });
+    expect(byId('held-1').queue).toEqual([{ ticket: expect.any(Number) as unknown, owner: 'grace', pid: waiter.pid }]);
     expect(byId('held-1').expiresInMs).toBeGreaterThan(50_000);
-    expect(byId('crashed-1')).toMatchObject({ state: 'crashed', owner: 'bob', token: crashed.token, locked: false, pid: null });
+    expect(byId('crashed-1')).toMatchObject({
+      state: 'crashed',
+      owner: 'bob',
+      token: crashed.token,
+      locked: false,
+      pid: null,
+    });
     expect(byId('expired-live')).toMatchObject({ state: 'expired', owner: 'carol', locked: true, pid: process.pid });
-    expect(byId('expired-dead')).toMatchObject({ state: 'expired', owner: 'dave', token: '17', locked: false, pid: null });
+    expect(byId('expired-dead')).toMatchObject({
+      state: 'expired',
+      owner: 'dave',
+      token: '17',
+      locked: false,
+      pid: null,
+    });
     expect(byId('expired-dead').expiresInMs).toBeLessThan(-HOUR + 60_000);
-    expect(byId('released-1')).toMatchObject({ state: 'released', owner: '', token: String(released.token), pid: null });
+    expect(byId('released-1')).toMatchObject({
+      state: 'released',
+      owner: '',
+      token: String(released.token),
+      pid: null,
+    });
     const corrupt = rows.find((row) => row.state === 'corrupt')!;
-    expect(corrupt).toMatchObject({ kind: 'lease', id: leaseFiles(dir, 'corrupt-1').safe, owner: null, token: null, expiry: null });
+    expect(corrupt).toMatchObject({
+      kind: 'lease',
+      id: leaseFiles(dir, 'corrupt-1').safe,
+      owner: null,
+      token: null,
+      expiry: null,
+    });
     expect(corrupt.problem).toMatch(/not valid JSON/);
 
-    const leftovers = rows.filter((row) => row.state === 'leftover').map((row) => [row.kind, row.path.slice(dir.length + 1)]);
+    const leftovers = rows
+      .filter((row) => row.state === 'leftover')
+      .map((row) => [row.kind, row.path.slice(dir.length + 1)]);
     expect(leftovers).toEqual(
       expect.arrayContaining([
         ['orphan-live', `${r.safe}.5.live`],
@@ -90,7 +127,11 @@ describe('flocklease inspect', () => {
         ['corrupt-copy', `${r.safe}.corrupt-20260101T000000000Z`],
       ]),
     );
-    expect(rows.find((row) => row.kind === 'orphan-live')).toMatchObject({ token: '5', locked: false, id: 'released-1' });
+    expect(rows.find((row) => row.kind === 'orphan-live')).toMatchObject({
+      token: '5',
+      locked: false,
+      id: 'released-1',
+    });
     // --json: every object has the same fields, tokens are strings
     const keys = Object.keys(rows[0]!).sort();
     for (const row of rows) {
@@ -102,7 +143,9 @@ describe('flocklease inspect', () => {
     const human = await cli(['inspect', dir]);
     expect(human.code).toBe(0);
     const line = (id: string): string => human.stdout.split('\n').find((l) => l.startsWith(`${id} `))!;
-    expect(line('held-1')).toMatch(new RegExp(`^held-1 +held +alice +${held.token} +\\S+Z \\(in \\S+\\) +${holder.pid} +1\\b`));
+    expect(line('held-1')).toMatch(
+      new RegExp(`^held-1 +held +alice +${held.token} +\\S+Z \\(in \\S+\\) +${holder.pid} +1\\b`),
+    );
     expect(line('crashed-1')).toMatch(/ crashed .* holder died: the next acquire takes over$/);
     expect(line('expired-live')).toMatch(new RegExp(` expired .*ago\\) +${process.pid} .*holder still running`));
     expect(line('expired-dead')).toMatch(/ expired +dave +17 +\S+ \(1h00m ago\) +- +0 +takeable$/);
@@ -122,7 +165,10 @@ describe('flocklease inspect', () => {
     await holder.acquire('s1', 'alice');
     // A record as the Go original writes it: no .lock file beside it, no "session" field.
     const goSafe = leaseFiles(dir, 'go-session').safe;
-    fs.writeFileSync(join(dir, `${goSafe}.lease.json`), '{"owner":"go","token":3,"expiry":"2099-01-02T03:04:05.123456789+01:00"}');
+    fs.writeFileSync(
+      join(dir, `${goSafe}.lease.json`),
+      '{"owner":"go","token":3,"expiry":"2099-01-02T03:04:05.123456789+01:00"}',
+    );
     const before = snapshot(dir);
     const stats = fs.readdirSync(dir).map((name) => [name, fs.statSync(join(dir, name)).mtimeMs]);
     for (let i = 0; i < 3; i++) {
@@ -145,7 +191,13 @@ describe('flocklease inspect', () => {
     await lease.acquire('other', 'me');
     const one = JSON.parse((await cli(['inspect', dir, '--id', 'a/b c', '--json'])).stdout) as JsonRow[];
     expect(one).toHaveLength(1);
-    expect(one[0]).toMatchObject({ id: 'a/b c', safeId: leaseFiles(dir, 'a/b c').safe, state: 'held', pid: process.pid, token: String(grant.token) });
+    expect(one[0]).toMatchObject({
+      id: 'a/b c',
+      safeId: leaseFiles(dir, 'a/b c').safe,
+      state: 'held',
+      pid: process.pid,
+      token: String(grant.token),
+    });
     const none = await cli(['inspect', dir, '--id', 'never-used']);
     expect(none).toMatchObject({ code: 0, stdout: `No lease for "never-used" in ${dir}.\n` });
     expect(JSON.parse((await cli(['inspect', dir, '--id', 'never-used', '--json'])).stdout)).toEqual([]);
@@ -168,6 +220,7 @@ describe('flocklease inspect', () => {
     await lease.acquire(longId, 'me');
     const text = await cli(['inspect', dir]);
     expect(text.code).toBe(0);
+    // eslint-disable-next-line no-control-regex -- the test looks for control characters on purpose
     expect(text.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/); // only the newlines between rows
     const lines = text.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(4); // the header and one row per lease: no row split by a newline

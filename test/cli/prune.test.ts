@@ -31,15 +31,35 @@ async function populated(): Promise<{ dir: string; holder: LeaseAgent; keep: str
   await lease.release(await lease.acquire('young-tombstone', 'carol'));
   const f = (id: string) => leaseFiles(dir, id);
   // A tombstone released two days ago (a lease this project released, with its .lock).
-  writeRecordFile(dir, 'old-tombstone', { owner: '', token: 1000n, expiryMs: Date.now() - 48 * HOUR, session: 'old-tombstone' });
+  writeRecordFile(dir, 'old-tombstone', {
+    owner: '',
+    token: 1000n,
+    expiryMs: Date.now() - 48 * HOUR,
+    session: 'old-tombstone',
+  });
   fs.writeFileSync(f('old-tombstone').lock, '');
   // Expired two days ago, holder gone: as good as released. Expired a minute ago: too young.
-  writeRecordFile(dir, 'old-expired', { owner: 'dave', token: 2000n, expiryMs: Date.now() - 48 * HOUR, session: 'old-expired' });
-  writeRecordFile(dir, 'young-expired', { owner: 'erin', token: 3000n, expiryMs: Date.now() - 60_000, session: 'young-expired' });
+  writeRecordFile(dir, 'old-expired', {
+    owner: 'dave',
+    token: 2000n,
+    expiryMs: Date.now() - 48 * HOUR,
+    session: 'old-expired',
+  });
+  writeRecordFile(dir, 'young-expired', {
+    owner: 'erin',
+    token: 3000n,
+    expiryMs: Date.now() - 60_000,
+    session: 'young-expired',
+  });
   // A tombstone whose token is ahead of the wall clock (a Go process's +1, or a clock stepped
   // back): pruning it would let the next takeover issue a smaller token.
   const ahead = BigInt(Date.now() + 10 * HOUR) * 1000n;
-  writeRecordFile(dir, 'token-ahead', { owner: '', token: ahead, expiryMs: Date.now() - 48 * HOUR, session: 'token-ahead' });
+  writeRecordFile(dir, 'token-ahead', {
+    owner: '',
+    token: ahead,
+    expiryMs: Date.now() - 48 * HOUR,
+    session: 'token-ahead',
+  });
   // Leftovers: an orphan .live of the held id, a temp file, a dead waiter's file, a stray lock.
   fs.writeFileSync(f('held').live(7n), '');
   fs.writeFileSync(`${f('young-tombstone').record}.4242-00000001.tmp`, '{"ow');
@@ -83,7 +103,9 @@ describe('flocklease prune', () => {
     for (const name of gone) expect(files, name).not.toContain(name);
     expect(fs.existsSync(crashedLive)).toBe(true); // a crashed, unexpired lease: left for the next acquire
     expect(result.stdout).toMatch(/^removed .*old-tombstone-\w+\.lease\.json {2}\(record: released 2d0h ago\)$/m);
-    expect(result.stdout).toMatch(/^removed .*old-expired-\w+\.lease\.json {2}\(record: expired 2d0h ago, holder gone\)$/m);
+    expect(result.stdout).toMatch(
+      /^removed .*old-expired-\w+\.lease\.json {2}\(record: expired 2d0h ago, holder gone\)$/m,
+    );
     expect(result.stdout).toMatch(/^Removed 7 files \(2 records\); 5 ids left alone\.$/m);
     // The leases it kept are counted among the ids left alone, each with its reason.
     expect(result.stdout).toMatch(/^left alone held: held$/m);
@@ -93,13 +115,23 @@ describe('flocklease prune', () => {
     expect(result.stdout).toMatch(/^left alone token-ahead: released 2d0h ago: its token is ahead of the clock$/m);
 
     // The holder never noticed.
-    expect(inspectLeaseDir(dir, { id: 'held' }).leases[0]).toMatchObject({ state: 'held', token: held.token, pid: holder.pid });
+    expect(inspectLeaseDir(dir, { id: 'held' }).leases[0]).toMatchObject({
+      state: 'held',
+      token: held.token,
+      pid: holder.pid,
+    });
     expect((await holder.call({ op: 'renew' })).ok).toBe(true);
     // Nothing more to do with the same age; with age 0 the young tombstone and the young dead
     // expired record go too; the token ahead of the clock never does.
-    expect((await cli(['prune', dir, '--older-than', '1h'])).stdout).toMatch(/^Removed 0 files \(0 records\); 5 ids left alone\.$/m);
+    expect((await cli(['prune', dir, '--older-than', '1h'])).stdout).toMatch(
+      /^Removed 0 files \(0 records\); 5 ids left alone\.$/m,
+    );
     await cli(['prune', dir, '--older-than', '0']);
-    expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['crashed', 'held', 'token-ahead']);
+    expect(
+      inspectLeaseDir(dir)
+        .leases.map((row) => row.id)
+        .sort(),
+    ).toEqual(['crashed', 'held', 'token-ahead']);
   });
 
   test('--dry-run prints exactly what a prune removes, and changes nothing', async () => {
@@ -111,7 +143,10 @@ describe('flocklease prune', () => {
     const wouldGo = [...dry.stdout.matchAll(/^would remove (\S+)/gm)].map((m) => m[1]).sort();
     expect(wouldGo).toEqual([...gone].sort());
     expect(dry.stdout).toMatch(/^Dry run: would remove 7 files \(2 records\); 5 ids left alone\.$/m);
-    const json = JSON.parse((await cli(['prune', dir, '--older-than', '1h', '--dry-run', '--json'])).stdout) as { dryRun: boolean; removed: Array<{ path: string }> };
+    const json = JSON.parse((await cli(['prune', dir, '--older-than', '1h', '--dry-run', '--json'])).stdout) as {
+      dryRun: boolean;
+      removed: Array<{ path: string }>;
+    };
     expect(json.dryRun).toBe(true);
     expect(json.removed.map((r) => r.path.slice(dir.length + 1)).sort()).toEqual(wouldGo);
     expect(snapshot(dir)).toEqual(before);
@@ -136,12 +171,20 @@ describe('flocklease prune', () => {
       ['go-temp', old],
       ['go-temp', recent],
     ]);
-    expect((await cli(['inspect', dir])).stdout).toMatch(new RegExp(`^  ${old.replace(/\./g, '\\.')}  go-temp  the Go original's interrupted record write$`, 'm'));
+    expect((await cli(['inspect', dir])).stdout).toMatch(
+      new RegExp(`^  ${old.replace(/\./g, '\\.')}  go-temp  the Go original's interrupted record write$`, 'm'),
+    );
     // Younger than --older-than: kept.
-    expect((await cli(['prune', dir, '--older-than', '3h'])).stdout).toBe('Removed 0 files (0 records); 0 ids left alone.\n');
-    expect((await cli(['prune', dir, '--older-than', '0', '--dry-run'])).stdout).toMatch(/^would remove \.lease-3141592653\.json\.tmp {2}\(go-temp: /m);
+    expect((await cli(['prune', dir, '--older-than', '3h'])).stdout).toBe(
+      'Removed 0 files (0 records); 0 ids left alone.\n',
+    );
+    expect((await cli(['prune', dir, '--older-than', '0', '--dry-run'])).stdout).toMatch(
+      /^would remove \.lease-3141592653\.json\.tmp {2}\(go-temp: /m,
+    );
     const result = await cli(['prune', dir, '--older-than', '0']);
-    expect(result.stdout).toMatch(/^removed \.lease-3141592653\.json\.tmp {2}\(go-temp: the Go original's interrupted record write, written 2h0m ago\)$/m);
+    expect(result.stdout).toMatch(
+      /^removed \.lease-3141592653\.json\.tmp {2}\(go-temp: the Go original's interrupted record write, written 2h0m ago\)$/m,
+    );
     expect(fs.readdirSync(dir).sort()).toEqual([recent, notGo].sort());
   });
 
@@ -151,7 +194,10 @@ describe('flocklease prune', () => {
     await holder.acquire('busy', 'alice');
     const waiter = await LeaseAgent.start(dir, 60_000);
     void waiter.call({ op: 'acquire', id: 'busy', owner: 'bob', waitMs: 60_000 }).catch(() => {});
-    await until(() => (inspectLeaseDir(dir, { id: 'busy' }).leases[0]!.waiters.length === 1 ? true : undefined), 'the waiter to queue');
+    await until(
+      () => (inspectLeaseDir(dir, { id: 'busy' }).leases[0]!.waiters.length === 1 ? true : undefined),
+      'the waiter to queue',
+    );
     fs.writeFileSync(leaseFiles(dir, 'busy').live(9n), ''); // an orphan it would otherwise remove
     const before = snapshot(dir);
     const result = await cli(['prune', dir, '--older-than', '0']);
@@ -161,10 +207,18 @@ describe('flocklease prune', () => {
     const lease = new Lease(dir);
     await lease.release(await lease.acquire('done', 'me'));
     await lease.release(await lease.acquire('also-done', 'me'));
-    await until(() => (BigInt(Date.now()) * 1000n > inspectLeaseDir(dir, { id: 'also-done' }).leases[0]!.token! ? true : undefined), 'the clock to pass the token');
+    await until(
+      () =>
+        BigInt(Date.now()) * 1000n > inspectLeaseDir(dir, { id: 'also-done' }).leases[0]!.token! ? true : undefined,
+      'the clock to pass the token',
+    );
     const one = await cli(['prune', dir, '--older-than', '0', '--id', 'done']);
     expect(one.stdout).toMatch(/^Removed 2 files \(1 record\); 0 ids left alone\.$/m);
-    expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['also-done', 'busy']);
+    expect(
+      inspectLeaseDir(dir)
+        .leases.map((row) => row.id)
+        .sort(),
+    ).toEqual(['also-done', 'busy']);
   });
 
   test('never hangs on a busy transition lock, and skips a planted symlink: those ids are left alone and reported', async () => {
@@ -184,9 +238,16 @@ describe('flocklease prune', () => {
       expect(result.code).toBe(0);
       expect(result.stdout).toMatch(/^left alone stuck: its transition lock stayed busy for 200 ms$/m);
       expect(result.stdout).toMatch(/^left alone linked: .*is a symbolic link; lease files are never followed$/m);
-      expect(inspectLeaseDir(dir).leases.map((row) => row.id).sort()).toEqual(['linked', 'stuck']);
+      expect(
+        inspectLeaseDir(dir)
+          .leases.map((row) => row.id)
+          .sort(),
+      ).toEqual(['linked', 'stuck']);
       // repair and release --force give up too, with 75 (try again later).
-      for (const args of [['repair', dir, '--id', 'stuck'], ['release', dir, '--id', 'stuck', '--force']]) {
+      for (const args of [
+        ['repair', dir, '--id', 'stuck'],
+        ['release', dir, '--id', 'stuck', '--force'],
+      ]) {
         const busy = await cli([...args, '--lock-timeout', '200ms']);
         expect(busy.code).toBe(75);
         expect(busy.stderr).toMatch(/was not free within 200 ms/);
@@ -223,8 +284,8 @@ describe('flocklease prune', () => {
         const child = spawn(process.execPath, [RACE, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
         let out = '';
         let err = '';
-        child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-        child.stderr!.on('data', (chunk: Buffer) => (err += chunk.toString()));
+        child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
         return once(child, 'close').then(([code]) => {
           expect(err).toBe(''); // a violation is also described here
           expect(code).toBe(0);
@@ -238,8 +299,8 @@ describe('flocklease prune', () => {
       for (const w of workers) expect(w).toMatchObject({ transitions: 0, holders: 0 });
       expect(pruner).toMatchObject({ transitions: 0, holders: 0 });
       // The race was real: the pruner removed records and lock files while the workers ran.
-      expect(pruner!.records).toBeGreaterThan(0);
-      expect(pruner!.locks).toBeGreaterThan(0);
+      expect(pruner.records).toBeGreaterThan(0);
+      expect(pruner.locks).toBeGreaterThan(0);
       const cycles = workers.reduce((sum, w) => sum + w.cycles!, 0);
       expect(cycles).toBeGreaterThan(20);
       const tokens = fs.readFileSync(join(state, 'tokens.log'), 'utf8').trim().split('\n').map(BigInt);

@@ -39,7 +39,9 @@ describe('flocklease repair', () => {
     expect(grant.token).toBe(18446744073709000002n);
     // inspect lists the copy as a leftover; prune leaves it.
     const rows = inspectLeaseDir(dir);
-    expect(rows.leftovers).toEqual([expect.objectContaining({ kind: 'corrupt-copy', id: 'job', path: join(dir, copyName) })]);
+    expect(rows.leftovers).toEqual([
+      expect.objectContaining({ kind: 'corrupt-copy', id: 'job', path: join(dir, copyName) }),
+    ]);
     await cli(['prune', dir, '--older-than', '0']);
     expect(fs.existsSync(join(dir, copyName))).toBe(true);
   });
@@ -51,7 +53,9 @@ describe('flocklease repair', () => {
     fs.symlinkSync(join(dir, 'elsewhere'), f.record);
     const run = await cli(['run', '--dir', dir, '--id', 'job', '--', 'true']);
     expect(run.code).toBe(65);
-    expect(run.stderr).toBe(`flocklease: ${f.record} is a symbolic link; lease files are never followed (see \`flocklease repair\`)\n`);
+    expect(run.stderr).toBe(
+      `flocklease: ${f.record} is a symbolic link; lease files are never followed (see \`flocklease repair\`)\n`,
+    );
     expect((await cli(['repair', dir, '--id', 'job'])).code).toBe(0);
     expect((await cli(['run', '--dir', dir, '--id', 'job', '--', 'true'])).code).toBe(0);
   });
@@ -102,7 +106,9 @@ describe('flocklease repair', () => {
     expect(healthy).toMatchObject({ code: 0, stdout: '"fine": the record is not corrupt; nothing to repair\n' });
     const missing = await cli(['repair', dir, '--id', 'never']);
     expect(missing).toMatchObject({ code: 0, stdout: '"never": no record; nothing to repair\n' });
-    expect(fs.readdirSync(dir).filter((n) => !n.startsWith(leaseFiles(dir, 'never').safe))).toEqual(Object.keys(before));
+    expect(fs.readdirSync(dir).filter((n) => !n.startsWith(leaseFiles(dir, 'never').safe))).toEqual(
+      Object.keys(before),
+    );
 
     // As root, for a directory owned by a service user: the tombstone and the lock file are theirs.
     const owned = freshDir();
@@ -111,7 +117,8 @@ describe('flocklease repair', () => {
     fs.writeFileSync(leaseFiles(owned, 'job').record, 'garbage');
     if (process.getuid?.() === 0) fs.chownSync(leaseFiles(owned, 'job').record, NOBODY, NOBODY);
     expect((await cli(['repair', owned, '--id', 'job'])).code).toBe(0);
-    for (const name of fs.readdirSync(owned)) expect([name, fs.lstatSync(join(owned, name)).uid]).toEqual([name, owner]);
+    for (const name of fs.readdirSync(owned))
+      expect([name, fs.lstatSync(join(owned, name)).uid]).toEqual([name, owner]);
   });
 
   test('usage: --id is required; a missing directory is an error, not created', async () => {
@@ -132,7 +139,12 @@ describe('flocklease release --force', () => {
     const held = await holder.acquire('job', 'alice');
     const result = await cli(['release', dir, '--id', 'job', '--force']);
     expect(result.code).toBe(0);
-    expect(result.stdout).toMatch(new RegExp(`^broke "job": it was held by alice \\(pid ${holder.pid}, token ${held.token}, expires \\S+Z, in \\S+\\)$`, 'm'));
+    expect(result.stdout).toMatch(
+      new RegExp(
+        `^broke "job": it was held by alice \\(pid ${holder.pid}, token ${held.token}, expires \\S+Z, in \\S+\\)$`,
+        'm',
+      ),
+    );
     const tombstone = readRecordFile(dir, 'job');
     expect(tombstone.owner).toBe('');
     expect(tombstone.token).toBeGreaterThan(BigInt(held.token));
@@ -143,7 +155,11 @@ describe('flocklease release --force', () => {
     const next = await new Lease(dir).acquire('job', 'bob');
     expect(next.token).toBeGreaterThan(tombstone.token);
     // The old holder's descriptor is gone too once it saw the loss: nobody holds its old generation.
-    expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]).toMatchObject({ state: 'held', owner: 'bob', pid: process.pid });
+    expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]).toMatchObject({
+      state: 'held',
+      owner: 'bob',
+      pid: process.pid,
+    });
   });
 
   test('without --force: a usage error that changes nothing', async () => {
@@ -153,7 +169,9 @@ describe('flocklease release --force', () => {
     const before = snapshot(dir);
     const result = await cli(['release', dir, '--id', 'job']);
     expect(result.code).toBe(64);
-    expect(result.stderr).toMatch(/^flocklease: release needs --force: it breaks a lease that another process may be using/);
+    expect(result.stderr).toMatch(
+      /^flocklease: release needs --force: it breaks a lease that another process may be using/,
+    );
     expect(result.stderr).toContain(`flocklease inspect ${dir} --id job`);
     expect(snapshot(dir)).toEqual(before);
   });
@@ -167,7 +185,10 @@ describe('flocklease release --force', () => {
     const token = readRecordFile(dir, 'crashed').token;
     const again = await cli(['release', dir, '--id', 'crashed', '--force']);
     expect(again).toMatchObject({ code: 0, stdout: `"crashed": already released (token ${token}); nothing to do\n` });
-    expect(await cli(['release', dir, '--id', 'nope', '--force'])).toMatchObject({ code: 0, stdout: '"nope": no record; nothing to release\n' });
+    expect(await cli(['release', dir, '--id', 'nope', '--force'])).toMatchObject({
+      code: 0,
+      stdout: '"nope": no record; nothing to release\n',
+    });
     fs.writeFileSync(leaseFiles(dir, 'bad').record, '{');
     const corrupt = await cli(['release', dir, '--id', 'bad', '--force']);
     expect(corrupt.code).toBe(65);

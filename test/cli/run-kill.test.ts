@@ -34,7 +34,8 @@ describe('flocklease run: kill -9', () => {
     const pids = join(dir, 'pids');
     const heartbeat = join(dir, 'heartbeat');
     // A command that forks children of its own, and a heartbeat writer.
-    const script = `sleep 1000 & echo $! >> ${pids}; sleep 1000 & echo $! >> ${pids}; echo $$ >> ${pids}; ` +
+    const script =
+      `sleep 1000 & echo $! >> ${pids}; sleep 1000 & echo $! >> ${pids}; echo $$ >> ${pids}; ` +
       `n=0; while :; do n=$((n+1)); echo $n > ${heartbeat}; sleep 0.02; done`;
     const first = new CliProcess(['run', '--dir', dir, '--id', 'job', '--ttl', '30s', '--', 'sh', '-c', script]);
     const recorded = await until(() => {
@@ -47,10 +48,26 @@ describe('flocklease run: kill -9', () => {
     expect(Number(group)).not.toBe(first.pid); // the group is the supervisor's, not run's
 
     const second = new CliProcess([
-      'run', '--dir', dir, '--id', 'job', '--ttl', '30s', '--wait', '30s', '--',
-      process.execPath, '-e', CHECKER, group, heartbeat,
+      'run',
+      '--dir',
+      dir,
+      '--id',
+      'job',
+      '--ttl',
+      '30s',
+      '--wait',
+      '30s',
+      '--',
+      process.execPath,
+      '-e',
+      CHECKER,
+      group,
+      heartbeat,
     ]);
-    await until(() => (inspectLeaseDir(dir, { id: 'job' }).leases[0]?.waiters.length === 1 ? true : undefined), 'the waiter to queue');
+    await until(
+      () => (inspectLeaseDir(dir, { id: 'job' }).leases[0]?.waiters.length === 1 ? true : undefined),
+      'the waiter to queue',
+    );
     first.kill('SIGKILL');
     expect((await first.done).signal).toBe('SIGKILL');
 
@@ -68,8 +85,24 @@ describe('flocklease run: kill -9', () => {
   test('if the supervisor itself is SIGKILLed, run SIGKILLs the group before it releases', async () => {
     const dir = freshDir();
     const pids = join(dir, 'pids');
-    const run = new CliProcess(['run', '--dir', dir, '--id', 'job', '--', 'sh', '-c', `sleep 1000 & echo $! > ${pids}; wait`]);
-    const sleeper = await until(() => (fs.existsSync(pids) && fs.readFileSync(pids, 'utf8').endsWith('\n') ? Number(fs.readFileSync(pids, 'utf8')) : undefined), 'the command');
+    const run = new CliProcess([
+      'run',
+      '--dir',
+      dir,
+      '--id',
+      'job',
+      '--',
+      'sh',
+      '-c',
+      `sleep 1000 & echo $! > ${pids}; wait`,
+    ]);
+    const sleeper = await until(
+      () =>
+        fs.existsSync(pids) && fs.readFileSync(pids, 'utf8').endsWith('\n')
+          ? Number(fs.readFileSync(pids, 'utf8'))
+          : undefined,
+      'the command',
+    );
     const stat = fs.readFileSync(`/proc/${sleeper}/stat`, 'latin1');
     const supervisor = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]); // the group leader
     process.kill(supervisor, 'SIGKILL');
@@ -84,7 +117,9 @@ describe('flocklease run: kill -9', () => {
         return 'gone';
       }
     };
-    expect(['gone', 'Z']).toContain(await until(() => (state() === 'S' || state() === 'R' ? undefined : state()), 'the sleeper to die', 5000));
+    expect(['gone', 'Z']).toContain(
+      await until(() => (state() === 'S' || state() === 'R' ? undefined : state()), 'the sleeper to die', 5000),
+    );
     expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]!.state).toBe('released');
   });
 
@@ -95,7 +130,10 @@ describe('flocklease run: kill -9', () => {
       expect(result.stderr).toMatch(/^usage: flocklease-supervisor --parent-pid <pid>/);
     }
     // A parent that is not ours (already gone, as far as the supervisor can tell): the command never starts.
-    const orphan = spawnSync(supervisorPath(), ['--parent-pid', '1', '--', 'sh', '-c', 'echo started'], { encoding: 'utf8', timeout: 5000 });
+    const orphan = spawnSync(supervisorPath(), ['--parent-pid', '1', '--', 'sh', '-c', 'echo started'], {
+      encoding: 'utf8',
+      timeout: 5000,
+    });
     expect(orphan).toMatchObject({ status: 137, stdout: '' });
   });
 });

@@ -38,8 +38,8 @@ describe('flocklease run', () => {
       FLOCKLEASE_DIR: dir,
       FLOCKLEASE_SESSION: 'job',
       FLOCKLEASE_OWNER: 'me',
-      FLOCKLEASE_TOKEN: expect.stringMatching(/^\d+$/),
-      FLOCKLEASE_EXPIRY: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      FLOCKLEASE_TOKEN: expect.stringMatching(/^\d+$/) as unknown,
+      FLOCKLEASE_EXPIRY: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) as unknown,
       FLOCKLEASE_TTL_MS: '20000',
     });
     const expiresIn = Date.parse(report.env.FLOCKLEASE_EXPIRY!) - Date.now();
@@ -47,7 +47,12 @@ describe('flocklease run', () => {
     expect(expiresIn).toBeLessThanOrEqual(20_000);
     // While it ran, the lease was held by run itself, under that token; the command's parent is
     // run's supervisor (comm is cut to 15 characters).
-    expect(report.lease).toEqual({ state: 'held', owner: 'me', token: report.env.FLOCKLEASE_TOKEN, pid: report.runPid });
+    expect(report.lease).toEqual({
+      state: 'held',
+      owner: 'me',
+      token: report.env.FLOCKLEASE_TOKEN,
+      pid: report.runPid,
+    });
     expect(report.parentName).toBe('flocklease-supe');
     expect(result.stderr).toBe('');
 
@@ -84,7 +89,14 @@ describe('flocklease run', () => {
     run.kill('SIGTERM');
     const result = await run.done;
     expect(result.code).toBe(42); // the command's own exit status on SIGTERM
-    expect(result.stdout.match(/got SIG\w+/g)).toEqual(['got SIGUSR1', 'got SIGUSR2', 'got SIGHUP', 'got SIGINT', 'got SIGQUIT', 'got SIGTERM']);
+    expect(result.stdout.match(/got SIG\w+/g)).toEqual([
+      'got SIGUSR1',
+      'got SIGUSR2',
+      'got SIGHUP',
+      'got SIGINT',
+      'got SIGQUIT',
+      'got SIGTERM',
+    ]);
     expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]!.state).toBe('released');
   });
 
@@ -99,13 +111,16 @@ describe('flocklease run', () => {
     const command = `exec ${[node, BIN, ...runArgs(dir, 'job', ...flags, '--', node, CHILD, 'trap')].map((a) => `'${a}'`).join(' ')}`;
     const tty = spawn('script', ['-qefc', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
     let screen = '';
-    tty.stdout!.on('data', (chunk: Buffer) => (screen += chunk.toString()));
+    tty.stdout.on('data', (chunk: Buffer) => (screen += chunk.toString()));
     const exited = once(tty, 'close');
     try {
       const ready = await until(() => /ready \d+ parent (\d+)/.exec(screen) ?? undefined, 'the command to start');
       for (let presses = 1; presses <= 2; presses++) {
-        tty.stdin!.write('\x03');
-        await until(() => ((screen.match(/got SIGINT/g)?.length ?? 0) >= presses ? true : undefined), `Ctrl-C number ${presses}`);
+        tty.stdin.write('\x03');
+        await until(
+          () => ((screen.match(/got SIGINT/g)?.length ?? 0) >= presses ? true : undefined),
+          `Ctrl-C number ${presses}`,
+        );
         await sleep(300); // a second delivery of the same Ctrl-C would show by now
         expect(screen.match(/got SIGINT/g)).toHaveLength(presses);
       }
@@ -131,7 +146,9 @@ describe('flocklease run', () => {
     const result = await run.done;
     expect(result.code).toBe(79);
     expect(result.stdout).toMatch(/got SIGTERM/);
-    expect(result.stderr).toMatch(/^flocklease: lease "job" was lost: it was released \(token \d+\); terminating the command \(SIGTERM, SIGKILL after 5s\)$/m);
+    expect(result.stderr).toMatch(
+      /^flocklease: lease "job" was lost: it was released \(token \d+\); terminating the command \(SIGTERM, SIGKILL after 5s\)$/m,
+    );
     expect(result.stderr).toMatch(/the command ended \(status 0\) after the lease was lost: exit 79/);
     await until(() => (alive(grandchild) ? undefined : true), 'the grandchild to be gone'); // the group got SIGTERM too
     // The next holder gets a greater token than the broken one.
@@ -141,7 +158,9 @@ describe('flocklease run', () => {
 
   test('on loss a command that ignores SIGTERM is SIGKILLed after --kill-after', async () => {
     const dir = freshDir();
-    const run = new CliProcess(runArgs(dir, 'job', '--ttl', '900ms', '--kill-after', '300ms', '--', node, CHILD, 'ignore-term'));
+    const run = new CliProcess(
+      runArgs(dir, 'job', '--ttl', '900ms', '--kill-after', '300ms', '--', node, CHILD, 'ignore-term'),
+    );
     await run.output(/ready \d+/);
     expect((await cli(['release', dir, '--id', 'job', '--force'])).code).toBe(0);
     await run.output(/was lost/);
@@ -161,7 +180,10 @@ describe('flocklease run', () => {
     const holder = await LeaseAgent.start(dir, 60_000);
     await holder.acquire('job', 'alice');
     const run = new CliProcess(runArgs(dir, 'job', '--wait', '20s', '--', node, CHILD, 'report', '0'));
-    await until(() => (inspectLeaseDir(dir, { id: 'job' }).leases[0]!.waiters.length === 1 ? true : undefined), 'run to queue');
+    await until(
+      () => (inspectLeaseDir(dir, { id: 'job' }).leases[0]!.waiters.length === 1 ? true : undefined),
+      'run to queue',
+    );
     expect(run.stdout).toBe(''); // the command has not run
     const releasedAt = Date.now();
     expect((await holder.call({ op: 'release' })).ok).toBe(true);
@@ -180,11 +202,17 @@ describe('flocklease run', () => {
     const now = await cli(runArgs(dir, 'job', '--', 'touch', marker));
     expect(now.code).toBe(75);
     expect(now.stderr).toMatch(
-      new RegExp(`^flocklease: lease "job" is held by alice \\(pid ${holder.pid}, token ${held.token}, expires \\S+Z, in \\S+\\)\\n$`),
+      new RegExp(
+        `^flocklease: lease "job" is held by alice \\(pid ${holder.pid}, token ${held.token}, expires \\S+Z, in \\S+\\)\\n$`,
+      ),
     );
     const waited = await cli(runArgs(dir, 'job', '--wait', '300ms', '--', 'touch', marker));
     expect(waited.code).toBe(75);
-    expect(waited.stderr).toMatch(new RegExp(`^flocklease: lease "job" not obtained within 300ms: held by alice \\(pid ${holder.pid}, token ${held.token}, .*\\)\\n$`));
+    expect(waited.stderr).toMatch(
+      new RegExp(
+        `^flocklease: lease "job" not obtained within 300ms: held by alice \\(pid ${holder.pid}, token ${held.token}, .*\\)\\n$`,
+      ),
+    );
     expect(fs.existsSync(marker)).toBe(false);
     expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]).toMatchObject({ state: 'held', owner: 'alice', waiters: [] });
   });
@@ -195,7 +223,10 @@ describe('flocklease run', () => {
     await holder.acquire('job', 'alice');
     const marker = join(dir, 'ran');
     const run = new CliProcess(runArgs(dir, 'job', '--wait', 'forever', '--', 'touch', marker));
-    await until(() => (inspectLeaseDir(dir, { id: 'job' }).leases[0]!.waiters.length === 1 ? true : undefined), 'run to queue');
+    await until(
+      () => (inspectLeaseDir(dir, { id: 'job' }).leases[0]!.waiters.length === 1 ? true : undefined),
+      'run to queue',
+    );
     run.kill('SIGTERM');
     expect((await run.done).code).toBe(143);
     expect(inspectLeaseDir(dir, { id: 'job' }).leases[0]!.waiters).toEqual([]);
@@ -206,10 +237,16 @@ describe('flocklease run', () => {
   test('usage errors exit 64 with a message, before touching the directory', async () => {
     const dir = join(freshDir(), 'leases');
     const cases: Array<[string[], RegExp]> = [
-      [runArgs(dir, 'job', '--ttl', '5x', '--', 'true'), /option '--ttl <duration>' argument '5x' is invalid\. invalid duration "5x": use e\.g\. 500ms, 30s, 5m/],
+      [
+        runArgs(dir, 'job', '--ttl', '5x', '--', 'true'),
+        /option '--ttl <duration>' argument '5x' is invalid\. invalid duration "5x": use e\.g\. 500ms, 30s, 5m/,
+      ],
       [runArgs(dir, 'job', '--ttl', '0', '--', 'true'), /must be more than 0/],
       // A bare number is not milliseconds (nor seconds): a unit is required.
-      [runArgs(dir, 'job', '--ttl', '10', '--', 'true'), /argument '10' is invalid\. duration "10" has no unit: write 10s or 10ms/],
+      [
+        runArgs(dir, 'job', '--ttl', '10', '--', 'true'),
+        /argument '10' is invalid\. duration "10" has no unit: write 10s or 10ms/,
+      ],
       [runArgs(dir, 'job', '--wait', '5', '--', 'true'), /duration "5" has no unit: write 5s or 5ms/],
       [runArgs(dir, 'job', '--kill-after', '2.5', '--', 'true'), /duration "2\.5" has no unit: write 2\.5s or 2\.5ms/],
       [['prune', dir, '--older-than', '24'], /duration "24" has no unit/],

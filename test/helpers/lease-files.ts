@@ -29,7 +29,11 @@ export function snapshot(dir: string): Record<string, string> {
   for (const name of fs.readdirSync(dir).sort()) {
     const path = join(dir, name);
     const stat = fs.lstatSync(path);
-    out[name] = stat.isSymbolicLink() ? `-> ${fs.readlinkSync(path)}` : stat.isFile() ? fs.readFileSync(path, 'latin1') : '<dir>';
+    out[name] = stat.isSymbolicLink()
+      ? `-> ${fs.readlinkSync(path)}`
+      : stat.isFile()
+        ? fs.readFileSync(path, 'latin1')
+        : '<dir>';
   }
   return out;
 }

@@ -34,10 +34,12 @@ describe('CodedError', () => {
     const dir = mkdtempSync(join(tmpdir(), 'kernel-copy-'));
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-    it('an error from one copy is an instance of the other copy\'s classes', async () => {
+    it("an error from one copy is an instance of the other copy's classes", async () => {
       // A second copy of the built kernel, as a second install of the package would have it.
       cpSync(join(import.meta.dirname, '../../dist/kernel'), dir, { recursive: true });
-      const copy = (await import(pathToFileURL(join(dir, 'errors.js')).href)) as typeof import('../../src/kernel/errors.js');
+      const copy = (await import(
+        pathToFileURL(join(dir, 'errors.js')).href
+      )) as typeof import('../../src/kernel/errors.js');
       expect(copy.CodedError).not.toBe(CodedError);
       class CopyBoomError extends copy.CodedError {
         readonly code = 'EBOOM';

@@ -201,7 +201,10 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
     const tsc = path.join(root, 'node_modules/typescript/bin/tsc');
     const common = ['--noEmit', '--strict', '--target', 'es2022', '--skipLibCheck', '--types', 'node'];
     const typeRoots = ['--typeRoots', path.join(root, 'node_modules/@types')];
-    for (const resolution of [['--module', 'nodenext'], ['--module', 'esnext', '--moduleResolution', 'bundler']]) {
+    for (const resolution of [
+      ['--module', 'nodenext'],
+      ['--module', 'esnext', '--moduleResolution', 'bundler'],
+    ]) {
       const checked = sh('node', [tsc, ...common, ...typeRoots, ...resolution, 'use-it.ts'], dir);
       expect(checked.status, `${resolution.join(' ')}: ${checked.stdout}`).toBe(0);
     }

@@ -31,7 +31,8 @@ const reply = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 const events = [];
 for (const name of ['acquire', 'takeover', 'renew', 'reclaim', 'release', 'loss']) {
   diagnostics.subscribe(`flocklease:${name}`, (message) => {
-    const { lease: _lease, grant, previous, holder, ...rest } = message;
+    const { grant, previous, holder, ...rest } = message;
+    delete rest.lease; // the Lease object itself: not data
     events.push({
       channel: name,
       ...rest,
@@ -47,7 +48,10 @@ for (const name of ['acquire', 'takeover', 'renew', 'reclaim', 'release', 'loss'
 function signalFor(command) {
   if (command.abortAfterMs === undefined) return undefined;
   const controller = new AbortController();
-  setTimeout(() => controller.abort(Object.assign(new Error('the caller gave up'), { code: 'EGAVEUP' })), command.abortAfterMs);
+  setTimeout(
+    () => controller.abort(Object.assign(new Error('the caller gave up'), { code: 'EGAVEUP' })),
+    command.abortAfterMs,
+  );
   return controller.signal;
 }
 

@@ -53,7 +53,9 @@ export function parseLines(text, source = 'log') {
     try {
       out.push(JSON.parse(line));
     } catch (error) {
-      throw new Error(`${source}:${i + 1}: not a JSON line (${error.message}): ${line.slice(0, 200)}`);
+      throw new Error(`${source}:${i + 1}: not a JSON line (${error.message}): ${line.slice(0, 200)}`, {
+        cause: error,
+      });
     }
   }
   return out;
@@ -169,10 +171,14 @@ export function check(history) {
             break;
           }
           if (existing !== undefined) {
-            v.add('P4', `token ${token} of ${e.id} was granted twice: to pid ${existing.pid} (${existing.owner}) at ${existing.at} and to pid ${pid} (${e.owner}) at ${e.at}`, {
-              id: e.id,
-              token: String(token),
-            });
+            v.add(
+              'P4',
+              `token ${token} of ${e.id} was granted twice: to pid ${existing.pid} (${existing.owner}) at ${existing.at} and to pid ${pid} (${e.owner}) at ${e.at}`,
+              {
+                id: e.id,
+                token: String(token),
+              },
+            );
             break;
           }
           if (mine !== undefined && mine.status !== 'ended') mine.status = 'ended'; // the lease closed its predecessor
@@ -202,8 +208,11 @@ export function check(history) {
             v.add('ERR', `pid ${pid} renewed ${e.id} (token ${token}) without holding it`, { pid, id: e.id });
             break;
           }
-          if (gen.token !== token || e.held !== undefined && BigInt(e.held) !== token) {
-            v.add('P2', `renew changed the token of ${e.id}: held ${gen.token}, renew returned ${token} (pid ${pid})`, { pid, id: e.id });
+          if (gen.token !== token || (e.held !== undefined && BigInt(e.held) !== token)) {
+            v.add('P2', `renew changed the token of ${e.id}: held ${gen.token}, renew returned ${token} (pid ${pid})`, {
+              pid,
+              id: e.id,
+            });
             break;
           }
           const last = gen.segments[gen.segments.length - 1];
@@ -240,7 +249,11 @@ export function check(history) {
           break;
         }
         case 'error': {
-          v.add('ERR', `pid ${pid}: unexpected ${e.code ?? 'error'} from ${e.op} on ${e.id}: ${e.message}`, { pid, id: e.id, code: e.code });
+          v.add('ERR', `pid ${pid}: unexpected ${e.code ?? 'error'} from ${e.op} on ${e.id}: ${e.message}`, {
+            pid,
+            id: e.id,
+            code: e.code,
+          });
           break;
         }
         default:
@@ -273,15 +286,23 @@ export function check(history) {
     // still valid at `at`, somebody replaced the record of a live, unexpired, unreleased holder.
     // (Not `begin`: the renew may have waited for the transition lock past our expiry.)
     if (validAt(gen, loss.at)) {
-      v.add('P1', `pid ${gen.pid} lost ${gen.id} (token ${gen.token}) at ${loss.at} while its lease was still valid (until ${segmentEnd(gen, loss.at)})`, {
-        id: gen.id,
-        token: String(gen.token),
-      });
+      v.add(
+        'P1',
+        `pid ${gen.pid} lost ${gen.id} (token ${gen.token}) at ${loss.at} while its lease was still valid (until ${segmentEnd(gen, loss.at)})`,
+        {
+          id: gen.id,
+          token: String(gen.token),
+        },
+      );
     }
     if (loss.holder === undefined || loss.holder === null) {
       v.add('P2', `pid ${gen.pid} lost ${gen.id} (token ${gen.token}): the record vanished`, { id: gen.id });
     } else if (BigInt(loss.holder.token) <= gen.token && !ownRecordEnded(gen, loss)) {
-      v.add('P2', `pid ${gen.pid} lost ${gen.id} (token ${gen.token}) to a record with token ${loss.holder.token}: the record went backwards`, { id: gen.id });
+      v.add(
+        'P2',
+        `pid ${gen.pid} lost ${gen.id} (token ${gen.token}) to a record with token ${loss.holder.token}: the record went backwards`,
+        { id: gen.id },
+      );
     }
   }
 
@@ -317,9 +338,13 @@ export function check(history) {
         i++;
       }
       if (max !== undefined && max.token >= gen.token) {
-        v.add('P2', `token of ${id} did not increase: token ${gen.token} (pid ${gen.pid}, acquire began ${gen.begin}) came after token ${max.token} (pid ${max.pid}, granted ${max.at})`, {
-          id,
-        });
+        v.add(
+          'P2',
+          `token of ${id} did not increase: token ${gen.token} (pid ${gen.pid}, acquire began ${gen.begin}) came after token ${max.token} (pid ${max.pid}, granted ${max.at})`,
+          {
+            id,
+          },
+        );
       }
     }
     const record = history.records?.[id];
@@ -338,12 +363,20 @@ export function check(history) {
     for (const entry of entries) {
       const token = BigInt(entry.token);
       if (max !== undefined && token < max) {
-        v.add('P3', `the resource accepted a stale write on ${id}: token ${token} (pid ${entry.pid}) after token ${max} had been accepted`, { id });
+        v.add(
+          'P3',
+          `the resource accepted a stale write on ${id}: token ${token} (pid ${entry.pid}) after token ${max} had been accepted`,
+          { id },
+        );
       }
       if (max === undefined || token > max) max = token;
       const gen = gens.get(key(id, token));
       if (gen === undefined || gen.pid !== entry.pid) {
-        v.add('P3', `the resource accepted token ${token} on ${id} from pid ${entry.pid}, but no grant gave that process that token`, { id });
+        v.add(
+          'P3',
+          `the resource accepted token ${token} on ${id} from pid ${entry.pid}, but no grant gave that process that token`,
+          { id },
+        );
       }
       accepted.set(`${entry.pid}:${id}:${entry.seq}`, entry);
     }
@@ -353,17 +386,27 @@ export function check(history) {
     const valid = gen !== undefined && validAt(gen, w.at);
     if (w.accepted) {
       if (!accepted.has(`${w.pid}:${w.id}:${w.seq}`)) {
-        v.add('P3', `pid ${w.pid}'s write #${w.seq} on ${w.id} was reported accepted but is not in the resource log`, { id: w.id });
+        v.add('P3', `pid ${w.pid}'s write #${w.seq} on ${w.id} was reported accepted but is not in the resource log`, {
+          id: w.id,
+        });
       }
       if (!valid) figures.lateAccepted++;
     } else {
       if (w.max !== undefined && BigInt(w.max) <= BigInt(w.token)) {
-        v.add('P3', `pid ${w.pid}'s write on ${w.id} (token ${w.token}) was rejected though the highest token seen was ${w.max}`, { id: w.id });
+        v.add(
+          'P3',
+          `pid ${w.pid}'s write on ${w.id} (token ${w.token}) was rejected though the highest token seen was ${w.max}`,
+          { id: w.id },
+        );
       }
       if (valid) {
-        v.add('P3', `pid ${w.pid} was fenced out of ${w.id} at ${w.at} (token ${w.token} < ${w.max}) while its lease was still valid (until ${segmentEnd(gen, w.at)}): two holders at once`, {
-          id: w.id,
-        });
+        v.add(
+          'P3',
+          `pid ${w.pid} was fenced out of ${w.id} at ${w.at} (token ${w.token} < ${w.max}) while its lease was still valid (until ${segmentEnd(gen, w.at)}): two holders at once`,
+          {
+            id: w.id,
+          },
+        );
       } else figures.staleRejected++;
     }
   }
@@ -373,7 +416,9 @@ export function check(history) {
   for (const kill of killTimes) {
     for (const gen of gens.values()) {
       if (gen.pid !== kill.pid || !validAt(gen, kill.at - 0.5)) continue;
-      const next = (gensById.get(gen.id) ?? []).filter((g) => g.at >= kill.at && g !== gen).sort((a, b) => a.at - b.at)[0];
+      const next = (gensById.get(gen.id) ?? [])
+        .filter((g) => g.at >= kill.at && g !== gen)
+        .sort((a, b) => a.at - b.at)[0];
       if (next !== undefined) latencies.push(next.at - kill.at);
     }
   }

@@ -27,7 +27,13 @@ const renew = (id: string, token: number, begin: number, at: number, expiry: num
   at,
   expiry,
 });
-const release = (id: string, token: number, begin: number, at = begin + 1): WorkerEvent => ({ ev: 'release', id, token: String(token), begin, at });
+const release = (id: string, token: number, begin: number, at = begin + 1): WorkerEvent => ({
+  ev: 'release',
+  id,
+  token: String(token),
+  begin,
+  at,
+});
 const releaseFailed = (id: string, token: number, begin: number, at = begin + 1): WorkerEvent => ({
   ev: 'release-failed',
   id,
@@ -68,7 +74,9 @@ const cont = (pid: number, at: number): NemesisEvent => ({ ev: 'cont', pid, at }
 function history(workers: Record<number, Events>, nemesis: NemesisEvent[] = [], extra: Partial<History> = {}): History {
   const resource: NonNullable<History['resource']> = {};
   const accepted = Object.entries(workers)
-    .flatMap(([pid, events]) => events.filter((e) => e.ev === 'write' && e.accepted).map((e) => ({ pid: Number(pid), e })))
+    .flatMap(([pid, events]) =>
+      events.filter((e) => e.ev === 'write' && e.accepted).map((e) => ({ pid: Number(pid), e })),
+    )
     .sort((x, y) => x.e.at - y.e.at);
   for (const { pid, e } of accepted) {
     (resource[e.id as string] ??= []).push({ token: e.token as string, pid, seq: e.seq as number, at: e.at });
@@ -83,23 +91,44 @@ function history(workers: Record<number, Events>, nemesis: NemesisEvent[] = [], 
 
 const only = (h: History) => {
   const result = check(h);
-  return { ...result, properties: Object.entries(result.byProperty).filter(([, n]) => n > 0).map(([p]) => p) };
+  return {
+    ...result,
+    properties: Object.entries(result.byProperty)
+      .filter(([, n]) => n > 0)
+      .map(([p]) => p),
+  };
 };
 
 describe('legal histories pass', () => {
   test('a clean hand-over: renew, release, then a successor with a greater token', () => {
     const r = only(
       history({
-        [A]: [acquire('s', 10, 0, 1, 301), write('s', 10, 2, true), renew('s', 10, 100, 101, 401), write('s', 10, 150, true, 10), release('s', 10, 200)],
+        [A]: [
+          acquire('s', 10, 0, 1, 301),
+          write('s', 10, 2, true),
+          renew('s', 10, 100, 101, 401),
+          write('s', 10, 150, true, 10),
+          release('s', 10, 200),
+        ],
         [B]: [acquire('s', 20, 150, 201, 501), write('s', 20, 202, true, 10), release('s', 20, 300)],
       }),
     );
     expect(r.violations).toEqual([]);
-    expect(r.figures).toMatchObject({ processes: 2, transitions: 5, takeovers: 2, renews: 1, releases: 2, writesAccepted: 3, violations: 0 });
+    expect(r.figures).toMatchObject({
+      processes: 2,
+      transitions: 5,
+      takeovers: 2,
+      renews: 1,
+      releases: 2,
+      writesAccepted: 3,
+      violations: 0,
+    });
   });
 
   test('crash takeover: the successor is granted after the kill was sent (even at the same millisecond)', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 10_000)], [B]: [acquire('s', 20, 40, 50, 10_050)] }, [kill(A, 50)]));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 10_000)], [B]: [acquire('s', 20, 40, 50, 10_050)] }, [kill(A, 50)]),
+    );
     expect(r.violations).toEqual([]);
     expect(r.figures).toMatchObject({ kills: 1, killTakeovers: 1, killTakeoverP50Ms: 0 });
   });
@@ -108,7 +137,12 @@ describe('legal histories pass', () => {
     const r = only(
       history(
         {
-          [A]: [acquire('s', 10, 0, 1, 300), write('s', 10, 50, true), write('s', 10, 700, false, 20), loss('s', 10, 701, 702, { owner: 'b', token: 20 })],
+          [A]: [
+            acquire('s', 10, 0, 1, 300),
+            write('s', 10, 50, true),
+            write('s', 10, 700, false, 20),
+            loss('s', 10, 701, 702, { owner: 'b', token: 20 }),
+          ],
           [B]: [acquire('s', 20, 290, 305, 605, 'b'), write('s', 20, 306, true, 10)],
         },
         [stop(A, 100), cont(A, 699)],
@@ -132,7 +166,12 @@ describe('legal histories pass', () => {
   test('the sleep-past-TTL reclaim: renew after the expiry with nobody in between, then a successor after the new expiry', () => {
     const r = only(
       history({
-        [A]: [acquire('s', 10, 0, 1, 300), renew('s', 10, 600, 601, 901), write('s', 10, 650, true), release('s', 10, 700)],
+        [A]: [
+          acquire('s', 10, 0, 1, 300),
+          renew('s', 10, 600, 601, 901),
+          write('s', 10, 650, true),
+          release('s', 10, 700),
+        ],
         [B]: [acquire('s', 20, 690, 905, 1_205)],
       }),
     );
@@ -151,7 +190,16 @@ describe('legal histories pass', () => {
   });
 
   test('a release that timed out, then a same-owner re-acquire in the same process: a refresh, same token', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300, 'a'), releaseFailed('s', 10, 100), acquire('s', 10, 150, 151, 451, 'a'), release('s', 10, 200)] }));
+    const r = only(
+      history({
+        [A]: [
+          acquire('s', 10, 0, 1, 300, 'a'),
+          releaseFailed('s', 10, 100),
+          acquire('s', 10, 150, 151, 451, 'a'),
+          release('s', 10, 200),
+        ],
+      }),
+    );
     expect(r.violations).toEqual([]);
     expect(r.figures).toMatchObject({ refreshes: 1, takeovers: 1 });
   });
@@ -159,7 +207,12 @@ describe('legal histories pass', () => {
   test('a same-owner re-acquire while held extends the grant; one after the expiry is a new grant with a greater token', () => {
     const r = only(
       history({
-        [A]: [acquire('s', 10, 0, 1, 300, 'a'), acquire('s', 10, 100, 101, 401, 'a'), acquire('s', 20, 500, 501, 801, 'a'), release('s', 20, 600)],
+        [A]: [
+          acquire('s', 10, 0, 1, 300, 'a'),
+          acquire('s', 10, 100, 101, 401, 'a'),
+          acquire('s', 20, 500, 501, 801, 'a'),
+          release('s', 20, 600),
+        ],
         [B]: [acquire('s', 30, 600, 602, 902)],
       }),
     );
@@ -191,22 +244,36 @@ describe('each property: a history that breaks it is caught', () => {
   });
 
   test('P1: a successor granted before the holder began to release', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 200)], [B]: [acquire('s', 20, 190, 199, 499)] }));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 200)], [B]: [acquire('s', 20, 190, 199, 499)] }),
+    );
     expect(r.properties).toEqual(['P1']);
   });
 
   test('P1: a takeover before the holder was killed', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 10_000)], [B]: [acquire('s', 20, 30, 40, 10_040)] }, [kill(A, 50)]));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 10_000)], [B]: [acquire('s', 20, 30, 40, 10_040)] }, [kill(A, 50)]),
+    );
     expect(r.properties).toEqual(['P1']);
   });
 
   test('P1: a reclaim that succeeded although a successor had taken over', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), renew('s', 10, 400, 401, 701)], [B]: [acquire('s', 20, 300, 305, 605)] }));
+    const r = only(
+      history({
+        [A]: [acquire('s', 10, 0, 1, 300), renew('s', 10, 400, 401, 701)],
+        [B]: [acquire('s', 20, 300, 305, 605)],
+      }),
+    );
     expect(r.properties).toEqual(['P1']);
   });
 
   test('P1: a refresh that really extended the lease: a successor inside the extension is caught', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300, 'a'), acquire('s', 10, 100, 101, 401, 'a')], [B]: [acquire('s', 20, 300, 350, 650)] }));
+    const r = only(
+      history({
+        [A]: [acquire('s', 10, 0, 1, 300, 'a'), acquire('s', 10, 100, 101, 401, 'a')],
+        [B]: [acquire('s', 20, 300, 350, 650)],
+      }),
+    );
     expect(r.properties).toEqual(['P1']);
   });
 
@@ -222,24 +289,41 @@ describe('each property: a history that breaks it is caught', () => {
   });
 
   test('P2: a later takeover with a lower token', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)], [B]: [acquire('s', 9, 200, 201, 501)] }));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)], [B]: [acquire('s', 9, 200, 201, 501)] }),
+    );
     expect(r.properties).toEqual(['P2']);
     expect(r.violations[0]!.message).toMatch(/did not increase/);
   });
 
   test('P2: a loss to a record with a lower token (the record went backwards), or to no record at all', () => {
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'x', token: 5 })] })).properties).toEqual(['P2']);
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, null)] })).properties).toEqual(['P2']);
+    expect(
+      only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'x', token: 5 })] }))
+        .properties,
+    ).toEqual(['P2']);
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, null)] })).properties).toEqual([
+      'P2',
+    ]);
   });
 
   test('P2: a loss naming its own record is fine only once that record has ended (tombstone, or expired)', () => {
     // A same-owner re-acquire after the expiry, refused because the lease is reserved for a queued waiter.
     const expired = { owner: 'o', token: 10, expiry: 300 };
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, expired)] })).properties).toEqual([]);
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: '', token: 10 })] })).properties).toEqual([]);
+    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, expired)] })).properties).toEqual(
+      [],
+    );
+    expect(
+      only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: '', token: 10 })] }))
+        .properties,
+    ).toEqual([]);
     const unexpired = { owner: 'o', token: 10, expiry: 500 };
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, unexpired)] })).properties).toEqual(['P2']);
-    expect(only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'o', token: 10 })] })).properties).toEqual(['P2']);
+    expect(
+      only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, unexpired)] })).properties,
+    ).toEqual(['P2']);
+    expect(
+      only(history({ [A]: [acquire('s', 10, 0, 1, 300), loss('s', 10, 400, 401, { owner: 'o', token: 10 })] }))
+        .properties,
+    ).toEqual(['P2']);
   });
 
   test('P2: a final record older than a granted token', () => {
@@ -248,7 +332,10 @@ describe('each property: a history that breaks it is caught', () => {
   });
 
   test('P3: the resource accepted a stale token', () => {
-    const h = history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)], [B]: [acquire('s', 20, 150, 151, 451)] });
+    const h = history({
+      [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)],
+      [B]: [acquire('s', 20, 150, 151, 451)],
+    });
     h.resource = {
       s: [
         { token: '10', pid: A, seq: 1, at: 50 },
@@ -280,20 +367,28 @@ describe('each property: a history that breaks it is caught', () => {
   });
 
   test('P4: one token granted to two processes', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)], [B]: [acquire('s', 10, 200, 201, 501)] }));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100)], [B]: [acquire('s', 10, 200, 201, 501)] }),
+    );
     expect(r.properties).toContain('P4');
   });
 
   test('P4: a token granted again to the same process after its generation ended', () => {
-    const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100), acquire('s', 10, 200, 201, 501)] }));
+    const r = only(
+      history({ [A]: [acquire('s', 10, 0, 1, 300), release('s', 10, 100), acquire('s', 10, 200, 201, 501)] }),
+    );
     expect(r.properties).toContain('P4');
   });
 
   test('ERR: an unexpected error (e.g. a corrupt record) and an unexpected exit', () => {
     const r = only(
-      history({ [A]: [{ ev: 'error', op: 'acquire', id: 's', code: 'ELEASECORRUPT', message: 'bad record', at: 5 }], [B]: [] }, [
-        { ev: 'exit', pid: B, at: 9, code: 1, signal: null },
-      ]),
+      history(
+        {
+          [A]: [{ ev: 'error', op: 'acquire', id: 's', code: 'ELEASECORRUPT', message: 'bad record', at: 5 }],
+          [B]: [],
+        },
+        [{ ev: 'exit', pid: B, at: 9, code: 1, signal: null }],
+      ),
     );
     expect(r.properties).toEqual(['ERR']);
     expect(r.byProperty.ERR).toBe(2);
@@ -316,5 +411,12 @@ test('the figures count what happened', () => {
       [stop(C, 10), cont(C, 20), kill(B, 200)],
     ),
   );
-  expect(r.figures).toMatchObject({ processes: 3, transitions: 5, kills: 1, suspensions: 1, killTakeovers: 0, violations: 0 });
+  expect(r.figures).toMatchObject({
+    processes: 3,
+    transitions: 5,
+    kills: 1,
+    suspensions: 1,
+    killTakeovers: 0,
+    violations: 0,
+  });
 });

@@ -77,7 +77,15 @@ export async function runContention(options) {
     const worker = { slot, child, pid: child.pid, stopped: false, killed: false, stderr: '' };
     child.stderr.on('data', (chunk) => (worker.stderr = (worker.stderr + chunk).slice(-4000)));
     worker.exited = once(child, 'exit').then(([code, signal]) => {
-      record({ ev: 'exit', pid: worker.pid, slot, code, signal, at: Date.now(), ...(code !== 0 && !worker.killed && { stderr: worker.stderr }) });
+      record({
+        ev: 'exit',
+        pid: worker.pid,
+        slot,
+        code,
+        signal,
+        at: Date.now(),
+        ...(code !== 0 && !worker.killed && { stderr: worker.stderr }),
+      });
     });
     exits.push(worker.exited);
     record({ ev: 'spawn', pid: worker.pid, slot, at: Date.now() });

@@ -12,24 +12,30 @@ import { filesystems } from '../helpers/dirs.js';
 const SECONDS = 12;
 
 describe.each(filesystems)('on %s', (fsName, root) => {
-  test(`8 processes, 4 ids, ${SECONDS} s of random SIGKILLs and SIGSTOP/SIGCONT: the checker finds no violation`, { timeout: 120_000 }, async () => {
-    const result = await runContention({ root, seconds: SECONDS, workers: 8, ids: 4 });
-    console.log(`[torture] contention on ${fsName}: ${formatFigures(result.figures)}\n          (logs: ${result.runDir})`);
-    expect(result.violations, JSON.stringify(result.violations.slice(0, 5), null, 2)).toEqual([]);
-    expect(result.figures.violations).toBe(0);
-    // It really was a torture: plenty of transitions, kills, suspensions, and the interesting
-    // outcomes they force (a crash takeover, a holder losing its lease, a stale write fenced out).
-    expect(result.figures.processes).toBeGreaterThan(8);
-    expect(result.figures.transitions).toBeGreaterThan(100);
-    expect(result.figures.kills).toBeGreaterThanOrEqual(5);
-    expect(result.figures.suspensions).toBeGreaterThanOrEqual(5);
-    expect(result.figures.killTakeovers).toBeGreaterThanOrEqual(1);
-    expect(result.figures.handoffs).toBeGreaterThanOrEqual(1); // waiting acquires were handed leases
-    expect(result.figures.losses).toBeGreaterThanOrEqual(1);
-    expect(result.figures.staleRejected).toBeGreaterThanOrEqual(1);
-    expect(result.figures.writesAccepted).toBeGreaterThan(100);
-    fs.rmSync(result.runDir, { recursive: true, force: true }); // kept when the test fails, for the post-mortem
-  });
+  test(
+    `8 processes, 4 ids, ${SECONDS} s of random SIGKILLs and SIGSTOP/SIGCONT: the checker finds no violation`,
+    { timeout: 120_000 },
+    async () => {
+      const result = await runContention({ root, seconds: SECONDS, workers: 8, ids: 4 });
+      console.log(
+        `[torture] contention on ${fsName}: ${formatFigures(result.figures)}\n          (logs: ${result.runDir})`,
+      );
+      expect(result.violations, JSON.stringify(result.violations.slice(0, 5), null, 2)).toEqual([]);
+      expect(result.figures.violations).toBe(0);
+      // It really was a torture: plenty of transitions, kills, suspensions, and the interesting
+      // outcomes they force (a crash takeover, a holder losing its lease, a stale write fenced out).
+      expect(result.figures.processes).toBeGreaterThan(8);
+      expect(result.figures.transitions).toBeGreaterThan(100);
+      expect(result.figures.kills).toBeGreaterThanOrEqual(5);
+      expect(result.figures.suspensions).toBeGreaterThanOrEqual(5);
+      expect(result.figures.killTakeovers).toBeGreaterThanOrEqual(1);
+      expect(result.figures.handoffs).toBeGreaterThanOrEqual(1); // waiting acquires were handed leases
+      expect(result.figures.losses).toBeGreaterThanOrEqual(1);
+      expect(result.figures.staleRejected).toBeGreaterThanOrEqual(1);
+      expect(result.figures.writesAccepted).toBeGreaterThan(100);
+      fs.rmSync(result.runDir, { recursive: true, force: true }); // kept when the test fails, for the post-mortem
+    },
+  );
 });
 
 describe('the checker catches a broken lease (the same run with a lease broken on purpose)', () => {

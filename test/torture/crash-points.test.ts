@@ -31,7 +31,11 @@ interface Case {
   steps: string[];
 }
 const CASES: Record<string, Case> = {
-  'acquire (free id)': { setup: 'free', op: 'acquire', steps: [...LOCK, 'live.open', 'live.flock', ...WRITE, ...DURABLE, 'commit.done', 'close'] },
+  'acquire (free id)': {
+    setup: 'free',
+    op: 'acquire',
+    steps: [...LOCK, 'live.open', 'live.flock', ...WRITE, ...DURABLE, 'commit.done', 'close'],
+  },
   'acquire (takeover of an expired lease)': {
     setup: 'expired',
     op: 'acquire',
@@ -40,11 +44,31 @@ const CASES: Record<string, Case> = {
   'acquire (takeover of a crashed holder)': {
     setup: 'crashed',
     op: 'acquire',
-    steps: [...LOCK, 'read.read', 'probe.open', 'probe.flock', 'live.open', 'live.flock', ...WRITE, ...DURABLE, 'unlink', 'commit.done', 'close'],
+    steps: [
+      ...LOCK,
+      'read.read',
+      'probe.open',
+      'probe.flock',
+      'live.open',
+      'live.flock',
+      ...WRITE,
+      ...DURABLE,
+      'unlink',
+      'commit.done',
+      'close',
+    ],
   },
-  'refresh (same-owner re-acquire)': { setup: 'held', op: 'acquire', steps: [...LOCK, 'read.read', ...WRITE, ...DURABLE, 'commit.done', 'close'] },
+  'refresh (same-owner re-acquire)': {
+    setup: 'held',
+    op: 'acquire',
+    steps: [...LOCK, 'read.read', ...WRITE, ...DURABLE, 'commit.done', 'close'],
+  },
   renew: { setup: 'held', op: 'renew', steps: [...LOCK, 'read.read', ...WRITE, ...DURABLE, 'commit.done', 'close'] },
-  release: { setup: 'held', op: 'release', steps: [...LOCK, 'read.read', ...WRITE, ...DURABLE, 'unlink', 'commit.done', 'close'] },
+  release: {
+    setup: 'held',
+    op: 'release',
+    steps: [...LOCK, 'read.read', ...WRITE, ...DURABLE, 'unlink', 'commit.done', 'close'],
+  },
 };
 
 const GHOST_TOKEN = 1_000_000_000_000_000n; // an earlier generation's token (wall-clock µs of 2001)
@@ -52,85 +76,105 @@ const GHOST_TOKEN = 1_000_000_000_000_000n; // an earlier generation's token (wa
 /** Runs `task` over `items`, `width` at a time. */
 async function pool<T>(items: T[], width: number, task: (item: T) => Promise<void>): Promise<void> {
   const queue = [...items];
-  await Promise.all(Array.from({ length: width }, async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await task(item);
-  }));
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) await task(item);
+    }),
+  );
 }
 
 const takeovers = new Map<string, { previous: bigint; reason: string }>();
 diagnostics.subscribe('flocklease:takeover', (message) => {
-  const { lease, grant, previous, reason } = message as { lease: Lease; grant: { token: bigint }; previous?: { token: bigint }; reason: string };
+  const { lease, grant, previous, reason } = message as {
+    lease: Lease;
+    grant: { token: bigint };
+    previous?: { token: bigint };
+    reason: string;
+  };
   if (previous !== undefined) takeovers.set(`${lease.dir}:${grant.token}`, { previous: previous.token, reason });
 });
 
 describe.each(filesystems)('on %s', (_fs, root) => {
-  test.each(Object.entries(CASES))('SIGKILL at every step of %s: the directory stays consistent and the next acquire succeeds with a greater token', async (_name, c) => {
-    await pool(c.steps, 3, async (step) => {
-      const dir = freshDir(root);
-      const files = leaseFiles(dir, 's1');
-      const tokens: bigint[] = []; // every token issued or attempted for s1
-      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-      if (c.setup === 'expired' || c.setup === 'crashed') {
-        const expiryMs = c.setup === 'expired' ? Date.now() - 1_000 : Date.now() + TTL;
-        fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: GHOST_TOKEN, expiryMs, session: 's1' }), { mode: 0o600 });
-        if (c.setup === 'crashed') fs.writeFileSync(files.live(GHOST_TOKEN), '', { mode: 0o600 }); // its flock died with it
-        tokens.push(GHOST_TOKEN);
-      }
-      const agent = await Agent.start(dir, { ttlMs: TTL });
-      if (c.setup === 'held') tokens.push(BigInt((await agent.acquire('s1', 'alice')).token));
-      const before = fs.existsSync(files.record) ? fs.readFileSync(files.record, 'latin1') : undefined;
+  test.each(Object.entries(CASES))(
+    'SIGKILL at every step of %s: the directory stays consistent and the next acquire succeeds with a greater token',
+    async (_name, c) => {
+      await pool(c.steps, 3, async (step) => {
+        const dir = freshDir(root);
+        const files = leaseFiles(dir, 's1');
+        const tokens: bigint[] = []; // every token issued or attempted for s1
+        fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+        if (c.setup === 'expired' || c.setup === 'crashed') {
+          const expiryMs = c.setup === 'expired' ? Date.now() - 1_000 : Date.now() + TTL;
+          fs.writeFileSync(
+            files.record,
+            formatRecord({ owner: 'ghost', token: GHOST_TOKEN, expiryMs, session: 's1' }),
+            { mode: 0o600 },
+          );
+          if (c.setup === 'crashed') fs.writeFileSync(files.live(GHOST_TOKEN), '', { mode: 0o600 }); // its flock died with it
+          tokens.push(GHOST_TOKEN);
+        }
+        const agent = await Agent.start(dir, { ttlMs: TTL });
+        if (c.setup === 'held') tokens.push(BigInt((await agent.acquire('s1', 'alice')).token));
+        const before = fs.existsSync(files.record) ? fs.readFileSync(files.record, 'latin1') : undefined;
 
-      await agent.must({ op: 'fault', action: 'kill', step });
-      const reply = await agent.call(c.op === 'acquire' ? { op: 'acquire', id: 's1', owner: 'alice' } : { op: c.op, id: 's1' });
-      expect(reply, `${step}: the child should have died at the step, not answered`).toMatchObject({ code: 'EAGENTEXITED' });
-      expect((await agent.exited).signal, step).toBe('SIGKILL');
+        await agent.must({ op: 'fault', action: 'kill', step });
+        const reply = await agent.call(
+          c.op === 'acquire' ? { op: 'acquire', id: 's1', owner: 'alice' } : { op: c.op, id: 's1' },
+        );
+        expect(reply, `${step}: the child should have died at the step, not answered`).toMatchObject({
+          code: 'EAGENTEXITED',
+        });
+        expect((await agent.exited).signal, step).toBe('SIGKILL');
 
-      // The directory: the record is the old one or the new one, never anything else.
-      const state = dirState(dir, files.safe);
-      expect(state.unknown, step).toEqual([]);
-      const after = fs.existsSync(files.record) ? fs.readFileSync(files.record, 'latin1') : undefined;
-      if (!AFTER_RENAME.has(step)) {
-        expect(after, `${step}: died before the rename, the old record must stand`).toBe(before);
-      } else {
-        expect(after, `${step}: died after the rename, the new record must stand`).not.toBe(before);
-        const expected = c.op === 'release' ? { owner: '', token: tokens.at(-1) } : { owner: 'alice' };
-        expect(state.record, step).toMatchObject(expected);
-        if (c.setup === 'held') expect(state.record!.token, step).toBe(tokens.at(-1));
-      }
-      if (state.record) tokens.push(state.record.token);
-      tokens.push(...state.liveTokens);
-      // A temp file only where the child died between creating and renaming it; named for it.
-      expect(state.temps.length, step).toBe(LEAVES_TEMP.has(step) ? 1 : 0);
-      for (const name of state.temps) {
-        expect(name).toMatch(new RegExp(`^${files.safe}\\.lease\\.json\\.${agent.pid}-[0-9a-f]{8}\\.tmp$`));
-        const bytes = fs.readFileSync(join(dir, name));
-        if (bytes.length > 0) tokens.push(parseRecord(bytes).token); // a whole record, with the token it meant to issue
-      }
-      for (const token of state.liveTokens) expect(await isFlocked(files.live(token)), `${step}: a dead process's .live`).toBe(false);
+        // The directory: the record is the old one or the new one, never anything else.
+        const state = dirState(dir, files.safe);
+        expect(state.unknown, step).toEqual([]);
+        const after = fs.existsSync(files.record) ? fs.readFileSync(files.record, 'latin1') : undefined;
+        if (!AFTER_RENAME.has(step)) {
+          expect(after, `${step}: died before the rename, the old record must stand`).toBe(before);
+        } else {
+          expect(after, `${step}: died after the rename, the new record must stand`).not.toBe(before);
+          const expected = c.op === 'release' ? { owner: '', token: tokens.at(-1) } : { owner: 'alice' };
+          expect(state.record, step).toMatchObject(expected);
+          if (c.setup === 'held') expect(state.record!.token, step).toBe(tokens.at(-1));
+        }
+        if (state.record) tokens.push(state.record.token);
+        tokens.push(...state.liveTokens);
+        // A temp file only where the child died between creating and renaming it; named for it.
+        expect(state.temps.length, step).toBe(LEAVES_TEMP.has(step) ? 1 : 0);
+        for (const name of state.temps) {
+          expect(name).toMatch(new RegExp(`^${files.safe}\\.lease\\.json\\.${agent.pid}-[0-9a-f]{8}\\.tmp$`));
+          const bytes = fs.readFileSync(join(dir, name));
+          if (bytes.length > 0) tokens.push(parseRecord(bytes).token); // a whole record, with the token it meant to issue
+        }
+        for (const token of state.liveTokens)
+          expect(await isFlocked(files.live(token)), `${step}: a dead process's .live`).toBe(false);
 
-      // Another process acquires at once, from the real record, with a greater token.
-      const lease = new Lease(dir, { ttlMs: TTL, transitionTimeoutMs: 5_000 });
-      const started = performance.now();
-      const grant = await lease.acquire('s1', 'bob');
-      expect(performance.now() - started, step).toBeLessThan(5_000); // the dead holder's flocks are gone: no TTL wait
-      for (const token of tokens) expect(grant.token, `${step}: new token vs ${token}`).toBeGreaterThan(token);
-      const takeover = takeovers.get(`${lease.dir}:${grant.token}`);
-      if (state.record !== undefined) {
-        // It took over what the record said — not what a temp file said.
-        const reason = state.record.owner === '' ? 'released' : state.record.expiryMs <= Date.now() ? 'expired' : 'crashed';
-        expect(takeover, step).toMatchObject({ previous: state.record.token, reason });
-      } else {
-        expect(takeover, step).toBeUndefined(); // a first acquire
-      }
-      // And the lease works normally from there.
-      const renewed = await lease.renew(grant);
-      expect(renewed.token).toBe(grant.token);
-      await lease.release(renewed);
-      expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token: grant.token });
-      const next = await new Lease(dir, { ttlMs: TTL }).acquire('s1', 'carol');
-      expect(next.token).toBeGreaterThan(grant.token);
-    });
-  });
+        // Another process acquires at once, from the real record, with a greater token.
+        const lease = new Lease(dir, { ttlMs: TTL, transitionTimeoutMs: 5_000 });
+        const started = performance.now();
+        const grant = await lease.acquire('s1', 'bob');
+        expect(performance.now() - started, step).toBeLessThan(5_000); // the dead holder's flocks are gone: no TTL wait
+        for (const token of tokens) expect(grant.token, `${step}: new token vs ${token}`).toBeGreaterThan(token);
+        const takeover = takeovers.get(`${lease.dir}:${grant.token}`);
+        if (state.record !== undefined) {
+          // It took over what the record said — not what a temp file said.
+          const reason =
+            state.record.owner === '' ? 'released' : state.record.expiryMs <= Date.now() ? 'expired' : 'crashed';
+          expect(takeover, step).toMatchObject({ previous: state.record.token, reason });
+        } else {
+          expect(takeover, step).toBeUndefined(); // a first acquire
+        }
+        // And the lease works normally from there.
+        const renewed = await lease.renew(grant);
+        expect(renewed.token).toBe(grant.token);
+        await lease.release(renewed);
+        expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token: grant.token });
+        const next = await new Lease(dir, { ttlMs: TTL }).acquire('s1', 'carol');
+        expect(next.token).toBeGreaterThan(grant.token);
+      });
+    },
+  );
 });
 
 // The hand-off: the holder releases while another process waits in line, so the release renames
@@ -138,7 +182,18 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 // SIGKILL the releaser before each of those steps: whatever the step, the waiter must end up
 // holding the lease at once (by adopting the hand-off if the record was written, else by taking
 // over from the dead releaser), with a token greater than every token issued or attempted.
-const HANDOFF_STEPS = [...LOCK, 'read.read', 'probe.open', 'probe.flock', 'adopt.rename', ...WRITE, ...DURABLE, 'unlink', 'commit.done', 'close'];
+const HANDOFF_STEPS = [
+  ...LOCK,
+  'read.read',
+  'probe.open',
+  'probe.flock',
+  'adopt.rename',
+  ...WRITE,
+  ...DURABLE,
+  'unlink',
+  'commit.done',
+  'close',
+];
 
 describe.each(filesystems)('on %s', (_fs, root) => {
   test('SIGKILL at every step of a release that hands the lease to a waiter: the waiter gets it at once', async () => {
@@ -160,7 +215,10 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 
       await agent.must({ op: 'fault', action: 'kill', step });
       const reply = await agent.call({ op: 'release', id: 's1' });
-      expect(reply, `${step}: the child should have died at the step, not answered ${JSON.stringify(reply)}`).toMatchObject({ code: 'EAGENTEXITED' });
+      expect(
+        reply,
+        `${step}: the child should have died at the step, not answered ${JSON.stringify(reply)}`,
+      ).toMatchObject({ code: 'EAGENTEXITED' });
       expect((await agent.exited).signal, step).toBe('SIGKILL');
 
       const state = dirState(dir, files.safe);
@@ -185,7 +243,10 @@ describe.each(filesystems)('on %s', (_fs, root) => {
         else expect(token, `${step}: new token vs ${seen}`).toBeGreaterThan(seen);
       }
       expect(await isFlocked(files.live(token)), step).toBe(true);
-      expect(fs.readdirSync(dir).filter((name) => name.endsWith('.wait')), step).toEqual([]);
+      expect(
+        fs.readdirSync(dir).filter((name) => name.endsWith('.wait')),
+        step,
+      ).toEqual([]);
       await waiter.must({ op: 'renew', id: 's1' });
       await waiter.must({ op: 'release', id: 's1' });
       expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token });

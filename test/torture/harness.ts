@@ -66,9 +66,17 @@ export class Agent {
 
   private constructor(dir: string, options: AgentOptions) {
     this.child = spawn(process.execPath, [AGENT, dir, JSON.stringify(options)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.exited = once(this.child, 'exit').then(([code, signal]) => {
-      this.#exit = { code, signal } as { code: number | null; signal: NodeJS.Signals | null };
-      const error = { seq: -1, ok: false, started: 0, settled: 0, code: 'EAGENTEXITED', message: `agent exited (${code ?? signal}): ${this.stderr}` };
+    this.exited = once(this.child, 'exit').then((args) => {
+      const [code, signal] = args as [number | null, NodeJS.Signals | null];
+      this.#exit = { code, signal };
+      const error = {
+        seq: -1,
+        ok: false,
+        started: 0,
+        settled: 0,
+        code: 'EAGENTEXITED',
+        message: `agent exited (${code ?? signal}): ${this.stderr}`,
+      };
       for (const resolve of this.#pending.values()) resolve(error);
       this.#pending.clear();
       return this.#exit;
@@ -97,7 +105,8 @@ export class Agent {
   call(command: Record<string, unknown>): Promise<Reply> {
     const seq = ++this.#seq;
     const reply = new Promise<Reply>((resolve) => this.#pending.set(seq, resolve));
-    if (this.#exit !== undefined) return Promise.resolve({ seq, ok: false, started: 0, settled: 0, code: 'EAGENTEXITED', message: 'agent exited' });
+    if (this.#exit !== undefined)
+      return Promise.resolve({ seq, ok: false, started: 0, settled: 0, code: 'EAGENTEXITED', message: 'agent exited' });
     this.child.stdin!.write(`${JSON.stringify({ ...command, seq })}\n`);
     return reply;
   }
@@ -105,7 +114,8 @@ export class Agent {
   /** Like call, but throws unless the reply is ok. */
   async must(command: Record<string, unknown>): Promise<Reply> {
     const reply = await this.call(command);
-    if (!reply.ok) throw Object.assign(new Error(`${String(command.op)} failed: ${reply.code} ${reply.message}`), { reply });
+    if (!reply.ok)
+      throw Object.assign(new Error(`${String(command.op)} failed: ${reply.code} ${reply.message}`), { reply });
     return reply;
   }
 

@@ -54,7 +54,12 @@ type Setup = 'free' | 'expired' | 'crashed' | 'held';
 const CASES: Array<[name: string, setup: Setup, op: 'acquire' | 'renew' | 'release', faults: Fault[]]> = [
   ['acquire (free id)', 'free', 'acquire', [...LOCK_AND_READ, ...LIVE, ...WRITE]],
   ['acquire (takeover of an expired lease)', 'expired', 'acquire', [...LOCK_AND_READ, ...READ, ...LIVE, ...WRITE]],
-  ['acquire (takeover of a crashed holder)', 'crashed', 'acquire', [...LOCK_AND_READ, ...READ, ...PROBE, ...LIVE, ...WRITE]],
+  [
+    'acquire (takeover of a crashed holder)',
+    'crashed',
+    'acquire',
+    [...LOCK_AND_READ, ...READ, ...PROBE, ...LIVE, ...WRITE],
+  ],
   ['refresh (same-owner re-acquire)', 'held', 'acquire', [...LOCK_AND_READ, ...READ, ...WRITE]],
   ['renew', 'held', 'renew', [...LOCK_AND_READ, ...READ, ...WRITE]],
   ['release', 'held', 'release', [...LOCK_AND_READ, ...READ, ...WRITE]],
@@ -72,7 +77,9 @@ async function setUp(agent: Agent, dir: string, id: string, setup: Setup): Promi
   const files = leaseFiles(dir, id);
   if (setup === 'expired' || setup === 'crashed') {
     const expiryMs = setup === 'expired' ? Date.now() - 1_000 : Date.now() + TTL;
-    fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: GHOST, expiryMs, session: id }), { mode: 0o600 });
+    fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: GHOST, expiryMs, session: id }), {
+      mode: 0o600,
+    });
     fs.writeFileSync(files.live(GHOST), '', { mode: 0o600 });
   }
   if (setup === 'held') return BigInt((await agent.acquire(id, 'alice')).token);
@@ -105,7 +112,8 @@ describe.each(filesystems)('on %s', (_fs, root) => {
         expect(reply.committed ?? false, what).toBe(false);
         expect(state(dir), `${what}: the directory must be unchanged`).toEqual(before);
         expect(dirFds(agent, dir), `${what}: no descriptor may leak`).toEqual(fdsBefore);
-        if (held !== undefined) expect(await isFlocked(leaseFiles(dir, id).live(held)), `${what}: still held`).toBe(true);
+        if (held !== undefined)
+          expect(await isFlocked(leaseFiles(dir, id).live(held)), `${what}: still held`).toBe(true);
       }
       await agent.must({ op: 'clear' });
       const reply = await agent.call(command(op, id));
@@ -120,33 +128,48 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     test.each([
       ['dir.open', 'EMFILE', 'open'],
       ['dir.fsync', 'EIO', 'fsync'],
-    ])('at %s (%s): the error says committed, the new state stands, and the lease goes on from it', async (step, errno, syscall) => {
-      const dir = freshDir(root);
-      const agent = await Agent.start(dir, { ttlMs: TTL });
-      const other = await Agent.start(dir, { ttlMs: TTL });
-      // acquire: the record names alice and she holds it (a same-owner acquire refreshes, same token)
-      await agent.must({ op: 'fault', action: 'fail', step, code: errno });
-      expect(await agent.call({ op: 'acquire', id: 's1', owner: 'alice' })).toMatchObject({ ok: false, code: errno, syscall, committed: true });
-      const record = readRecordFile(dir, 's1');
-      expect(record.owner).toBe('alice');
-      expect(await isFlocked(leaseFiles(dir, 's1').live(record.token))).toBe(true);
-      expect(await other.call({ op: 'acquire', id: 's1', owner: 'bob' })).toMatchObject({ ok: false, code: 'ELEASEHELD' });
-      expect(dirFds(agent, dir)).toEqual([leaseFiles(dir, 's1').live(record.token)]);
-      const grant = await agent.acquire('s1', 'alice');
-      expect(BigInt(grant.token)).toBe(record.token);
-      // renew: the new expiry is on disk
-      await agent.must({ op: 'fault', action: 'fail', step, code: errno });
-      expect(await agent.call({ op: 'renew', id: 's1' })).toMatchObject({ ok: false, code: errno, committed: true });
-      expect(readRecordFile(dir, 's1').expiryMs).toBeGreaterThan(grant.expiry);
-      expect(await agent.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { token: grant.token } });
-      // release: the tombstone is on disk and the generation is let go
-      await agent.must({ op: 'fault', action: 'fail', step, code: errno });
-      expect(await agent.call({ op: 'release', id: 's1' })).toMatchObject({ ok: false, code: errno, committed: true });
-      expect(readRecordFile(dir, 's1')).toMatchObject({ owner: '', token: record.token });
-      expect(dirFds(agent, dir)).toEqual([]);
-      expect(await agent.call({ op: 'renew', id: 's1' })).toMatchObject({ ok: false, code: 'ELEASEHELD' });
-      expect(BigInt((await other.acquire('s1', 'bob')).token)).toBeGreaterThan(record.token);
-    });
+    ])(
+      'at %s (%s): the error says committed, the new state stands, and the lease goes on from it',
+      async (step, errno, syscall) => {
+        const dir = freshDir(root);
+        const agent = await Agent.start(dir, { ttlMs: TTL });
+        const other = await Agent.start(dir, { ttlMs: TTL });
+        // acquire: the record names alice and she holds it (a same-owner acquire refreshes, same token)
+        await agent.must({ op: 'fault', action: 'fail', step, code: errno });
+        expect(await agent.call({ op: 'acquire', id: 's1', owner: 'alice' })).toMatchObject({
+          ok: false,
+          code: errno,
+          syscall,
+          committed: true,
+        });
+        const record = readRecordFile(dir, 's1');
+        expect(record.owner).toBe('alice');
+        expect(await isFlocked(leaseFiles(dir, 's1').live(record.token))).toBe(true);
+        expect(await other.call({ op: 'acquire', id: 's1', owner: 'bob' })).toMatchObject({
+          ok: false,
+          code: 'ELEASEHELD',
+        });
+        expect(dirFds(agent, dir)).toEqual([leaseFiles(dir, 's1').live(record.token)]);
+        const grant = await agent.acquire('s1', 'alice');
+        expect(BigInt(grant.token)).toBe(record.token);
+        // renew: the new expiry is on disk
+        await agent.must({ op: 'fault', action: 'fail', step, code: errno });
+        expect(await agent.call({ op: 'renew', id: 's1' })).toMatchObject({ ok: false, code: errno, committed: true });
+        expect(readRecordFile(dir, 's1').expiryMs).toBeGreaterThan(grant.expiry);
+        expect(await agent.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { token: grant.token } });
+        // release: the tombstone is on disk and the generation is let go
+        await agent.must({ op: 'fault', action: 'fail', step, code: errno });
+        expect(await agent.call({ op: 'release', id: 's1' })).toMatchObject({
+          ok: false,
+          code: errno,
+          committed: true,
+        });
+        expect(readRecordFile(dir, 's1')).toMatchObject({ owner: '', token: record.token });
+        expect(dirFds(agent, dir)).toEqual([]);
+        expect(await agent.call({ op: 'renew', id: 's1' })).toMatchObject({ ok: false, code: 'ELEASEHELD' });
+        expect(BigInt((await other.acquire('s1', 'bob')).token)).toBeGreaterThan(record.token);
+      },
+    );
   });
 
   test('unlink fails in the commit: the operation succeeds, the stale .live stays unflocked and is removed by the next operation', async () => {
@@ -194,46 +217,51 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 // A real disk full, no injection: a 256 KiB tmpfs mounted for the test, filled to the last page.
 // Needs mount(2) (root, as in CI); elsewhere the test says why it cannot run.
 const mountPoint = freshDir();
-const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256k,mode=0700', 'tmpfs', mountPoint], { encoding: 'utf8' });
+const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256k,mode=0700', 'tmpfs', mountPoint], {
+  encoding: 'utf8',
+});
 afterAll(() => {
   if (mounted.status === 0) spawnSync('umount', ['-l', mountPoint]);
 });
 
 describe('a real disk full (tmpfs of 256 KiB)', () => {
-  test.skipIf(mounted.status !== 0)(`ENOSPC from the kernel: typed error, old record intact, nothing leaked, and all is well once space is freed ${mounted.status === 0 ? '' : `(cannot mount: ${mounted.stderr.trim()})`}`, async () => {
-    const dir = join(mountPoint, 'leases');
-    const holder = await Agent.start(dir, { ttlMs: 300 });
-    const other = await Agent.start(dir, { ttlMs: TTL });
-    const held = await holder.acquire('s1', 'alice');
-    await holder.acquire('s2', 'alice');
-    // Fill every free page.
-    const filler = join(mountPoint, 'filler');
-    const fd = fs.openSync(filler, 'w');
-    const page = Buffer.alloc(4096, 1);
-    try {
-      for (;;) fs.writeSync(fd, page);
-    } catch (error) {
-      expect((error as NodeJS.ErrnoException).code).toBe('ENOSPC');
-    } finally {
-      fs.closeSync(fd);
-    }
-    const before = snapshot(dir);
-    const fdsBefore = dirFds(holder, dir);
-    const renew = await holder.call({ op: 'renew', id: 's1' });
-    expect(renew).toMatchObject({ ok: false, code: 'ENOSPC', syscall: 'write', committed: false });
-    expect(await holder.call({ op: 'release', id: 's2' })).toMatchObject({ ok: false, code: 'ENOSPC' });
-    await new Promise((resolve) => setTimeout(resolve, 350)); // alice's s1 expires
-    const takeover = await other.call({ op: 'acquire', id: 's1', owner: 'bob' });
-    expect(takeover).toMatchObject({ ok: false, code: 'ENOSPC' });
-    expect(snapshot(dir)).toEqual(before);
-    expect(dirFds(holder, dir)).toEqual(fdsBefore);
-    expect(dirFds(other, dir)).toEqual([]);
-    expect(await isFlocked(leaseFiles(dir, 's1').live(BigInt(held.token)))).toBe(true);
-    // Space again: everything proceeds — alice reclaims her expired s1 (nobody took it), releases s2.
-    fs.unlinkSync(filler);
-    expect(await holder.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { token: held.token } });
-    await holder.must({ op: 'release', id: 's2' });
-    expect(readRecordFile(dir, 's2').owner).toBe('');
-    expect(BigInt((await other.acquire('s2', 'bob')).token)).toBeGreaterThan(0n);
-  });
+  test.skipIf(mounted.status !== 0)(
+    `ENOSPC from the kernel: typed error, old record intact, nothing leaked, and all is well once space is freed ${mounted.status === 0 ? '' : `(cannot mount: ${mounted.stderr.trim()})`}`,
+    async () => {
+      const dir = join(mountPoint, 'leases');
+      const holder = await Agent.start(dir, { ttlMs: 300 });
+      const other = await Agent.start(dir, { ttlMs: TTL });
+      const held = await holder.acquire('s1', 'alice');
+      await holder.acquire('s2', 'alice');
+      // Fill every free page.
+      const filler = join(mountPoint, 'filler');
+      const fd = fs.openSync(filler, 'w');
+      const page = Buffer.alloc(4096, 1);
+      try {
+        for (;;) fs.writeSync(fd, page);
+      } catch (error) {
+        expect((error as NodeJS.ErrnoException).code).toBe('ENOSPC');
+      } finally {
+        fs.closeSync(fd);
+      }
+      const before = snapshot(dir);
+      const fdsBefore = dirFds(holder, dir);
+      const renew = await holder.call({ op: 'renew', id: 's1' });
+      expect(renew).toMatchObject({ ok: false, code: 'ENOSPC', syscall: 'write', committed: false });
+      expect(await holder.call({ op: 'release', id: 's2' })).toMatchObject({ ok: false, code: 'ENOSPC' });
+      await new Promise((resolve) => setTimeout(resolve, 350)); // alice's s1 expires
+      const takeover = await other.call({ op: 'acquire', id: 's1', owner: 'bob' });
+      expect(takeover).toMatchObject({ ok: false, code: 'ENOSPC' });
+      expect(snapshot(dir)).toEqual(before);
+      expect(dirFds(holder, dir)).toEqual(fdsBefore);
+      expect(dirFds(other, dir)).toEqual([]);
+      expect(await isFlocked(leaseFiles(dir, 's1').live(BigInt(held.token)))).toBe(true);
+      // Space again: everything proceeds — alice reclaims her expired s1 (nobody took it), releases s2.
+      fs.unlinkSync(filler);
+      expect(await holder.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { token: held.token } });
+      await holder.must({ op: 'release', id: 's2' });
+      expect(readRecordFile(dir, 's2').owner).toBe('');
+      expect(BigInt((await other.acquire('s2', 'bob')).token)).toBeGreaterThan(0n);
+    },
+  );
 });

@@ -54,7 +54,15 @@ async function protocol(dir: string): Promise<unknown[]> {
     }
     return tokens.indexOf(value);
   };
-  const note = (step: string, reply: { ok: boolean; code?: string; grant?: { token: string; owner: string }; holder?: { owner: string; token: string } }) =>
+  const note = (
+    step: string,
+    reply: {
+      ok: boolean;
+      code?: string;
+      grant?: { token: string; owner: string };
+      holder?: { owner: string; token: string };
+    },
+  ) =>
     outcomes.push({
       step,
       ok: reply.ok,
@@ -68,7 +76,11 @@ async function protocol(dir: string): Promise<unknown[]> {
     return { owner: r.owner, token: rank(String(r.token)) };
   };
 
-  const [a, b, c] = await Promise.all([Agent.start(dir, { ttlMs: LONG_TTL }), Agent.start(dir, { ttlMs: LONG_TTL }), Agent.start(dir, { ttlMs: SHORT_TTL })]);
+  const [a, b, c] = await Promise.all([
+    Agent.start(dir, { ttlMs: LONG_TTL }),
+    Agent.start(dir, { ttlMs: LONG_TTL }),
+    Agent.start(dir, { ttlMs: SHORT_TTL }),
+  ]);
   note('a acquires', await a.call({ op: 'acquire', id: 's1', owner: 'alice' }));
   note('b is refused', await b.call({ op: 'acquire', id: 's1', owner: 'bob' }));
   note('a renews', await a.call({ op: 'renew', id: 's1' }));
@@ -82,14 +94,18 @@ async function protocol(dir: string): Promise<unknown[]> {
   note('c takes over the tombstone', await c.call({ op: 'acquire', id: 's1', owner: 'carol' }));
   c.signal('SIGSTOP');
   await c.stopped();
-  note('b takes over the suspended c after its expiry', await b.call({ op: 'spin', id: 's1', owner: 'bob', pollMs: 5 }));
+  note(
+    'b takes over the suspended c after its expiry',
+    await b.call({ op: 'spin', id: 's1', owner: 'bob', pollMs: 5 }),
+  );
   c.signal('SIGCONT');
   note('c wakes and has lost it', await c.call({ op: 'renew', id: 's1' }));
   outcomes.push({ record: record() });
   note('b renews', await b.call({ op: 'renew', id: 's1' }));
   note('b releases', await b.call({ op: 'release', id: 's1' }));
   outcomes.push({ record: record() });
-  const events = (agent: Agent) => agent.must({ op: 'events' }).then((r) => r.events!.filter((e) => e.channel === 'takeover').map((e) => e.reason));
+  const events = (agent: Agent) =>
+    agent.must({ op: 'events' }).then((r) => r.events!.filter((e) => e.channel === 'takeover').map((e) => e.reason));
   outcomes.push({ takeovers: { b: await events(b), c: await events(c) } });
   return outcomes;
 }

@@ -24,7 +24,11 @@ export class FencedResource {
   #log(id) {
     let fd = this.logs.get(id);
     if (fd === undefined) {
-      fd = fs.openSync(join(this.dir, `${id}.log`), fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+      fd = fs.openSync(
+        join(this.dir, `${id}.log`),
+        fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_CREAT,
+        0o600,
+      );
       this.logs.set(id, fd);
     }
     return fd;

@@ -8,7 +8,8 @@ import { filesystems, freshDir } from '../helpers/dirs.js';
 import { isFlocked, leaseFiles, readRecordFile } from '../helpers/lease-files.js';
 import { Agent, percentile, type Reply } from './harness.js';
 
-const events = async (agent: Agent): Promise<Array<Record<string, unknown>>> => (await agent.must({ op: 'events' })).events!;
+const events = async (agent: Agent): Promise<Array<Record<string, unknown>>> =>
+  (await agent.must({ op: 'events' })).events!;
 const recordBytes = (dir: string, id: string): string => fs.readFileSync(leaseFiles(dir, id).record, 'latin1');
 
 describe.each(filesystems)('on %s', (fsName, root) => {
@@ -64,7 +65,11 @@ describe.each(filesystems)('on %s', (fsName, root) => {
       const renewed = await holder.must({ op: 'renew', id: 's1' });
       expect(renewed.grant).toMatchObject({ owner: 'alice', token: held.token });
       expect(renewed.grant!.expiry).toBeGreaterThanOrEqual(resumedAt + TTL);
-      expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'alice', token: BigInt(held.token), expiryMs: renewed.grant!.expiry });
+      expect(readRecordFile(dir, 's1')).toMatchObject({
+        owner: 'alice',
+        token: BigInt(held.token),
+        expiryMs: renewed.grant!.expiry,
+      });
       expect(await isFlocked(leaseFiles(dir, 's1').live(BigInt(held.token)))).toBe(true);
       expect((await events(holder)).filter((e) => e.channel === 'reclaim')).toEqual([
         expect.objectContaining({ grant: renewed.grant, expiredAt: held.expiry }),
@@ -84,23 +89,34 @@ describe.each(filesystems)('on %s', (fsName, root) => {
       const theirs = recordBytes(dir, 's1');
       holder.signal('SIGCONT');
       const renew = await holder.call({ op: 'renew', id: 's1' });
-      expect(renew).toMatchObject({ ok: false, code: 'ELEASEHELD', name: 'LeaseHeldError', holder: { owner: 'bob', token: taken.grant!.token } });
+      expect(renew).toMatchObject({
+        ok: false,
+        code: 'ELEASEHELD',
+        name: 'LeaseHeldError',
+        holder: { owner: 'bob', token: taken.grant!.token },
+      });
       // The loser let go of its generation (its descriptor is closed) and touched nothing of bob's.
       expect(holder.fdTargets().filter((t) => t.includes('.live'))).toEqual([]);
       expect(await holder.call({ op: 'renew', id: 's1' })).toMatchObject({ ok: false, code: 'ELEASEHELD' });
       expect(await holder.call({ op: 'release', id: 's1' })).toMatchObject({ ok: true }); // a no-op
       expect(recordBytes(dir, 's1')).toBe(theirs);
       expect(await isFlocked(leaseFiles(dir, 's1').live(BigInt(taken.grant!.token)))).toBe(true);
-      expect(await competitor.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { owner: 'bob', token: taken.grant!.token } });
+      expect(await competitor.must({ op: 'renew', id: 's1' })).toMatchObject({
+        grant: { owner: 'bob', token: taken.grant!.token },
+      });
       const loss = (await events(holder)).filter((e) => e.channel === 'loss' || e.channel === 'reclaim');
-      expect(loss[0]).toMatchObject({ channel: 'loss', token: held.token, holder: { owner: 'bob', token: taken.grant!.token } });
+      expect(loss[0]).toMatchObject({
+        channel: 'loss',
+        token: held.token,
+        holder: { owner: 'bob', token: taken.grant!.token },
+      });
     });
 
     test('(c) a competitor took over and released: still a loss, not a reclaim', async () => {
       const dir = freshDir(root);
       const holder = await Agent.start(dir, { ttlMs: TTL });
       const competitor = await Agent.start(dir, { ttlMs: 60_000 });
-      const held = await holder.acquire('s1', 'alice');
+      await holder.acquire('s1', 'alice');
       holder.signal('SIGSTOP');
       await holder.stopped();
       const taken = await competitor.must({ op: 'spin', id: 's1', owner: 'bob', pollMs: 5 });

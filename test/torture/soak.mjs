@@ -44,7 +44,9 @@ function fsName(dir) {
 
 /** A torture agent (agent.mjs) as a plain object: call(command) → reply. */
 async function startAgent(dir, ttlMs) {
-  const child = spawn(process.execPath, [AGENT, dir, JSON.stringify({ ttlMs })], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [AGENT, dir, JSON.stringify({ ttlMs })], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const pending = new Map();
   let seq = 0;
   createInterface({ input: child.stdout }).on('line', (line) => {
@@ -99,21 +101,57 @@ async function probeTakeovers(root, count) {
   return latencies;
 }
 
-const percentile = (sorted, p) => (sorted.length === 0 ? undefined : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]);
+const percentile = (sorted, p) =>
+  sorted.length === 0
+    ? undefined
+    : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 const ms = (x) => (x === undefined ? '-' : `${x.toFixed(2)} ms`);
-const SUMMED = ['processes', 'transitions', 'acquires', 'takeovers', 'refreshes', 'renews', 'reclaims', 'releases', 'losses', 'kills', 'suspensions', 'writesAccepted', 'writesRejected', 'staleRejected', 'lateAccepted', 'killTakeovers', 'handoffs', 'violations'];
+const SUMMED = [
+  'processes',
+  'transitions',
+  'acquires',
+  'takeovers',
+  'refreshes',
+  'renews',
+  'reclaims',
+  'releases',
+  'losses',
+  'kills',
+  'suspensions',
+  'writesAccepted',
+  'writesRejected',
+  'staleRejected',
+  'lateAccepted',
+  'killTakeovers',
+  'handoffs',
+  'violations',
+];
 
 const o = options(process.argv.slice(2));
 const started = Date.now();
 const deadline = started + o.seconds * 1000;
-const totals = new Map(o.filesystems.map(([name]) => [name, { rounds: 0, figures: Object.fromEntries(SUMMED.map((k) => [k, 0])), probes: [], byProperty: {} }]));
+const totals = new Map(
+  o.filesystems.map(([name]) => [
+    name,
+    { rounds: 0, figures: Object.fromEntries(SUMMED.map((k) => [k, 0])), probes: [], byProperty: {} },
+  ]),
+);
 const kept = [];
-console.log(`soak: ${o.seconds} s, ${o.workers} workers on ${o.ids} ids, TTL ${o.ttl} ms, rounds of ${o.round} s, on ${o.filesystems.map(([n]) => n).join(' and ')}`);
+console.log(
+  `soak: ${o.seconds} s, ${o.workers} workers on ${o.ids} ids, TTL ${o.ttl} ms, rounds of ${o.round} s, on ${o.filesystems.map(([n]) => n).join(' and ')}`,
+);
 
 for (let round = 0; Date.now() < deadline - 5_000; round++) {
   const [name, root] = o.filesystems[round % o.filesystems.length];
   const seconds = Math.max(5, Math.min(o.round, (deadline - Date.now()) / 1000 - 3));
-  const result = await runContention({ root, seconds, workers: o.workers, ids: o.ids, ttlMs: o.ttl, transitionTimeoutMs: Math.round(o.ttl / 2) });
+  const result = await runContention({
+    root,
+    seconds,
+    workers: o.workers,
+    ids: o.ids,
+    ttlMs: o.ttl,
+    transitionTimeoutMs: Math.round(o.ttl / 2),
+  });
   const latencies = await probeTakeovers(root, o.probes);
   const total = totals.get(name);
   total.rounds++;
@@ -121,7 +159,9 @@ for (let round = 0; Date.now() < deadline - 5_000; round++) {
   total.probes.push(...latencies);
   for (const [p, n] of Object.entries(result.byProperty)) total.byProperty[p] = (total.byProperty[p] ?? 0) + n;
   const elapsed = ((Date.now() - started) / 1000).toFixed(0);
-  console.log(`[${elapsed.padStart(5)} s] round ${round + 1} on ${name} (${seconds.toFixed(0)} s): ${formatFigures(result.figures)}`);
+  console.log(
+    `[${elapsed.padStart(5)} s] round ${round + 1} on ${name} (${seconds.toFixed(0)} s): ${formatFigures(result.figures)}`,
+  );
   if (result.violations.length > 0) {
     kept.push(result.runDir);
     console.log(`  VIOLATIONS (logs kept in ${result.runDir}):`);
@@ -147,8 +187,12 @@ for (const [name, total] of totals) {
     violations: f.violations,
     crashTakeoverMs: { n: probes.length, p50: percentile(probes, 50), p99: percentile(probes, 99), max: probes.at(-1) },
   };
-  console.log(`  ${name}: ${total.rounds} rounds · processes ${f.processes} · transitions ${f.transitions} (grants ${f.takeovers}, refreshes ${f.refreshes}, renews ${f.renews}, reclaims ${f.reclaims}, releases ${f.releases}) · losses ${f.losses} · kills ${f.kills} · suspensions ${f.suspensions} · fenced writes ${f.writesAccepted} accepted / ${f.writesRejected} rejected (stale ${f.staleRejected}) · violations ${f.violations} ${JSON.stringify(total.byProperty)}`);
-  console.log(`    crash takeover (SIGKILL → survivor's acquire returned, TTL 30 s): p50 ${ms(percentile(probes, 50))} · p99 ${ms(percentile(probes, 99))} · max ${ms(probes.at(-1))} over ${probes.length} kills`);
+  console.log(
+    `  ${name}: ${total.rounds} rounds · processes ${f.processes} · transitions ${f.transitions} (grants ${f.takeovers}, refreshes ${f.refreshes}, renews ${f.renews}, reclaims ${f.reclaims}, releases ${f.releases}) · losses ${f.losses} · kills ${f.kills} · suspensions ${f.suspensions} · fenced writes ${f.writesAccepted} accepted / ${f.writesRejected} rejected (stale ${f.staleRejected}) · violations ${f.violations} ${JSON.stringify(total.byProperty)}`,
+  );
+  console.log(
+    `    crash takeover (SIGKILL → survivor's acquire returned, TTL 30 s): p50 ${ms(percentile(probes, 50))} · p99 ${ms(percentile(probes, 99))} · max ${ms(probes.at(-1))} over ${probes.length} kills`,
+  );
 }
 console.log(`violations: ${violations}${kept.length ? ` (logs kept: ${kept.join(', ')})` : ''}`);
 console.log(`summary ${JSON.stringify(summary)}`);

@@ -44,65 +44,72 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     return { agent, pending };
   }
 
-  test.each(STOPS)('stopped inside %s before %s: others time out or abort cleanly; after SIGCONT the operation completes and they proceed', async (op, step, committed) => {
-    const dir = freshDir(root);
-    const { agent, pending } = await stoppedMidOperation(dir, op, step, committed);
-    const [competitor, patient] = await Promise.all([
-      Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: SHORT }),
-      Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: 30_000 }),
-    ]);
+  test.each(STOPS)(
+    'stopped inside %s before %s: others time out or abort cleanly; after SIGCONT the operation completes and they proceed',
+    async (op, step, committed) => {
+      const dir = freshDir(root);
+      const { agent, pending } = await stoppedMidOperation(dir, op, step, committed);
+      const [competitor, patient] = await Promise.all([
+        Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: SHORT }),
+        Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: 30_000 }),
+      ]);
 
-    // Others time out instead of hanging...
-    const reply = await competitor.call({ op: 'acquire', id: 's1', owner: 'bob' });
-    expect(reply).toMatchObject({ ok: false, code: 'ELEASETIMEOUT', name: 'LeaseTimeoutError' });
-    expect(reply.settled - reply.started).toBeGreaterThanOrEqual(SHORT - 5);
-    expect(reply.settled - reply.started).toBeLessThan(SHORT + 5_000);
-    // ...while other ids are not held up at all (with the same short timeout, every call succeeds).
-    await competitor.must({ op: 'acquire', id: 's2', owner: 'bob' });
-    await competitor.must({ op: 'renew', id: 's2' });
-    await competitor.must({ op: 'release', id: 's2' });
-    // An AbortSignal ends the wait with its reason, long before the transition timeout would.
-    const aborted = await patient.call({ op: 'acquire', id: 's1', owner: 'carol', abortAfterMs: 100 });
-    expect(aborted).toMatchObject({ ok: false, code: 'EGAVEUP', message: 'the caller gave up' });
-    expect(aborted.settled - aborted.started).toBeLessThan(5_000);
-    expect(agent.state()).toBe('T'); // all of that while the holder of the transition lock stayed stopped
+      // Others time out instead of hanging...
+      const reply = await competitor.call({ op: 'acquire', id: 's1', owner: 'bob' });
+      expect(reply).toMatchObject({ ok: false, code: 'ELEASETIMEOUT', name: 'LeaseTimeoutError' });
+      expect(reply.settled - reply.started).toBeGreaterThanOrEqual(SHORT - 5);
+      expect(reply.settled - reply.started).toBeLessThan(SHORT + 5_000);
+      // ...while other ids are not held up at all (with the same short timeout, every call succeeds).
+      await competitor.must({ op: 'acquire', id: 's2', owner: 'bob' });
+      await competitor.must({ op: 'renew', id: 's2' });
+      await competitor.must({ op: 'release', id: 's2' });
+      // An AbortSignal ends the wait with its reason, long before the transition timeout would.
+      const aborted = await patient.call({ op: 'acquire', id: 's1', owner: 'carol', abortAfterMs: 100 });
+      expect(aborted).toMatchObject({ ok: false, code: 'EGAVEUP', message: 'the caller gave up' });
+      expect(aborted.settled - aborted.started).toBeLessThan(5_000);
+      expect(agent.state()).toBe('T'); // all of that while the holder of the transition lock stayed stopped
 
-    // A waiter that does not give up is served as soon as the stopped process resumes.
-    const waiting = patient.call({ op: 'acquire', id: 's1', owner: 'carol' });
-    await sleep(50);
-    agent.signal('SIGCONT');
-    expect(await pending).toMatchObject({ ok: true });
-    const served = await waiting;
-    if (op === 'release') {
-      expect(served).toMatchObject({ ok: true, grant: { owner: 'carol' } }); // the release completed: free
-    } else {
-      expect(served).toMatchObject({ ok: false, code: 'ELEASEHELD', holder: { owner: 'alice' } }); // alice holds it, alive
-      expect(await agent.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { owner: 'alice' } });
-    }
-    const state = dirState(dir, leaseFiles(dir, 's1').safe);
-    expect(state.temps).toEqual([]);
-  });
+      // A waiter that does not give up is served as soon as the stopped process resumes.
+      const waiting = patient.call({ op: 'acquire', id: 's1', owner: 'carol' });
+      await sleep(50);
+      agent.signal('SIGCONT');
+      expect(await pending).toMatchObject({ ok: true });
+      const served = await waiting;
+      if (op === 'release') {
+        expect(served).toMatchObject({ ok: true, grant: { owner: 'carol' } }); // the release completed: free
+      } else {
+        expect(served).toMatchObject({ ok: false, code: 'ELEASEHELD', holder: { owner: 'alice' } }); // alice holds it, alive
+        expect(await agent.must({ op: 'renew', id: 's1' })).toMatchObject({ grant: { owner: 'alice' } });
+      }
+      const state = dirState(dir, leaseFiles(dir, 's1').safe);
+      expect(state.temps).toEqual([]);
+    },
+  );
 
-  test.each(STOPS)('stopped inside %s before %s, then SIGKILLed: a waiting competitor takes over at once', async (op, step, committed) => {
-    const dir = freshDir(root);
-    const { agent, pending } = await stoppedMidOperation(dir, op, step, committed);
-    const before = dirState(dir, leaseFiles(dir, 's1').safe);
-    const competitor = await Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: 30_000 });
-    const waiting = competitor.call({ op: 'acquire', id: 's1', owner: 'bob' });
-    await sleep(50);
-    const killedAt = agent.signal('SIGKILL');
-    expect(await pending).toMatchObject({ ok: false, code: 'EAGENTEXITED' });
-    const taken = await waiting;
-    expect(taken).toMatchObject({ ok: true, grant: { owner: 'bob' } });
-    expect(taken.settled - killedAt).toBeLessThan(2_000); // not the 30 s transition timeout, not the 60 s TTL
-    // Whatever the dead process had issued, the new token is greater.
-    const issued = [...before.liveTokens, ...(before.record ? [before.record.token] : [])];
-    for (const token of issued) expect(BigInt(taken.grant!.token)).toBeGreaterThan(token);
-    const after = dirState(dir, leaseFiles(dir, 's1').safe);
-    expect(after.record).toMatchObject({ owner: 'bob', token: BigInt(taken.grant!.token) });
-    // A temp file exists only if the process died between writing it and renaming it.
-    expect(after.temps.length).toBe(step === 'temp.write' || step === 'rename' ? 1 : 0);
-    for (const name of after.temps) expect(name).toMatch(new RegExp(`\\.lease\\.json\\.${agent.pid}-[0-9a-f]+\\.tmp$`));
-    expect(fs.existsSync(leaseFiles(dir, 's1').lock)).toBe(true);
-  });
+  test.each(STOPS)(
+    'stopped inside %s before %s, then SIGKILLed: a waiting competitor takes over at once',
+    async (op, step, committed) => {
+      const dir = freshDir(root);
+      const { agent, pending } = await stoppedMidOperation(dir, op, step, committed);
+      const before = dirState(dir, leaseFiles(dir, 's1').safe);
+      const competitor = await Agent.start(dir, { ttlMs: TTL, transitionTimeoutMs: 30_000 });
+      const waiting = competitor.call({ op: 'acquire', id: 's1', owner: 'bob' });
+      await sleep(50);
+      const killedAt = agent.signal('SIGKILL');
+      expect(await pending).toMatchObject({ ok: false, code: 'EAGENTEXITED' });
+      const taken = await waiting;
+      expect(taken).toMatchObject({ ok: true, grant: { owner: 'bob' } });
+      expect(taken.settled - killedAt).toBeLessThan(2_000); // not the 30 s transition timeout, not the 60 s TTL
+      // Whatever the dead process had issued, the new token is greater.
+      const issued = [...before.liveTokens, ...(before.record ? [before.record.token] : [])];
+      for (const token of issued) expect(BigInt(taken.grant!.token)).toBeGreaterThan(token);
+      const after = dirState(dir, leaseFiles(dir, 's1').safe);
+      expect(after.record).toMatchObject({ owner: 'bob', token: BigInt(taken.grant!.token) });
+      // A temp file exists only if the process died between writing it and renaming it.
+      expect(after.temps.length).toBe(step === 'temp.write' || step === 'rename' ? 1 : 0);
+      for (const name of after.temps)
+        expect(name).toMatch(new RegExp(`\\.lease\\.json\\.${agent.pid}-[0-9a-f]+\\.tmp$`));
+      expect(fs.existsSync(leaseFiles(dir, 's1').lock)).toBe(true);
+    },
+  );
 });

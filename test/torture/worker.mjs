@@ -27,10 +27,26 @@ import { kIO, Lease } from '../../dist/flock/lease.js';
 import { FencedResource } from './resource.mjs';
 
 const config = JSON.parse(process.argv[2]);
-const { leaseDir, logDir, resourceDir, stopFile, slot, ids, ttlMs, transitionTimeoutMs, holdMaxMs, pauseMaxMs, mutant } = config;
+const {
+  leaseDir,
+  logDir,
+  resourceDir,
+  stopFile,
+  slot,
+  ids,
+  ttlMs,
+  transitionTimeoutMs,
+  holdMaxMs,
+  pauseMaxMs,
+  mutant,
+} = config;
 const pid = process.pid;
 const owner = `w${slot}-${pid}`;
-const logFd = fs.openSync(join(logDir, `w${slot}-${pid}.log`), fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+const logFd = fs.openSync(
+  join(logDir, `w${slot}-${pid}.log`),
+  fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT,
+  0o600,
+);
 const log = (event) => fs.writeSync(logFd, `${JSON.stringify(event)}\n`);
 const mutation =
   mutant === 'probe-lies'
@@ -44,7 +60,14 @@ const mutation =
               ...fileIO,
               readRecord: (path) => {
                 const bytes = fileIO.readRecord(path);
-                return bytes && Buffer.from(Buffer.from(bytes).toString('utf8').replace(/"token":\d+/, '"token":0'));
+                return (
+                  bytes &&
+                  Buffer.from(
+                    Buffer.from(bytes)
+                      .toString('utf8')
+                      .replace(/"token":\d+/, '"token":0'),
+                  )
+                );
               },
             },
           }
@@ -80,7 +103,11 @@ function unexpected(op, id, error) {
 }
 
 const holderOf = (error) =>
-  error.holder && { owner: error.holder.owner, token: String(error.holder.token), expiry: error.holder.expiry.getTime() };
+  error.holder && {
+    owner: error.holder.owner,
+    token: String(error.holder.token),
+    expiry: error.holder.expiry.getTime(),
+  };
 
 /** One write to the fenced resource with the token of `grant`. */
 async function write(grant) {
@@ -90,7 +117,15 @@ async function write(grant) {
     stats.skippedWrites++;
     return;
   }
-  log({ ev: 'write', id: grant.sessionId, token: String(grant.token), seq: n, accepted: result.accepted, max: result.max, at: result.at });
+  log({
+    ev: 'write',
+    id: grant.sessionId,
+    token: String(grant.token),
+    seq: n,
+    accepted: result.accepted,
+    max: result.max,
+    at: result.at,
+  });
 }
 
 /** Holds `grant` for a while: write, renew every ttl/3; returns the grant to release, or undefined if lost. */
@@ -112,11 +147,28 @@ async function hold(grant) {
         // Sometimes extend it by re-acquiring instead: a same-owner refresh (same token) while it
         // is ours and unexpired, a takeover with a new token if it expired and nobody took it.
         const again = await lease.acquire(id, owner);
-        log({ ev: 'acquire', id, token: String(again.token), owner, expiry: again.expiry.getTime(), begin, at: Date.now(), refresh: true });
+        log({
+          ev: 'acquire',
+          id,
+          token: String(again.token),
+          owner,
+          expiry: again.expiry.getTime(),
+          begin,
+          at: Date.now(),
+          refresh: true,
+        });
         grant = again;
       } else {
         const renewed = await lease.renew(grant);
-        log({ ev: 'renew', id, token: String(renewed.token), held: String(grant.token), expiry: renewed.expiry.getTime(), begin, at: Date.now() });
+        log({
+          ev: 'renew',
+          id,
+          token: String(renewed.token),
+          held: String(grant.token),
+          expiry: renewed.expiry.getTime(),
+          begin,
+          at: Date.now(),
+        });
         grant = renewed;
       }
       lastRenew = Date.now();
@@ -144,7 +196,14 @@ async function release(grant) {
   } catch (error) {
     // Timed out (a suspended process holds the transition lock): we stop using the lease here; the
     // library still holds the generation until it expires or this process acquires the id again.
-    log({ ev: 'release-failed', id: grant.sessionId, token: String(grant.token), code: error?.code, begin, at: Date.now() });
+    log({
+      ev: 'release-failed',
+      id: grant.sessionId,
+      token: String(grant.token),
+      code: error?.code,
+      begin,
+      at: Date.now(),
+    });
     if (!EXPECTED.has(error?.code)) unexpected('release', grant.sessionId, error);
   }
 }
@@ -162,7 +221,17 @@ while (!stopping) {
     const waitMs = Math.random() < 0.5 ? 0 : random(1, 2 * ttlMs);
     grant = await lease.acquire(id, owner, { waitMs });
     const handoff = handedOver.delete(`${id}/${grant.token}`);
-    log({ ev: 'acquire', id, token: String(grant.token), owner, expiry: grant.expiry.getTime(), begin, at: Date.now(), waited: waitMs > 0, handoff });
+    log({
+      ev: 'acquire',
+      id,
+      token: String(grant.token),
+      owner,
+      expiry: grant.expiry.getTime(),
+      begin,
+      at: Date.now(),
+      waited: waitMs > 0,
+      handoff,
+    });
   } catch (error) {
     if (error?.code === 'ELEASEHELD') stats.busy++;
     else if (error?.code === 'ELEASETIMEOUT') stats.timeouts++;

@@ -3,13 +3,7 @@
 // every acknowledged grant intact: each holder's exact-token release still succeeds there.
 import { channel } from 'node:diagnostics_channel';
 import { join } from 'node:path';
-import {
-  ensureEtcd,
-  ROOT,
-  startEtcdCluster,
-  startTicketingNodes,
-  waitForLeader,
-} from '../test/cluster/harness.mjs';
+import { ensureEtcd, ROOT, startEtcdCluster, startTicketingNodes, waitForLeader } from '../test/cluster/harness.mjs';
 
 const LEASE_MS = 5_000;
 const KEYS = ['orders', 'invoices', 'payments'];
@@ -46,7 +40,9 @@ etcd = await startEtcdCluster({ members: 3 });
 say(`etcd: 3 members on ${etcd.endpoints.map((u) => u.replace('http://', '')).join(', ')} (data in ${etcd.dir})`);
 group = await startTicketingNodes({ count: 3, etcdEndpoints: etcd.endpoints, leaderTtl: '2s', lease: `${LEASE_MS}ms` });
 const name = (address) => `node-${group.addresses.indexOf(address)}`;
-say(`Ticketing: ${group.nodes.map((n) => `${name(n.address)} ${n.address} (pid ${n.pid})`).join(', ')}; lease ${LEASE_MS / 1000} s`);
+say(
+  `Ticketing: ${group.nodes.map((n) => `${name(n.address)} ${n.address} (pid ${n.pid})`).join(', ')}; lease ${LEASE_MS / 1000} s`,
+);
 const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
 say(`${name(leader.address)} is the leader`);
 
@@ -110,8 +106,10 @@ async function work(clientName, index) {
       // In flight or queued at the dead leader, or sent to a node that has no leader yet. If the
       // old leader committed the grant, the key stays held until its lease runs out (by design).
       if (!outage) {
-        say(`${clientName}: acquire ${key} has no answer (${error.cause?.serverCode ?? error.reason ?? error.code}); `
-          + 'retrying until a leader answers (further failures not shown)');
+        say(
+          `${clientName}: acquire ${key} has no answer (${error.cause?.serverCode ?? error.reason ?? error.code}); ` +
+            'retrying until a leader answers (further failures not shown)',
+        );
       }
       outage = true;
       await sleep(100);
@@ -128,13 +126,18 @@ async function work(clientName, index) {
     lastToken.set(key, grant.token);
     if (killedAt !== undefined && firstGrantAfterKill === undefined) {
       firstGrantAfterKill = grant;
-      say(`${clientName}: A ${key} token ${grant.token}   ← first grant after the kill: takeover took ${grant.ackAt - killedAt} ms`);
+      say(
+        `${clientName}: A ${key} token ${grant.token}   ← first grant after the kill: takeover took ${grant.ackAt - killedAt} ms`,
+      );
     } else {
       say(`${clientName}: A ${key} token ${grant.token}`);
     }
     await sleep(250); // the work the lease protects
     await releaseDefinitely(client, grant);
-    const note = grant.heldAtKill && grant.released === 'released' ? '   ← granted by the old leader, released at the new one' : '';
+    const note =
+      grant.heldAtKill && grant.released === 'released'
+        ? '   ← granted by the old leader, released at the new one'
+        : '';
     say(`${clientName}: R ${key} token ${grant.token} → ${grant.released}${note}`);
     await sleep(150);
   }
@@ -144,7 +147,10 @@ async function work(clientName, index) {
 const workers = CLIENTS.map((clientName, i) => work(clientName, i));
 
 await sleep(2_500);
-const holding = grants.filter((g) => g.released === undefined).map((g) => `${g.owner} holds ${g.key}`).join(', ');
+const holding = grants
+  .filter((g) => g.released === undefined)
+  .map((g) => `${g.owner} holds ${g.key}`)
+  .join(', ');
 killedAt = Date.now();
 for (const grant of grants) if (grant.released === undefined) grant.heldAtKill = true;
 say(`kill -9 ${name(leader.address)} (pid ${leader.pid}), the leader${holding ? `, while ${holding}` : ''}`);
@@ -169,15 +175,24 @@ const expiredByDesign = notHeld.filter((g) => g.releasedAt - g.ackAt >= LEASE_MS
 // An R in flight at the kill may have been committed by the old leader, its reply lost with it:
 // the retry then finds nothing to release. That is the release taking effect, not a lost grant.
 const releasedBeforeDeath = notHeld.filter((g) => g.releaseIndeterminate && !expiredByDesign.includes(g));
-const lost = grants.filter((g) => g.released !== 'released' && !expiredByDesign.includes(g)
-  && !releasedBeforeDeath.includes(g));
+const lost = grants.filter(
+  (g) => g.released !== 'released' && !expiredByDesign.includes(g) && !releasedBeforeDeath.includes(g),
+);
 console.log('');
-console.log(`grants acknowledged: ${grants.length}; released with R: ${released.length}; `
-  + `R in flight at the kill, then N on retry (released by the old leader): ${releasedBeforeDeath.length}; `
-  + `expired by design (lease ran out first): ${expiredByDesign.length}; lost: ${lost.length}`);
-console.log(`held across the kill: ${acrossKill.length} (${acrossKill.map((g) => `${g.owner} ${g.key} → ${g.released}`).join(', ') || 'none'})`);
-console.log(`tokens strictly increasing per key: ${tokenViolations === 0 ? 'yes' : `NO (${tokenViolations} violations)`}`);
-console.log(`takeover: ${firstGrantAfterKill ? `${firstGrantAfterKill.ackAt - killedAt} ms from the kill to the first grant` : 'NO grant within 15 s'}`);
+console.log(
+  `grants acknowledged: ${grants.length}; released with R: ${released.length}; ` +
+    `R in flight at the kill, then N on retry (released by the old leader): ${releasedBeforeDeath.length}; ` +
+    `expired by design (lease ran out first): ${expiredByDesign.length}; lost: ${lost.length}`,
+);
+console.log(
+  `held across the kill: ${acrossKill.length} (${acrossKill.map((g) => `${g.owner} ${g.key} → ${g.released}`).join(', ') || 'none'})`,
+);
+console.log(
+  `tokens strictly increasing per key: ${tokenViolations === 0 ? 'yes' : `NO (${tokenViolations} violations)`}`,
+);
+console.log(
+  `takeover: ${firstGrantAfterKill ? `${firstGrantAfterKill.ackAt - killedAt} ms from the kill to the first grant` : 'NO grant within 15 s'}`,
+);
 await stopAll();
 console.log('stopped: nodes, etcd members; temp dirs removed');
 if (lost.length > 0 || tokenViolations > 0 || !firstGrantAfterKill) process.exitCode = 1;

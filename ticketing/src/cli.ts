@@ -30,7 +30,8 @@ function duration(text: string): number {
   } catch (error) {
     throw new InvalidArgumentError((error as Error).message);
   }
-  if (!(ms > 0) || ms > 2 ** 31 - 1) throw new InvalidArgumentError('expected a positive duration of at most 24 days, e.g. 500ms, 30s');
+  if (!(ms > 0) || ms > 2 ** 31 - 1)
+    throw new InvalidArgumentError('expected a positive duration of at most 24 days, e.g. 500ms, 30s');
   return ms;
 }
 
@@ -38,7 +39,11 @@ const EXIT_USAGE = 64;
 
 /** A default as the help shows it, in the unit a person would type (`30s`, not `30000`). */
 function durationText(ms: number): string {
-  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1_000]] as const) {
+  for (const [unit, size] of [
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+  ] as const) {
     if (ms % size === 0) return `${ms / size}${unit}`;
   }
   return `${ms}ms`;
@@ -50,7 +55,8 @@ function durationOption(flags: string, description: string, defaultMs: number): 
 
 function version(): string {
   try {
-    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
+      .version;
   } catch {
     return 'unknown';
   }
@@ -68,7 +74,8 @@ export function readSecretFile(path: string): string {
     throw new Error(`secret file ${path}: ${why}`, { cause: error });
   }
   const secret = text.replace(/\r?\n$/, '');
-  if (!isName(secret)) throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
+  if (!isName(secret))
+    throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
   return secret;
 }
 
@@ -76,7 +83,10 @@ export function readSecretFile(path: string): string {
 function etcdUrls(text: string): string[] {
   const urls = text.split(',');
   for (const url of urls) {
-    if (!/^http:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) || Number(url.replace(/\/$/, '').split(':').pop()) > 65535) {
+    if (
+      !/^http:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) ||
+      Number(url.replace(/\/$/, '').split(':').pop()) > 65535
+    ) {
       throw new InvalidArgumentError(`expected http://host:port URLs separated by commas, got ${JSON.stringify(url)}`);
     }
   }
@@ -89,14 +99,17 @@ function advertiseAddress(text: string): string {
 }
 
 function etcdPrefix(text: string): string {
-  if (!/^[\x21-\x7e]{1,128}$/.test(text)) throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
+  if (!/^[\x21-\x7e]{1,128}$/.test(text))
+    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
   return text;
 }
 
 function leaderTtl(text: string): number {
   const ms = duration(text);
   if (ms < 1000 || ms % 1000 !== 0 || ms > 3_600_000) {
-    throw new InvalidArgumentError('expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)');
+    throw new InvalidArgumentError(
+      'expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)',
+    );
   }
   return ms;
 }
@@ -109,7 +122,8 @@ function testClock(): (() => number) | undefined {
   const text = process.env.TICKETING_TEST_CLOCK_OFFSET_MS;
   if (text === undefined || text === '') return undefined;
   const offset = Number(text);
-  if (!Number.isSafeInteger(offset)) throw new Error(`TICKETING_TEST_CLOCK_OFFSET_MS must be an integer, got ${JSON.stringify(text)}`);
+  if (!Number.isSafeInteger(offset))
+    throw new Error(`TICKETING_TEST_CLOCK_OFFSET_MS must be an integer, got ${JSON.stringify(text)}`);
   return () => performance.timeOrigin + performance.now() + offset;
 }
 
@@ -124,7 +138,10 @@ export function main(argv: readonly string[]): void {
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({ outputError: (text, write) => write(`ticketing: ${text.replace(/^error: /, '')}`) })
-    .addHelpText('after', '\nDurations: 500ms, 30s, 5m, 2h.\nExit codes: 0 success, 64 usage error (bad flags), 1 any other failure.');
+    .addHelpText(
+      'after',
+      '\nDurations: 500ms, 30s, 5m, 2h.\nExit codes: 0 success, 64 usage error (bad flags), 1 any other failure.',
+    );
   program
     .command('serve')
     .description('run the lock server (single mode, or one node of a cluster with --cluster)')
@@ -132,13 +149,37 @@ export function main(argv: readonly string[]): void {
     .option('--port <port>', 'port to listen on (0 = pick a free one)', integer(0, 65535), 0)
     .addOption(durationOption('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', SERVER_DEFAULTS.leaseMs))
     .option('--secret-file <path>', 'file holding the shared secret (clients must send H <secret> first)')
-    .option('--state-file <path>', 'token high-water mark file: tokens stay unique across restarts even if the clock steps back')
-    .option('--max-waiters-per-key <n>', 'queued requests per key', integer(0, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxWaitersPerKey)
-    .option('--max-waiters <n>', 'queued requests in total', integer(0, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxWaiters)
+    .option(
+      '--state-file <path>',
+      'token high-water mark file: tokens stay unique across restarts even if the clock steps back',
+    )
+    .option(
+      '--max-waiters-per-key <n>',
+      'queued requests per key',
+      integer(0, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxWaitersPerKey,
+    )
+    .option(
+      '--max-waiters <n>',
+      'queued requests in total',
+      integer(0, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxWaiters,
+    )
     .option('--max-keys <n>', 'registered keys in total', integer(1, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxKeys)
     .option('--max-connections <n>', 'open connections', integer(1, 2 ** 31), SERVER_DEFAULTS.maxConnections)
-    .option('--max-line <bytes>', 'longest request line, terminator included', integer(64, 2 ** 24), SERVER_DEFAULTS.maxLineBytes)
-    .addOption(durationOption('--write-timeout <dur>', 'cut off a connection whose replies have not drained for this long', SERVER_DEFAULTS.writeTimeoutMs))
+    .option(
+      '--max-line <bytes>',
+      'longest request line, terminator included',
+      integer(64, 2 ** 24),
+      SERVER_DEFAULTS.maxLineBytes,
+    )
+    .addOption(
+      durationOption(
+        '--write-timeout <dur>',
+        'cut off a connection whose replies have not drained for this long',
+        SERVER_DEFAULTS.writeTimeoutMs,
+      ),
+    )
     .addOption(
       durationOption(
         '--idle-timeout <dur>',
@@ -146,18 +187,33 @@ export function main(argv: readonly string[]): void {
         SERVER_DEFAULTS.idleTimeoutMs,
       ),
     )
-    .addOption(durationOption('--line-timeout <dur>', 'close a connection that leaves a request line unfinished for this long', SERVER_DEFAULTS.lineTimeoutMs))
+    .addOption(
+      durationOption(
+        '--line-timeout <dur>',
+        'close a connection that leaves a request line unfinished for this long',
+        SERVER_DEFAULTS.lineTimeoutMs,
+      ),
+    )
     .option('--cluster', 'cluster mode: one node of a lock space kept in etcd (needs --etcd and --advertise)')
     .option('--etcd <urls>', 'cluster mode: etcd endpoints, http://host:port,http://host:port,…', etcdUrls)
-    .option('--advertise <host:port>', 'cluster mode: the address clients reach this node at (sent in M and L)', advertiseAddress)
+    .option(
+      '--advertise <host:port>',
+      'cluster mode: the address clients reach this node at (sent in M and L)',
+      advertiseAddress,
+    )
     .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, '/ticketing/')
-    .addOption(new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds').argParser(leaderTtl).default(2_000, '2s'))
+    .addOption(
+      new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds')
+        .argParser(leaderTtl)
+        .default(2_000, '2s'),
+    )
     .action(async (flags: Record<string, unknown>, command: Command) => {
       const cluster = flags.cluster === true;
       if (cluster) {
         if (flags.etcd === undefined) command.error('error: --cluster needs --etcd <url,url,…>');
         if (flags.advertise === undefined) command.error('error: --cluster needs --advertise <host:port>');
-        if (flags.stateFile !== undefined) command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
+        if (flags.stateFile !== undefined)
+          command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
       } else {
         for (const flag of ['etcd', 'advertise'] as const) {
           if (flags[flag] !== undefined) command.error(`error: --${flag} needs --cluster`);

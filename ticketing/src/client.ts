@@ -75,11 +75,11 @@ export class TicketClient {
     this.leaseMs = this.#options.leaseMs;
     this.#allowlist = new Set(this.#options.endpoints.map((e) => e.text));
     this.#registry = new PendingRegistry((p) => this.#releaseLane.submit(p));
-    const client = this;
+    const leaderHint = (): string | undefined => this.leaderHint;
     const host: LaneHost = {
-      client,
+      client: this,
       get leaderHint() {
-        return client.leaderHint;
+        return leaderHint();
       },
       pickEndpoint: (failures) => this.#pickEndpoint(failures),
       setLeaderHint: (address, via) => this.#setLeaderHint(address, via),
@@ -126,7 +126,8 @@ export class TicketClient {
         );
       }
     } catch (error) {
-      return Promise.reject(error);
+      const refusal = error as Error; // the checks throw TicketError, TypeError or RangeError
+      return Promise.reject(refusal);
     }
     const { waitMs, signal } = args;
     const retryBusy = (args.retryBusy ?? this.#options.retryByDefault) ? this.#options.busyPolicy : undefined;
@@ -168,7 +169,8 @@ export class TicketClient {
     try {
       args = checkRelease(key, token, options, this.#closed);
     } catch (error) {
-      return Promise.reject(error);
+      const refusal = error as Error; // the checks throw TicketError, TypeError or RangeError
+      return Promise.reject(refusal);
     }
     return this.#release(key, args.tokenText, args.signal);
   }

@@ -83,7 +83,11 @@ export class CapacityError extends RefusedError {
  * the replies ambiguous, so it is refused before it is sent. */
 export class DuplicateRequestError extends TicketError {
   readonly code = 'ETICKET_DUPLICATE';
-  constructor(message: string, readonly key: string, readonly owner: string) {
+  constructor(
+    message: string,
+    readonly key: string,
+    readonly owner: string,
+  ) {
     super(message);
   }
 }
@@ -115,7 +119,10 @@ export class ServerError extends TicketError {
  * unknown line, or a reply nobody is waiting for. Fatal to the connection. Seen as a `cause`. */
 export class ProtocolError extends TicketError {
   readonly code = 'ETICKET_PROTOCOL';
-  constructor(message: string, readonly line?: string) {
+  constructor(
+    message: string,
+    readonly line?: string,
+  ) {
     super(message);
   }
 }

@@ -1,5 +1,11 @@
 /** flocklease/ticketing: the networked lock service (server, client, wire protocol, state machine). */
-export { TicketServer, SERVER_DEFAULTS, type TicketServerOptions, type ServerAddress, type ServerStats } from './server.js';
+export {
+  TicketServer,
+  SERVER_DEFAULTS,
+  type TicketServerOptions,
+  type ServerAddress,
+  type ServerStats,
+} from './server.js';
 export {
   TicketClient,
   type TicketClientOptions,

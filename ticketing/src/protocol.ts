@@ -37,7 +37,7 @@ export function isTokenText(text: string): boolean {
 }
 
 /** A canonical decimal wait of at most 2^53-1 ms (beyond that a number loses precision). */
-export function parseWaitMs(text: string): number | undefined {
+function parseWaitMs(text: string): number | undefined {
   if (!WAIT.test(text)) return undefined;
   const value = Number(text);
   return Number.isSafeInteger(value) ? value : undefined;

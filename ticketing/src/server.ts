@@ -246,8 +246,19 @@ export class TicketServer extends EventEmitter {
   #nextId = 1;
   #dirty: Connection[] = [];
   readonly #request = new RequestReader();
-  readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = { type: 'acquire', session: 0, key: '', owner: '', waitMs: 0 };
-  readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = { type: 'release', session: 0, key: '', token: 0n };
+  readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = {
+    type: 'acquire',
+    session: 0,
+    key: '',
+    owner: '',
+    waitMs: 0,
+  };
+  readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = {
+    type: 'release',
+    session: 0,
+    key: '',
+    token: 0n,
+  };
   #deadlineTimer: NodeJS.Timeout | undefined;
   #deadlineAt = Infinity;
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -263,12 +274,27 @@ export class TicketServer extends EventEmitter {
     this.host = optionalString(options.host, 'host') ?? SERVER_DEFAULTS.host;
     this.port = integerIn(options.port ?? SERVER_DEFAULTS.port, 'port', 0, 65535);
     this.leaseMs = positiveMs(options.leaseMs ?? SERVER_DEFAULTS.leaseMs, 'leaseMs');
-    this.maxConnections = integerIn(options.maxConnections ?? SERVER_DEFAULTS.maxConnections, 'maxConnections', 1, 2 ** 31);
-    this.maxLineBytes = integerIn(options.maxLineBytes ?? SERVER_DEFAULTS.maxLineBytes, 'maxLineBytes', MIN_MAX_LINE_BYTES, 2 ** 24);
+    this.maxConnections = integerIn(
+      options.maxConnections ?? SERVER_DEFAULTS.maxConnections,
+      'maxConnections',
+      1,
+      2 ** 31,
+    );
+    this.maxLineBytes = integerIn(
+      options.maxLineBytes ?? SERVER_DEFAULTS.maxLineBytes,
+      'maxLineBytes',
+      MIN_MAX_LINE_BYTES,
+      2 ** 24,
+    );
     this.#limits = {
       maxKeys: integerIn(options.maxKeys ?? SERVER_DEFAULTS.maxKeys, 'maxKeys', 1, Number.MAX_SAFE_INTEGER),
       maxWaiters: integerIn(options.maxWaiters ?? SERVER_DEFAULTS.maxWaiters, 'maxWaiters', 0, Number.MAX_SAFE_INTEGER),
-      maxWaitersPerKey: integerIn(options.maxWaitersPerKey ?? SERVER_DEFAULTS.maxWaitersPerKey, 'maxWaitersPerKey', 0, Number.MAX_SAFE_INTEGER),
+      maxWaitersPerKey: integerIn(
+        options.maxWaitersPerKey ?? SERVER_DEFAULTS.maxWaitersPerKey,
+        'maxWaitersPerKey',
+        0,
+        Number.MAX_SAFE_INTEGER,
+      ),
     };
     const secret = optionalString(options.secret, 'secret');
     if (secret !== undefined && !isName(secret)) {
@@ -277,19 +303,26 @@ export class TicketServer extends EventEmitter {
     this.#secretDigest = secret === undefined ? undefined : digest(secret);
     this.stateFile = optionalString(options.stateFile, 'stateFile');
     this.#sweepIntervalMs = positiveMs(options.sweepIntervalMs ?? SERVER_DEFAULTS.sweepIntervalMs, 'sweepIntervalMs');
-    this.#highWater = integerIn(options.outputHighWaterBytes ?? SERVER_DEFAULTS.outputHighWaterBytes, 'outputHighWaterBytes', MIN_OUTPUT_HIGH_WATER, 2 ** 30);
+    this.#highWater = integerIn(
+      options.outputHighWaterBytes ?? SERVER_DEFAULTS.outputHighWaterBytes,
+      'outputHighWaterBytes',
+      MIN_OUTPUT_HIGH_WATER,
+      2 ** 30,
+    );
     this.#writeTimeoutMs = positiveMs(options.writeTimeoutMs ?? SERVER_DEFAULTS.writeTimeoutMs, 'writeTimeoutMs');
     this.#authTimeoutMs = positiveMs(options.authTimeoutMs ?? SERVER_DEFAULTS.authTimeoutMs, 'authTimeoutMs');
     this.#idleTimeoutMs = positiveMs(options.idleTimeoutMs ?? SERVER_DEFAULTS.idleTimeoutMs, 'idleTimeoutMs');
     this.#lineTimeoutMs = positiveMs(options.lineTimeoutMs ?? SERVER_DEFAULTS.lineTimeoutMs, 'lineTimeoutMs');
     this.#drainTimeoutMs = positiveMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
-    if (options.clock !== undefined && typeof options.clock !== 'function') throw new TypeError('clock must be a function');
+    if (options.clock !== undefined && typeof options.clock !== 'function')
+      throw new TypeError('clock must be a function');
     this.#clock = options.clock ?? monotonicWallClock;
     const gate = options.gate;
     if (gate !== undefined && (typeof gate !== 'object' || gate === null || typeof gate.refusal !== 'function')) {
       throw new TypeError('gate must be a ServerGate');
     }
-    if (gate !== undefined && this.stateFile !== undefined) throw new TypeError('stateFile and gate exclude each other');
+    if (gate !== undefined && this.stateFile !== undefined)
+      throw new TypeError('stateFile and gate exclude each other');
     this.#gate = gate;
   }
 
@@ -322,8 +355,9 @@ export class TicketServer extends EventEmitter {
     } else {
       this.#gate.attach(this.#gateHost());
     }
-    const server = net.createServer({ noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 }, (socket) =>
-      this.#onConnection(socket),
+    const server = net.createServer(
+      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 },
+      (socket) => this.#onConnection(socket),
     );
     this.#server = server;
     await new Promise<void>((resolve, reject) => {
@@ -420,7 +454,12 @@ export class TicketServer extends EventEmitter {
     socket.on('drain', () => this.#resume(conn));
     socket.on('end', () => this.#onEnd(conn));
     socket.on('close', () => this.#onClose(conn));
-    publish(channels.serverConnection, () => ({ server: this, connection: id, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort }));
+    publish(channels.serverConnection, () => ({
+      server: this,
+      connection: id,
+      remoteAddress: socket.remoteAddress,
+      remotePort: socket.remotePort,
+    }));
   }
 
   #onData(conn: Connection, chunk: Buffer): void {
@@ -544,7 +583,10 @@ export class TicketServer extends EventEmitter {
         if (now - conn.lineSince >= this.#lineTimeoutMs) {
           this.#fail(conn, 'bad_request', `no end of line within ${this.#lineTimeoutMs} ms`, 'line-timeout');
         }
-      } else if (now - Math.max(conn.lastReadAt, conn.holdsUntil) >= this.#idleTimeoutMs && !state.hasWaiters(conn.id)) {
+      } else if (
+        now - Math.max(conn.lastReadAt, conn.holdsUntil) >= this.#idleTimeoutMs &&
+        !state.hasWaiters(conn.id)
+      ) {
         this.#shut(conn, 'idle');
       }
     }
@@ -609,7 +651,12 @@ export class TicketServer extends EventEmitter {
     conn.paused = false;
     clearTimeout(conn.stallTimer);
     conn.stallTimer = undefined;
-    publish(channels.serverBackpressure, () => ({ server: this, connection: conn.id, paused: false, bufferedBytes: conn.socket.writableLength }));
+    publish(channels.serverBackpressure, () => ({
+      server: this,
+      connection: conn.id,
+      paused: false,
+      bufferedBytes: conn.socket.writableLength,
+    }));
     const status = conn.framer.resumeBytes(conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
     else this.#noteRead(conn, undefined);
@@ -642,13 +689,22 @@ export class TicketServer extends EventEmitter {
         if (conn === undefined || conn.closing || !conn.socket.writable) {
           // Nobody can receive this grant (its connection is going away): release it at once so
           // the next waiter gets the key instead of everyone waiting out a lease no one holds.
-          publish(channels.serverUndeliverable, () => ({ server: this, connection: effect.session, key: effect.key, token: effect.token }));
+          publish(channels.serverUndeliverable, () => ({
+            server: this,
+            connection: effect.session,
+            key: effect.key,
+            token: effect.token,
+          }));
           const release: Command = { type: 'release', session: INTERNAL_SESSION, key: effect.key, token: effect.token };
           for (const more of this.#state!.apply(release, now)) effects.push(more);
           return;
         }
         if (this.#gate === undefined) this.#output(conn).acquired(effect.token, effect.owner, effect.key);
-        else this.#gate.hold(conn.id, formatAcquired(effect.token, effect.owner, effect.key), { key: effect.key, token: effect.token });
+        else
+          this.#gate.hold(conn.id, formatAcquired(effect.token, effect.owner, effect.key), {
+            key: effect.key,
+            token: effect.token,
+          });
         const holdsUntil = performance.now() + (effect.expiresAt - now);
         if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
@@ -656,7 +712,8 @@ export class TicketServer extends EventEmitter {
       // Cluster mode holds every reply as text until its batch commits; single mode encodes it
       // straight into the connection's buffer (the codec test pins the two to the same bytes).
       case 'timed-out':
-        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatTimedOut(effect.owner, effect.key), undefined);
+        if (this.#gate !== undefined)
+          this.#gate.hold(effect.session, formatTimedOut(effect.owner, effect.key), undefined);
         else this.#replyTo(effect.session)?.refused(T, effect.owner, effect.key);
         return;
       case 'busy':
@@ -664,11 +721,13 @@ export class TicketServer extends EventEmitter {
         else this.#replyTo(effect.session)?.refused(B, effect.owner, effect.key);
         return;
       case 'released':
-        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatReleased(effect.token, effect.key), undefined);
+        if (this.#gate !== undefined)
+          this.#gate.hold(effect.session, formatReleased(effect.token, effect.key), undefined);
         else this.#replyTo(effect.session)?.releaseReply(R, effect.token, effect.key);
         return;
       case 'not-released':
-        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatNotReleased(effect.token, effect.key), undefined);
+        if (this.#gate !== undefined)
+          this.#gate.hold(effect.session, formatNotReleased(effect.token, effect.key), undefined);
         else this.#replyTo(effect.session)?.releaseReply(N, effect.token, effect.key);
         return;
       default:
@@ -781,7 +840,8 @@ export class TicketServer extends EventEmitter {
     const slice = (): void => {
       if (this.#closing !== undefined) return;
       const effects = this.#state!.apply({ type: 'sweep', limit: SWEEP_SLICE }, this.#clock());
-      if (channels.serverEffect.hasSubscribers) for (const effect of effects) channels.serverEffect.publish({ server: this, effect });
+      if (channels.serverEffect.hasSubscribers)
+        for (const effect of effects) channels.serverEffect.publish({ server: this, effect });
       const last = effects[effects.length - 1];
       if (last?.type === 'swept' && !last.done) setImmediate(slice);
       else this.#sweeping = false;
@@ -816,7 +876,12 @@ export class TicketServer extends EventEmitter {
           const conn = this.#connections.get(session);
           if (conn !== undefined && !conn.closing && conn.socket.writable) this.#send(conn, line);
           else if (grant !== undefined) {
-            publish(channels.serverUndeliverable, () => ({ server: this, connection: session, key: grant.key, token: grant.token }));
+            publish(channels.serverUndeliverable, () => ({
+              server: this,
+              connection: session,
+              key: grant.key,
+              token: grant.token,
+            }));
             this.#run({ type: 'release', session: INTERNAL_SESSION, ...grant });
           }
         }
@@ -859,12 +924,14 @@ function optionalString(value: unknown, what: string): string | undefined {
 
 function integerIn(value: unknown, what: string, min: number, max: number): number {
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw new RangeError(`${what} must be an integer in ${min}..${max}, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < min || value > max)
+    throw new RangeError(`${what} must be an integer in ${min}..${max}, got ${value}`);
   return value;
 }
 
 function positiveMs(value: unknown, what: string): number {
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value > 0 && value <= 2 ** 31 - 1)) throw new RangeError(`${what} must be a positive number of ms (at most 2^31-1), got ${value}`);
+  if (!(value > 0 && value <= 2 ** 31 - 1))
+    throw new RangeError(`${what} must be a positive number of ms (at most 2^31-1), got ${value}`);
   return value;
 }

@@ -85,7 +85,13 @@ export type Effect =
       /** held: wait 0 on a held key; waited: the wait ran out; cancelled: `disconnect` with notify. */
       readonly reason: 'held' | 'waited' | 'cancelled';
     }
-  | { readonly type: 'busy'; readonly session: SessionId; readonly key: string; readonly owner: string; readonly limit: BusyLimit }
+  | {
+      readonly type: 'busy';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly limit: BusyLimit;
+    }
   | { readonly type: 'released'; readonly session: SessionId; readonly key: string; readonly token: bigint }
   | {
       readonly type: 'not-released';
@@ -97,7 +103,13 @@ export type Effect =
   /** A lease ran out and its generation ended (taken over, handed to a waiter, or swept). */
   | { readonly type: 'expired'; readonly key: string; readonly owner: string; readonly token: bigint }
   /** A queued request left its queue without a reply (its session is gone). */
-  | { readonly type: 'abandoned'; readonly session: SessionId; readonly key: string; readonly owner: string; readonly waiter: number }
+  | {
+      readonly type: 'abandoned';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly waiter: number;
+    }
   /** Progress of a sweep pass. */
   | { readonly type: 'swept'; readonly visited: number; readonly removed: number; readonly done: boolean };
 
@@ -128,7 +140,12 @@ export interface KeyView {
   readonly token: bigint;
   readonly grantedAt: number;
   readonly expiresAt: number;
-  readonly waiters: ReadonlyArray<{ readonly id: number; readonly session: SessionId; readonly owner: string; readonly deadline: number }>;
+  readonly waiters: ReadonlyArray<{
+    readonly id: number;
+    readonly session: SessionId;
+    readonly owner: string;
+    readonly deadline: number;
+  }>;
 }
 
 interface Waiter extends HeapItem {
@@ -201,9 +218,13 @@ export class TicketState {
     this.leaseMs = positiveNumber(options.leaseMs, 'leaseMs');
     this.maxKeys = positiveInteger(options.maxKeys ?? DEFAULT_LIMITS.maxKeys, 'maxKeys');
     this.maxWaiters = nonNegativeInteger(options.maxWaiters ?? DEFAULT_LIMITS.maxWaiters, 'maxWaiters');
-    this.maxWaitersPerKey = nonNegativeInteger(options.maxWaitersPerKey ?? DEFAULT_LIMITS.maxWaitersPerKey, 'maxWaitersPerKey');
+    this.maxWaitersPerKey = nonNegativeInteger(
+      options.maxWaitersPerKey ?? DEFAULT_LIMITS.maxWaitersPerKey,
+      'maxWaitersPerKey',
+    );
     const last = options.lastToken ?? 0n;
-    if (typeof last !== 'bigint' || last < 0n || last > MAX_TOKEN) throw new RangeError('lastToken must be a uint64 bigint');
+    if (typeof last !== 'bigint' || last < 0n || last > MAX_TOKEN)
+      throw new RangeError('lastToken must be a uint64 bigint');
     this.#lastToken = last;
     if (options.expiry !== undefined && options.expiry !== 'lazy' && options.expiry !== 'eager') {
       throw new RangeError("expiry must be 'lazy' or 'eager'");
@@ -233,8 +254,16 @@ export class TicketState {
     const entry = this.#keys.get(key);
     if (entry === undefined) return undefined;
     const waiters = [];
-    for (let w = entry.head; w !== undefined; w = w.next) waiters.push({ id: w.id, session: w.session, owner: w.owner, deadline: w.at });
-    return { key, owner: entry.owner, token: entry.token, grantedAt: entry.grantedAt, expiresAt: entry.expiresAt, waiters };
+    for (let w = entry.head; w !== undefined; w = w.next)
+      waiters.push({ id: w.id, session: w.session, owner: w.owner, deadline: w.at });
+    return {
+      key,
+      owner: entry.owner,
+      token: entry.token,
+      grantedAt: entry.grantedAt,
+      expiresAt: entry.expiresAt,
+      waiters,
+    };
   }
 
   /** The earliest instant at which `nextDue` will have work (a wait running out, or a key with
@@ -294,7 +323,8 @@ export class TicketState {
       return effects;
     }
     if (waitMs === 0) return [{ type: 'timed-out', session, key, owner, reason: 'held' }];
-    if (entry.waiting >= this.maxWaitersPerKey) return [{ type: 'busy', session, key, owner, limit: 'waiters-per-key' }];
+    if (entry.waiting >= this.maxWaitersPerKey)
+      return [{ type: 'busy', session, key, owner, limit: 'waiters-per-key' }];
     if (this.#waiters.size >= this.maxWaiters) return [{ type: 'busy', session, key, owner, limit: 'waiters' }];
     const id = this.#seq++;
     let mine = this.#bySession.get(String(session));
@@ -332,7 +362,8 @@ export class TicketState {
    */
   adopt(key: string, owner: string, token: bigint, now: number): void {
     if (this.#keys.get(key) !== undefined) throw new Error(`key ${key} is already registered`);
-    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) throw new RangeError('token must be a uint64 bigint');
+    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN)
+      throw new RangeError('token must be a uint64 bigint');
     this.#register(key, owner, token, now);
     if (token > this.#lastToken) this.#lastToken = token;
   }
@@ -461,7 +492,13 @@ export class TicketState {
     for (let waiter = entry.head; waiter !== undefined; waiter = entry.head) {
       this.#unqueue(waiter);
       if (waiter.at <= now) {
-        effects.push({ type: 'timed-out', session: waiter.session, key: entry.key, owner: waiter.owner, reason: 'waited' });
+        effects.push({
+          type: 'timed-out',
+          session: waiter.session,
+          key: entry.key,
+          owner: waiter.owner,
+          reason: 'waited',
+        });
         continue;
       }
       const token = this.#issue(now);
@@ -470,7 +507,15 @@ export class TicketState {
         continue;
       }
       this.#grant(entry, waiter.owner, token, now);
-      effects.push({ type: 'granted', session: waiter.session, key: entry.key, owner: waiter.owner, token, expiresAt: entry.expiresAt, path });
+      effects.push({
+        type: 'granted',
+        session: waiter.session,
+        key: entry.key,
+        owner: waiter.owner,
+        token,
+        expiresAt: entry.expiresAt,
+        path,
+      });
       return;
     }
     this.#deleteKey(entry);
@@ -519,12 +564,14 @@ export class TicketState {
 
 function positiveNumber(value: unknown, what: string): number {
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value > 0 && Number.isFinite(value))) throw new RangeError(`${what} must be a finite positive number, got ${value}`);
+  if (!(value > 0 && Number.isFinite(value)))
+    throw new RangeError(`${what} must be a finite positive number, got ${value}`);
   return value;
 }
 function positiveInteger(value: unknown, what: string): number {
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${what} must be a positive integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${what} must be a positive integer, got ${value}`);
   return value;
 }
 function nonNegativeInteger(value: unknown, what: string): number {

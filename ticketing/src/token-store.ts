@@ -48,7 +48,8 @@ export class TokenStore {
   /** Reads the mark (a missing file means a first start: floor 0) and reserves ahead of it. */
   static open(path: string, options: TokenStoreOptions = {}): TokenStore {
     const reserveMs = options.reserveMs ?? 60_000;
-    if (!(reserveMs > 0 && Number.isFinite(reserveMs))) throw new RangeError('reserveMs must be a finite positive number');
+    if (!(reserveMs > 0 && Number.isFinite(reserveMs)))
+      throw new RangeError('reserveMs must be a finite positive number');
     const clock = options.clock ?? Date.now;
     let floor = 0n;
     let text: string | undefined;
@@ -156,7 +157,9 @@ export function parseStateFile(text: string, path: string): bigint {
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new Error(`state file ${path} is not valid JSON; refusing to start (tokens could be reused)`, { cause: error });
+    throw new Error(`state file ${path} is not valid JSON; refusing to start (tokens could be reused)`, {
+      cause: error,
+    });
   }
   const record = value as { version?: unknown; highWater?: unknown } | null;
   if (

@@ -28,7 +28,12 @@ interface Results {
     summary: Record<string, Record<string, ServerCell>>;
     targets: Array<{ id: string; measured: number; target: string; met: boolean }>;
   };
-  clients: { summary: Record<string, { ticketing: { cyclesPerSecond: number }; redis: { cyclesPerSecond: number }; ratio: number }> };
+  clients: {
+    summary: Record<
+      string,
+      { ticketing: { cyclesPerSecond: number }; redis: { cyclesPerSecond: number }; ratio: number }
+    >;
+  };
 }
 
 const WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64', 'distinct 16×64', 'hot 4×16', 'hot 64×1'];

@@ -53,7 +53,9 @@ describe('ticketing serve', () => {
     for (let i = 0; i < 5; i++) {
       const child = spawn(process.execPath, [CLI, 'serve', '--port', '0']);
       cleanups.push(() => void child.kill('SIGKILL'));
-      const exit = new Promise<[number | null, string | null]>((resolve) => child.on('exit', (code, signal) => resolve([code, signal])));
+      const exit = new Promise<[number | null, string | null]>((resolve) =>
+        child.on('exit', (code, signal) => resolve([code, signal])),
+      );
       child.stdout.once('data', () => child.kill('SIGTERM'));
       expect(await exit).toEqual([0, null]);
     }
@@ -165,7 +167,7 @@ describe('ticketing serve', () => {
     const issued = tokenOf(await c.readLine());
     first.child.kill('SIGTERM');
     await first.exit;
-    const mark = BigInt(JSON.parse(readFileSync(stateFile, 'utf8')).highWater);
+    const mark = BigInt((JSON.parse(readFileSync(stateFile, 'utf8')) as { highWater: string }).highWater);
     expect(mark >= issued).toBe(true);
     const second = await serve(['--state-file', stateFile]);
     const d = await connect(second.port);
@@ -211,7 +213,12 @@ describe('ticketing serve', () => {
     const help = await runCli(['serve', '--help']);
     expect(help.code).toBe(0);
     const flat = help.stdout.replace(/\s+/g, ' ');
-    for (const [flag, shown] of [['--lease', '30s'], ['--write-timeout', '30s'], ['--idle-timeout', '30s'], ['--line-timeout', '10s']]) {
+    for (const [flag, shown] of [
+      ['--lease', '30s'],
+      ['--write-timeout', '30s'],
+      ['--idle-timeout', '30s'],
+      ['--line-timeout', '10s'],
+    ]) {
       expect(flat).toMatch(new RegExp(`${flag} <dur> [^-]*\\(default: ${shown}\\)`));
     }
     expect(flat).not.toMatch(/<dur> [^-]*\(default: \d+\)/); // no bare milliseconds
@@ -237,7 +244,8 @@ describe('ticketing serve', () => {
 
   test('thousands of idle connections cost little memory', { timeout: 60_000 }, async () => {
     const s = await serve(['--idle-timeout', '10m']); // kept open however slow the machine is
-    const rss = (): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;
+    const rss = (): number =>
+      Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) * 1024;
     const probe = await connect(s.port);
     probe.write('A warm o 0\n');
     await probe.readLine();
@@ -252,7 +260,7 @@ describe('ticketing serve', () => {
       sockets.push(socket);
       if (i % 200 === 199) await once(socket, 'connect');
     }
-    await Promise.all(sockets.map((socket) => (socket.connecting ? once(socket, 'connect') : undefined)));
+    await Promise.all(sockets.filter((socket) => socket.connecting).map((socket) => once(socket, 'connect')));
     // The server has accepted them all once it answers on a connection made after them.
     const last = await connect(s.port);
     last.write('A probe o 0\n');

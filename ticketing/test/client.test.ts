@@ -8,7 +8,16 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../src/client.js';
-import { AuthFailedError, CapacityError, ClientClosedError, ConnectError, DuplicateRequestError, IndeterminateError, ProtocolError, ServerError } from '../src/errors.js';
+import {
+  AuthFailedError,
+  CapacityError,
+  ClientClosedError,
+  ConnectError,
+  DuplicateRequestError,
+  IndeterminateError,
+  ProtocolError,
+  ServerError,
+} from '../src/errors.js';
 import { FakeServer, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -207,7 +216,7 @@ describe('B (busy)', () => {
     await conn.expectSilence(150);
   });
 
-  test('opt-in: retried with backoff inside the caller\'s wait budget (same owner, what is left of the wait)', async () => {
+  test("opt-in: retried with backoff inside the caller's wait budget (same owner, what is left of the wait)", async () => {
     const server = await fake();
     const c = client(server.port, { retryBusy: { initialMs: 20, maxMs: 40 } });
     const a = c.acquire('k', { waitMs: 5_000, owner: 'o' });
@@ -249,7 +258,14 @@ describe('M, L and E', () => {
     conn.write(`M ${leaderAddress}\n`);
     const error = await a;
     expect(error).toBeInstanceOf(IndeterminateError);
-    expect(error).toMatchObject({ code: 'ETICKET_INDETERMINATE', op: 'acquire', key: 'k', owner: 'o', token: undefined, reason: 'connection-lost' });
+    expect(error).toMatchObject({
+      code: 'ETICKET_INDETERMINATE',
+      op: 'acquire',
+      key: 'k',
+      owner: 'o',
+      token: undefined,
+      reason: 'connection-lost',
+    });
     expect((error as Error).cause).toBeInstanceOf(ServerError);
     expect(c.leaderHint).toBe(leaderAddress);
     await conn.waitClosed();
@@ -298,7 +314,10 @@ describe('M, L and E', () => {
     // spent; an M is a redirect, not a failure, so the leader is next whatever came before.
     const [primary, leader, q, s] = [await fake(), await fake(), await fake(), await fake()];
     const address = (f: FakeServer): string => `127.0.0.1:${f.port}`;
-    const c = client(primary.port, { clusterAddresses: [address(leader), address(q), address(s)], errorBackoffMs: { not_active: 10 } });
+    const c = client(primary.port, {
+      clusterAddresses: [address(leader), address(q), address(s)],
+      errorBackoffMs: { not_active: 10 },
+    });
     const first = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
     const p0 = await primary.connection(0);
     await p0.readLine();
@@ -339,28 +358,34 @@ describe('M, L and E', () => {
     expect(server.connections.length).toBe(1);
   });
 
-  test.each(['no_leader', 'not_active'])('E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection', async (code) => {
-    const server = await fake();
-    const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
-    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
-    const conn = await server.connection(0);
-    await conn.readLine();
-    conn.write(`L 127.0.0.1:${server.port}\n`);
-    await until(() => c.leaderHint !== undefined);
-    conn.write(`E ${code} try later\n`);
-    const error = await a;
-    expect(error).toBeInstanceOf(IndeterminateError);
-    expect((error as IndeterminateError).cause).toMatchObject({ serverCode: code, detail: 'try later' });
-    const closedAt = Date.now();
-    await conn.waitClosed();
-    expect(c.leaderHint).toBe(code === 'no_leader' ? undefined : `127.0.0.1:${server.port}`);
-    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
-    const next = await server.connection(1);
-    expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
-    expect(await next.readLine()).toBe('A k o2 0');
-    next.write('A 2 o2 k\n');
-    expect((await b).status).toBe('acquired');
-  });
+  test.each(['no_leader', 'not_active'])(
+    'E %s: close, sent acquires Indeterminate, back off, unsent requests go on the next connection',
+    async (code) => {
+      const server = await fake();
+      const c = client(server.port, {
+        clusterAddresses: [`127.0.0.1:${server.port}`],
+        errorBackoffMs: { [code]: 300 },
+      });
+      const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
+      const conn = await server.connection(0);
+      await conn.readLine();
+      conn.write(`L 127.0.0.1:${server.port}\n`);
+      await until(() => c.leaderHint !== undefined);
+      conn.write(`E ${code} try later\n`);
+      const error = await a;
+      expect(error).toBeInstanceOf(IndeterminateError);
+      expect((error as IndeterminateError).cause).toMatchObject({ serverCode: code, detail: 'try later' });
+      const closedAt = Date.now();
+      await conn.waitClosed();
+      expect(c.leaderHint).toBe(code === 'no_leader' ? undefined : `127.0.0.1:${server.port}`);
+      const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+      const next = await server.connection(1);
+      expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
+      expect(await next.readLine()).toBe('A k o2 0');
+      next.write('A 2 o2 k\n');
+      expect((await b).status).toBe('acquired');
+    },
+  );
 
   test.each([
     ['another E code', 'E bad_request what\n'],
@@ -389,46 +414,55 @@ describe('M, L and E', () => {
   test.each([
     ['auth_failed', AuthFailedError, 'ETICKET_AUTH_FAILED'],
     ['capacity', CapacityError, 'ETICKET_CAPACITY'],
-  ] as const)('E %s before any answer: a definite refusal of every sent request; the next request goes on a new connection after the backoff', async (code, type, errorCode) => {
-    const server = await fake();
-    const c = client(server.port, { clusterAddresses: [`127.0.0.1:${server.port}`], errorBackoffMs: { [code]: 300 } });
-    const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
-    const r = outcome(c.release('k', 3n));
-    const conn = await server.connection(0);
-    const lane = await server.connection(1);
-    await conn.readLine();
-    await lane.readLine();
-    conn.write(`L 127.0.0.1:${server.port}\n`); // not an answer: the refusal stays definite
-    await until(() => c.leaderHint !== undefined);
-    conn.write(`E ${code} go away\n`);
-    lane.write(`E ${code}\n`);
-    const error = await a;
-    expect(error).toBeInstanceOf(type);
-    expect(error).not.toBeInstanceOf(IndeterminateError);
-    expect(error).toMatchObject({ code: errorCode, op: 'acquire', key: 'k', owner: 'o' });
-    expect((error as Error).cause).toMatchObject({ serverCode: code, detail: 'go away' });
-    expect(await r).toMatchObject({ code: errorCode, op: 'release', key: 'k', token: 3n });
-    const closedAt = Date.now();
-    await conn.waitClosed();
-    const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
-    const next = await server.connection(2);
-    expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
-    expect(await next.readLine()).toBe('A k o2 0');
-    next.write('A 2 o2 k\n');
-    expect((await b).status).toBe('acquired');
-  });
+  ] as const)(
+    'E %s before any answer: a definite refusal of every sent request; the next request goes on a new connection after the backoff',
+    async (code, type, errorCode) => {
+      const server = await fake();
+      const c = client(server.port, {
+        clusterAddresses: [`127.0.0.1:${server.port}`],
+        errorBackoffMs: { [code]: 300 },
+      });
+      const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
+      const r = outcome(c.release('k', 3n));
+      const conn = await server.connection(0);
+      const lane = await server.connection(1);
+      await conn.readLine();
+      await lane.readLine();
+      conn.write(`L 127.0.0.1:${server.port}\n`); // not an answer: the refusal stays definite
+      await until(() => c.leaderHint !== undefined);
+      conn.write(`E ${code} go away\n`);
+      lane.write(`E ${code}\n`);
+      const error = await a;
+      expect(error).toBeInstanceOf(type);
+      expect(error).not.toBeInstanceOf(IndeterminateError);
+      expect(error).toMatchObject({ code: errorCode, op: 'acquire', key: 'k', owner: 'o' });
+      expect((error as Error).cause).toMatchObject({ serverCode: code, detail: 'go away' });
+      expect(await r).toMatchObject({ code: errorCode, op: 'release', key: 'k', token: 3n });
+      const closedAt = Date.now();
+      await conn.waitClosed();
+      const b = c.acquire('k', { waitMs: 0, owner: 'o2' });
+      const next = await server.connection(2);
+      expect(Date.now() - closedAt).toBeGreaterThanOrEqual(250);
+      expect(await next.readLine()).toBe('A k o2 0');
+      next.write('A 2 o2 k\n');
+      expect((await b).status).toBe('acquired');
+    },
+  );
 
-  test.each(['auth_failed', 'capacity'])('E %s after an answer breaks the protocol: sent requests are Indeterminate', async (code) => {
-    const server = await fake();
-    const c = client(server.port);
-    const a = c.acquire('j', { waitMs: 0, owner: 'o1' });
-    const b = outcome(c.acquire('k', { waitMs: 1_000, owner: 'o2' }));
-    const conn = await server.connection(0);
-    await conn.readLines(2);
-    conn.write(`T o1 j\nE ${code}\n`);
-    expect((await a).status).toBe('timed-out');
-    expect(await b).toBeInstanceOf(IndeterminateError);
-  });
+  test.each(['auth_failed', 'capacity'])(
+    'E %s after an answer breaks the protocol: sent requests are Indeterminate',
+    async (code) => {
+      const server = await fake();
+      const c = client(server.port);
+      const a = c.acquire('j', { waitMs: 0, owner: 'o1' });
+      const b = outcome(c.acquire('k', { waitMs: 1_000, owner: 'o2' }));
+      const conn = await server.connection(0);
+      await conn.readLines(2);
+      conn.write(`T o1 j\nE ${code}\n`);
+      expect((await a).status).toBe('timed-out');
+      expect(await b).toBeInstanceOf(IndeterminateError);
+    },
+  );
 
   test('a reply nobody waits for closes the connection; an unmatched A is released by its exact token on the release lane', async () => {
     const server = await fake();
@@ -493,7 +527,13 @@ describe('stalls, drops and cancellation', () => {
     conn.write('A 4242 o1 ke');
     await sleep(30);
     conn.destroy();
-    expect(await a).toMatchObject({ code: 'ETICKET_INDETERMINATE', key: 'key', owner: 'o1', token: 4242n, reason: 'connection-lost' });
+    expect(await a).toMatchObject({
+      code: 'ETICKET_INDETERMINATE',
+      key: 'key',
+      owner: 'o1',
+      token: 4242n,
+      reason: 'connection-lost',
+    });
     expect(await b).toMatchObject({ code: 'ETICKET_INDETERMINATE', key: 'other', owner: 'o2', token: undefined });
     const lane = await server.connection(1);
     expect(await lane.readLine()).toBe('R key 4242');
@@ -513,7 +553,7 @@ describe('stalls, drops and cancellation', () => {
     expect(server.connections.length).toBe(1);
   });
 
-  test('aborted before it was sent: rejected with the signal\'s reason, nothing sent', async () => {
+  test("aborted before it was sent: rejected with the signal's reason, nothing sent", async () => {
     const server = await fake();
     const c = client(server.port);
     const controller = new AbortController();
@@ -522,7 +562,9 @@ describe('stalls, drops and cancellation', () => {
     expect(await a).toMatchObject({ message: 'changed my mind' });
     const conn = await server.connection(0);
     await conn.expectSilence(100);
-    await expect(c.acquire('k', { waitMs: 0, signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(c.acquire('k', { waitMs: 0, signal: AbortSignal.abort() })).rejects.toMatchObject({
+      name: 'AbortError',
+    });
   });
 
   test('aborted after it was sent: the connection is closed; it and every other sent request become Indeterminate', async () => {

@@ -80,7 +80,7 @@ describe('RequestReader', () => {
   test('random lines over the request alphabet read as parseRequest parses them', () => {
     const alphabet = ['A', 'R', 'H', ' ', '0', '1', '9', 'k', '~', '\r', '\u0000', '\u00ff'];
     let seed = 12345;
-    const rand = (): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const rand = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
     for (let i = 0; i < 5000; i++) {
       const prefix = ['A k o ', 'R k ', 'A ', 'R ', ''][Math.floor(rand() * 5)]!;
       let line = prefix;

@@ -44,7 +44,10 @@ function fuzzLine(rand: () => number): Buffer {
     case 3: // double a space / add a field
       return Buffer.from(base.toString('latin1').replace(' ', rand() < 0.5 ? '  ' : ' extra '), 'latin1');
     case 4: // absurd numbers
-      return Buffer.from(pick(['A k o 99999999999999999999', 'R k 0', 'R k -1', 'A k o 1e3', 'R k 18446744073709551616', 'A k o 007']), 'latin1');
+      return Buffer.from(
+        pick(['A k o 99999999999999999999', 'R k 0', 'R k -1', 'A k o 1e3', 'R k 18446744073709551616', 'A k o 007']),
+        'latin1',
+      );
     case 5: // very long
       return Buffer.from(`A ${'x'.repeat(Math.floor(rand() * 3000))} o 0`, 'latin1');
     case 6: // a \r in the middle, or NULs
@@ -97,7 +100,7 @@ test('random and mutated lines: the server survives and everyone else is unaffec
       }
       const bytes = Buffer.concat(payload);
       // Random chunking, so lines split anywhere.
-      for (let at = 0; at < bytes.length && !socket.closed; ) {
+      for (let at = 0; at < bytes.length && !socket.closed;) {
         const n = 1 + Math.floor(rand() * 64);
         socket.write(bytes.subarray(at, at + n));
         at += n;
@@ -131,7 +134,11 @@ test('random and mutated lines: the server survives and everyone else is unaffec
   expect(lines).toBeGreaterThan(500);
   expect(errorsSeen).toBeGreaterThan(10);
   // The fuzzers are gone: none of their queued requests is left behind.
-  await until(() => server.stats().waiters === 0 && server.stats().connections <= 2, 5_000, 'fuzz connections to be cleaned up');
+  await until(
+    () => server.stats().waiters === 0 && server.stats().connections <= 2,
+    5_000,
+    'fuzz connections to be cleaned up',
+  );
   // And the server still serves new connections.
   const after = await LineSocket.connect(port);
   cleanups.push(() => after.destroy());

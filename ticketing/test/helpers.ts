@@ -75,9 +75,11 @@ export class LineSocket {
   async readLine(timeoutMs = 5_000): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     while (this.#consumed >= this.#lines.length) {
-      if (this.closed) throw new Error(`connection closed; received ${JSON.stringify(this.received.toString('latin1'))}`);
+      if (this.closed)
+        throw new Error(`connection closed; received ${JSON.stringify(this.received.toString('latin1'))}`);
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no line within ${timeoutMs} ms; received ${JSON.stringify(this.received.toString('latin1'))}`);
+      if (left <= 0)
+        throw new Error(`no line within ${timeoutMs} ms; received ${JSON.stringify(this.received.toString('latin1'))}`);
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, left);
         this.#waiters.push(() => {
@@ -120,7 +122,9 @@ export class LineSocket {
 }
 
 /** An in-process TicketServer on a free loopback port, closed by `close()`. */
-export async function startServer(options: TicketServerOptions = {}): Promise<{ server: TicketServer; port: number; close: () => Promise<void> }> {
+export async function startServer(
+  options: TicketServerOptions = {},
+): Promise<{ server: TicketServer; port: number; close: () => Promise<void> }> {
   const server = new TicketServer({ port: 0, ...options });
   const { port } = await server.listen();
   return { server, port, close: () => server.close() };
@@ -172,7 +176,10 @@ export class FakeServer {
 }
 
 /** Spawns `ticketing serve` and waits for its `listening host:port` line. */
-export async function spawnServer(args: string[] = [], env: NodeJS.ProcessEnv = process.env): Promise<{
+export async function spawnServer(
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{
   child: ChildProcessWithoutNullStreams;
   host: string;
   port: number;
@@ -199,7 +206,10 @@ export async function spawnServer(args: string[] = [], env: NodeJS.ProcessEnv = 
 }
 
 /** Runs `ticketing` with arguments and collects its exit and output (for flag errors). */
-export async function runCli(args: string[], timeoutMs = 10_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export async function runCli(
+  args: string[],
+  timeoutMs = 10_000,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawn(process.execPath, [CLI, ...args]);
   let stdout = '';
   let stderr = '';

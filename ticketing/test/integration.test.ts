@@ -95,7 +95,7 @@ describe('client and server together', () => {
     expect(resource.rejected).toBe(0);
   });
 
-  test('a holder that outlives its lease is fenced off: the next holder\'s token wins', async () => {
+  test("a holder that outlives its lease is fenced off: the next holder's token wins", async () => {
     const { clients } = await setup({ leaseMs: 150 }, 2);
     const resource = new FencedResource();
     const stale = grant(await clients[0]!.acquire('k', { waitMs: 0 }));
@@ -164,7 +164,10 @@ describe('client and server together', () => {
     cleanups.push(() => void diagnostics.unsubscribe('ticketing:client:indeterminate', listener));
     // A backoff longer than the connect timeout: a reconnect that counted the idle close as a
     // failure would reject the next request with ConnectError.
-    const { server, clients } = await setup({ idleTimeoutMs: 200, leaseMs: 300 }, 1, { backoff: { initialMs: 5_000, maxMs: 5_000 }, connectTimeoutMs: 1_000 });
+    const { server, clients } = await setup({ idleTimeoutMs: 200, leaseMs: 300 }, 1, {
+      backoff: { initialMs: 5_000, maxMs: 5_000 },
+      connectTimeoutMs: 1_000,
+    });
     const c = clients[0]!;
     for (let round = 0; round < 3; round++) {
       const token = grant(await c.acquire('k', { waitMs: 0 }));

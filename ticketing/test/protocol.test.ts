@@ -22,7 +22,12 @@ describe('requests', () => {
   test('A, R and H parse; numbers are exact', () => {
     expect(parseRequest('A orders worker-1 2500')).toEqual({ op: 'A', key: 'orders', owner: 'worker-1', waitMs: 2500 });
     expect(parseRequest('A k o 0')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 0 });
-    expect(parseRequest(`R k ${MAX_TOKEN}`)).toEqual({ op: 'R', key: 'k', token: MAX_TOKEN, tokenText: MAX_TOKEN.toString() });
+    expect(parseRequest(`R k ${MAX_TOKEN}`)).toEqual({
+      op: 'R',
+      key: 'k',
+      token: MAX_TOKEN,
+      tokenText: MAX_TOKEN.toString(),
+    });
     expect(parseRequest('H s3cret')).toEqual({ op: 'H', secret: 's3cret' });
   });
 
@@ -84,7 +89,11 @@ describe('replies', () => {
     expect(parseReply(formatNotReleased(42n, 'k').trimEnd())).toEqual({ op: 'N', token: '42', key: 'k' });
     expect(parseReply('M 10.0.0.2:7000')).toEqual({ op: 'M', address: '10.0.0.2:7000' });
     expect(parseReply('L [::1]:7000')).toEqual({ op: 'L', address: '[::1]:7000' });
-    expect(parseReply(formatError('bad_request', 'not a request').trimEnd())).toEqual({ op: 'E', code: 'bad_request', detail: 'not a request' });
+    expect(parseReply(formatError('bad_request', 'not a request').trimEnd())).toEqual({
+      op: 'E',
+      code: 'bad_request',
+      detail: 'not a request',
+    });
     expect(parseReply('E no_leader')).toEqual({ op: 'E', code: 'no_leader', detail: '' });
   });
 
@@ -97,12 +106,28 @@ describe('replies', () => {
     expect(formatError('capacity')).toBe('E capacity\n');
   });
 
-  test.each(['', 'A', 'A 1 o', 'A 0 o k', 'A x o k', 'T o', 'T o k x', 'R k 1', 'N 1', 'M nohostport', 'M host:0', 'M host:70000', 'L a b', 'E', 'E Upper', 'Z x', 'AA 1 o k', 'A 1 o k\u00ff'])(
-    '%j is malformed',
-    (line) => {
-      expect(parseReply(line)).toBeUndefined();
-    },
-  );
+  test.each([
+    '',
+    'A',
+    'A 1 o',
+    'A 0 o k',
+    'A x o k',
+    'T o',
+    'T o k x',
+    'R k 1',
+    'N 1',
+    'M nohostport',
+    'M host:0',
+    'M host:70000',
+    'L a b',
+    'E',
+    'E Upper',
+    'Z x',
+    'AA 1 o k',
+    'A 1 o k\u00ff',
+  ])('%j is malformed', (line) => {
+    expect(parseReply(line)).toBeUndefined();
+  });
 
   test('addresses', () => {
     expect(isAddress('h:1')).toBe(true);

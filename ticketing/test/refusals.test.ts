@@ -51,7 +51,10 @@ describe('definite refusals are not Indeterminate', () => {
     cleanups.push(() => squatter.destroy());
     const c = new TicketClient({ port, errorBackoffMs: { capacity: 50 }, backoff: { initialMs: 10, maxMs: 50 } });
     cleanups.push(() => c.destroy());
-    const [a, b] = await Promise.all([outcome(c.acquire('k', { waitMs: 0, owner: 'o1' })), outcome(c.acquire('j', { waitMs: 0, owner: 'o2' }))]);
+    const [a, b] = await Promise.all([
+      outcome(c.acquire('k', { waitMs: 0, owner: 'o1' })),
+      outcome(c.acquire('j', { waitMs: 0, owner: 'o2' })),
+    ]);
     for (const result of [a, b]) {
       expect(result).toBeInstanceOf(CapacityError);
       expect(result).toMatchObject({ code: 'ETICKET_CAPACITY', op: 'acquire' });

@@ -36,8 +36,6 @@ function subscribeDisconnects(): Array<{ reason: string }> {
   return seen;
 }
 
-const ACQUIRED = /^A ([1-9][0-9]*) (\S+) (\S+)$/;
-
 describe('A: the acquire table', () => {
   test('not registered: "A <token> <owner> <key>" at once, token about the wall clock in µs', async () => {
     const { port, server: s } = await server();
@@ -112,7 +110,7 @@ describe('A: the acquire table', () => {
     expect(s.stats()).toMatchObject({ keys: 3, waiters: 2 });
   });
 
-  test('the owner is no authority: the holder\'s own owner gets T, not its token or a renewal', async () => {
+  test("the owner is no authority: the holder's own owner gets T, not its token or a renewal", async () => {
     const { port, server: s } = await server();
     const c = await connect(port);
     c.write('A k same 0\n');
@@ -302,7 +300,7 @@ describe('tokens are never reused, even across a restart', () => {
     const issued = tokenOf(await c.readLine());
     c.destroy();
     await first.close();
-    const mark = BigInt(JSON.parse(readFileSync(stateFile, 'utf8')).highWater);
+    const mark = BigInt((JSON.parse(readFileSync(stateFile, 'utf8')) as { highWater: string }).highWater);
     expect(mark >= issued).toBe(true);
 
     const hourAgo = (): number => Date.now() - 3_600_000;
@@ -437,7 +435,11 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
     // Cut quietly (a FIN, no reply), all of them.
     await Promise.all(squatters.map((s) => s.waitClosed(5_000)));
     for (const s of squatters) expect(s.received.length).toBe(0);
-    await until(() => disconnects.filter((d) => d.reason === 'idle').length === 100, 5_000, 'the server to see them closed');
+    await until(
+      () => disconnects.filter((d) => d.reason === 'idle').length === 100,
+      5_000,
+      'the server to see them closed',
+    );
     const real = await connect(port);
     real.write('A k real 0\n');
     expect(await real.readLine()).toMatch(/^A \d+ real k$/);
@@ -467,7 +469,11 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
       await c.waitClosed();
     }
     trickling = false;
-    await until(() => disconnects.filter((d) => d.reason === 'line-timeout').length === 2, 5_000, 'the server to see them closed');
+    await until(
+      () => disconnects.filter((d) => d.reason === 'line-timeout').length === 2,
+      5_000,
+      'the server to see them closed',
+    );
     // Whole lines now and then keep a connection alive past the line timeout.
     for (let i = 0; i < 4; i++) {
       await sleep(150);

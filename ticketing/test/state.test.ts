@@ -7,7 +7,13 @@ import { TicketState, type Command, type Effect } from '../src/state.js';
 const T0 = 1_800_000_000_000; // epoch ms
 const LEASE = 1_000;
 
-const acquire = (session: number, key: string, owner: string, waitMs = 0): Command => ({ type: 'acquire', session, key, owner, waitMs });
+const acquire = (session: number, key: string, owner: string, waitMs = 0): Command => ({
+  type: 'acquire',
+  session,
+  key,
+  owner,
+  waitMs,
+});
 const release = (session: number, key: string, token: bigint): Command => ({ type: 'release', session, key, token });
 
 /** Effects that answer a request (what goes on the wire). */
@@ -16,7 +22,8 @@ const replies = (effects: Effect[]): Effect[] =>
 
 function granted(effects: Effect[]): Extract<Effect, { type: 'granted' }> {
   const grant = effects.find((e) => e.type === 'granted');
-  if (grant === undefined || grant.type !== 'granted') throw new Error(`no grant in ${JSON.stringify(effects, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`);
+  if (grant === undefined || grant.type !== 'granted')
+    throw new Error(`no grant in ${JSON.stringify(effects, (_, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))}`);
   return grant;
 }
 
@@ -24,7 +31,17 @@ describe('acquire table', () => {
   test('not registered: registered with expiry now+lease and a new token, A at once', () => {
     const state = new TicketState({ leaseMs: LEASE });
     const effects = state.apply(acquire(1, 'k', 'o1'), T0);
-    expect(effects).toEqual([{ type: 'granted', session: 1, key: 'k', owner: 'o1', token: expect.any(BigInt), expiresAt: T0 + LEASE, path: 'free' }]);
+    expect(effects).toEqual([
+      {
+        type: 'granted',
+        session: 1,
+        key: 'k',
+        owner: 'o1',
+        token: expect.any(BigInt) as unknown,
+        expiresAt: T0 + LEASE,
+        path: 'free',
+      },
+    ]);
     const view = state.get('k')!;
     expect(view).toMatchObject({ owner: 'o1', grantedAt: T0, expiresAt: T0 + LEASE, waiters: [] });
     expect(view.token).toBe(granted(effects).token);
@@ -43,7 +60,9 @@ describe('acquire table', () => {
   test('registered, valid holder, wait 0: nothing changes, T at once', () => {
     const state = new TicketState({ leaseMs: LEASE });
     const first = granted(state.apply(acquire(1, 'k', 'o1'), T0));
-    expect(state.apply(acquire(2, 'k', 'o2', 0), T0 + 10)).toEqual([{ type: 'timed-out', session: 2, key: 'k', owner: 'o2', reason: 'held' }]);
+    expect(state.apply(acquire(2, 'k', 'o2', 0), T0 + 10)).toEqual([
+      { type: 'timed-out', session: 2, key: 'k', owner: 'o2', reason: 'held' },
+    ]);
     expect(state.get('k')).toMatchObject({ owner: 'o1', token: first.token, waiters: [] });
   });
 
@@ -51,7 +70,17 @@ describe('acquire table', () => {
     const state = new TicketState({ leaseMs: LEASE });
     state.apply(acquire(1, 'k', 'o1'), T0);
     const queued = state.apply(acquire(2, 'k', 'o2', 300), T0 + 10);
-    expect(queued).toEqual([{ type: 'queued', session: 2, key: 'k', owner: 'o2', waiter: expect.any(Number), deadline: T0 + 310, position: 1 }]);
+    expect(queued).toEqual([
+      {
+        type: 'queued',
+        session: 2,
+        key: 'k',
+        owner: 'o2',
+        waiter: expect.any(Number) as unknown,
+        deadline: T0 + 310,
+        position: 1,
+      },
+    ]);
     expect(replies(queued)).toEqual([]);
     state.apply(acquire(3, 'k', 'o3', 500), T0 + 20);
     expect(state.get('k')!.waiters.map((w) => w.owner)).toEqual(['o2', 'o3']);
@@ -60,7 +89,9 @@ describe('acquire table', () => {
     expect(state.nextDue(T0 + 309)).toBeUndefined();
     const due = state.nextDue(T0 + 310)!;
     expect(due).toMatchObject({ type: 'wait-timeout', key: 'k' });
-    expect(state.apply(due, T0 + 310)).toEqual([{ type: 'timed-out', session: 2, key: 'k', owner: 'o2', reason: 'waited' }]);
+    expect(state.apply(due, T0 + 310)).toEqual([
+      { type: 'timed-out', session: 2, key: 'k', owner: 'o2', reason: 'waited' },
+    ]);
     expect(state.get('k')!.waiters.map((w) => w.owner)).toEqual(['o3']);
   });
 
@@ -80,11 +111,17 @@ describe('acquire table', () => {
     state.apply(acquire(1, 'a', 'h'), T0);
     state.apply(acquire(1, 'b', 'h'), T0);
     expect(replies(state.apply(acquire(2, 'a', 'w1', 100), T0))).toEqual([]);
-    expect(state.apply(acquire(2, 'a', 'w2', 100), T0)).toEqual([{ type: 'busy', session: 2, key: 'a', owner: 'w2', limit: 'waiters-per-key' }]);
+    expect(state.apply(acquire(2, 'a', 'w2', 100), T0)).toEqual([
+      { type: 'busy', session: 2, key: 'a', owner: 'w2', limit: 'waiters-per-key' },
+    ]);
     expect(replies(state.apply(acquire(2, 'b', 'w3', 100), T0))).toEqual([]);
     state.apply(acquire(1, 'c', 'h'), T0);
-    expect(state.apply(acquire(2, 'c', 'w4', 100), T0)).toEqual([{ type: 'busy', session: 2, key: 'c', owner: 'w4', limit: 'waiters' }]);
-    expect(state.apply(acquire(2, 'd', 'h'), T0)).toEqual([{ type: 'busy', session: 2, key: 'd', owner: 'h', limit: 'keys' }]);
+    expect(state.apply(acquire(2, 'c', 'w4', 100), T0)).toEqual([
+      { type: 'busy', session: 2, key: 'c', owner: 'w4', limit: 'waiters' },
+    ]);
+    expect(state.apply(acquire(2, 'd', 'h'), T0)).toEqual([
+      { type: 'busy', session: 2, key: 'd', owner: 'h', limit: 'keys' },
+    ]);
     expect(state.get('d')).toBeUndefined();
     expect(state.waiterCount).toBe(2);
     expect(state.keyCount).toBe(3);
@@ -93,13 +130,17 @@ describe('acquire table', () => {
   test('a cap of 0 waiters means "never queue": B instead of waiting', () => {
     const state = new TicketState({ leaseMs: LEASE, maxWaitersPerKey: 0 });
     state.apply(acquire(1, 'a', 'h'), T0);
-    expect(state.apply(acquire(2, 'a', 'w', 100), T0)).toEqual([{ type: 'busy', session: 2, key: 'a', owner: 'w', limit: 'waiters-per-key' }]);
+    expect(state.apply(acquire(2, 'a', 'w', 100), T0)).toEqual([
+      { type: 'busy', session: 2, key: 'a', owner: 'w', limit: 'waiters-per-key' },
+    ]);
   });
 
-  test('the owner gives no authority: the holder\'s owner gets no token back and no renewal', () => {
+  test("the owner gives no authority: the holder's owner gets no token back and no renewal", () => {
     const state = new TicketState({ leaseMs: LEASE });
     const first = granted(state.apply(acquire(1, 'k', 'same'), T0));
-    expect(state.apply(acquire(1, 'k', 'same', 0), T0 + 500)).toEqual([{ type: 'timed-out', session: 1, key: 'k', owner: 'same', reason: 'held' }]);
+    expect(state.apply(acquire(1, 'k', 'same', 0), T0 + 500)).toEqual([
+      { type: 'timed-out', session: 1, key: 'k', owner: 'same', reason: 'held' },
+    ]);
     expect(state.get('k')).toMatchObject({ token: first.token, expiresAt: T0 + LEASE });
     // With a wait it queues behind itself like anyone else.
     expect(state.apply(acquire(1, 'k', 'same', 100), T0 + 500)[0]).toMatchObject({ type: 'queued', position: 1 });
@@ -121,7 +162,9 @@ describe('release table', () => {
   test('token matches, no waiters: the key is deleted, R', () => {
     const state = new TicketState({ leaseMs: LEASE });
     const first = granted(state.apply(acquire(1, 'k', 'o1'), T0));
-    expect(state.apply(release(1, 'k', first.token), T0 + 5)).toEqual([{ type: 'released', session: 1, key: 'k', token: first.token }]);
+    expect(state.apply(release(1, 'k', first.token), T0 + 5)).toEqual([
+      { type: 'released', session: 1, key: 'k', token: first.token },
+    ]);
     expect(state.get('k')).toBeUndefined();
     expect(state.keyCount).toBe(0);
   });
@@ -137,7 +180,9 @@ describe('release table', () => {
 
   test('not registered: nothing, N', () => {
     const state = new TicketState({ leaseMs: LEASE });
-    expect(state.apply(release(1, 'nope', 7n), T0)).toEqual([{ type: 'not-released', session: 1, key: 'nope', token: 7n, reason: 'not-registered' }]);
+    expect(state.apply(release(1, 'nope', 7n), T0)).toEqual([
+      { type: 'not-released', session: 1, key: 'nope', token: 7n, reason: 'not-registered' },
+    ]);
   });
 
   test('an expired but unswept key is released by its exact token: R, not N', () => {
@@ -152,7 +197,10 @@ describe('release table', () => {
     const swept = state.apply({ type: 'sweep' }, T0 + LEASE);
     expect(swept).toContainEqual({ type: 'expired', key: 'k', owner: 'o1', token: first.token });
     expect(swept.at(-1)).toEqual({ type: 'swept', visited: 1, removed: 1, done: true });
-    expect(state.apply(release(1, 'k', first.token), T0 + LEASE)[0]).toMatchObject({ type: 'not-released', reason: 'not-registered' });
+    expect(state.apply(release(1, 'k', first.token), T0 + LEASE)[0]).toMatchObject({
+      type: 'not-released',
+      reason: 'not-registered',
+    });
   });
 });
 
@@ -236,7 +284,7 @@ describe('hand-off and expiry', () => {
     for (let i = 0; i < 25; i++) state.apply(acquire(1, `k${i}`, 'o'), T0);
     state.apply(acquire(1, 'fresh', 'o'), T0 + LEASE);
     state.apply(acquire(2, 'k0', 'w', 60_000), T0); // k0 has a waiter: handed off, never swept
-    let effects: Effect[] = [];
+    let effects: Effect[];
     let slices = 0;
     do {
       effects = state.apply({ type: 'sweep', limit: 10 }, T0 + LEASE);
@@ -248,14 +296,14 @@ describe('hand-off and expiry', () => {
     expect(state.get('k0')).toBeDefined();
   });
 
-  test('disconnect removes the session\'s waiters (dropped, or answered T when notified)', () => {
+  test("disconnect removes the session's waiters (dropped, or answered T when notified)", () => {
     const state = new TicketState({ leaseMs: LEASE });
     const first = granted(state.apply(acquire(1, 'k', 'h'), T0));
     state.apply(acquire(2, 'k', 'gone', 10_000), T0);
     state.apply(acquire(3, 'k', 'stays', 10_000), T0);
     state.apply(acquire(2, 'k2', 'h2'), T0);
     expect(state.apply({ type: 'disconnect', session: 2 }, T0 + 1)).toEqual([
-      { type: 'abandoned', session: 2, key: 'k', owner: 'gone', waiter: expect.any(Number) },
+      { type: 'abandoned', session: 2, key: 'k', owner: 'gone', waiter: expect.any(Number) as unknown },
     ]);
     // What session 2 holds stays held: grants are leases, not connections.
     expect(state.get('k2')).toMatchObject({ owner: 'h2' });
@@ -301,7 +349,9 @@ describe('tokens', () => {
     const state = new TicketState({ leaseMs: LEASE, lastToken: MAX_TOKEN - 1n });
     const last = granted(state.apply(acquire(1, 'a', 'o'), T0));
     expect(last.token).toBe(MAX_TOKEN);
-    expect(state.apply(acquire(1, 'b', 'o'), T0)).toEqual([{ type: 'busy', session: 1, key: 'b', owner: 'o', limit: 'tokens' }]);
+    expect(state.apply(acquire(1, 'b', 'o'), T0)).toEqual([
+      { type: 'busy', session: 1, key: 'b', owner: 'o', limit: 'tokens' },
+    ]);
   });
 });
 
@@ -326,7 +376,8 @@ describe('determinism and validation', () => {
         else if (pick < 9) command = { type: 'disconnect', session: rand(5) };
         else command = { type: 'sweep', limit: 2 };
         const effects = state.apply(command, now);
-        for (let due = state.nextDue(now); due !== undefined; due = state.nextDue(now)) effects.push(...state.apply(due, now));
+        for (let due = state.nextDue(now); due !== undefined; due = state.nextDue(now))
+          effects.push(...state.apply(due, now));
         for (const e of effects) if (e.type === 'granted') tokens.set(e.key, e.token);
         log.push(effects);
       }
@@ -386,7 +437,9 @@ describe('cluster mode: eager expiry, adopt, restartLease', () => {
     state.adopt('k', 'a', far, T0);
     expect(state.get('k')).toMatchObject({ owner: 'a', token: far, expiresAt: T0 + LEASE });
     expect(state.nextDeadline()).toBe(T0 + LEASE);
-    expect(replies(state.apply(acquire(2, 'k', 'b'), T0 + 1))).toEqual([{ type: 'timed-out', session: 2, key: 'k', owner: 'b', reason: 'held' }]);
+    expect(replies(state.apply(acquire(2, 'k', 'b'), T0 + 1))).toEqual([
+      { type: 'timed-out', session: 2, key: 'k', owner: 'b', reason: 'held' },
+    ]);
     expect(granted(state.apply(acquire(2, 'j', 'b'), T0 + 1)).token).toBe(far + 1n);
     expect(() => state.adopt('k', 'x', 1n, T0)).toThrow(/already registered/);
     expect(() => state.adopt('z', 'x', 0n, T0)).toThrow(RangeError);

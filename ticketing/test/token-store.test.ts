@@ -64,7 +64,9 @@ test('the file format is strict', () => {
   expect(parseStateFile(formatStateFile(123n), 'f')).toBe(123n);
   expect(() => parseStateFile('{"version":2,"highWater":"1"}', 'f')).toThrow(/not a ticketing state file/);
   expect(() => parseStateFile('{"version":1,"highWater":1}', 'f')).toThrow(/not a ticketing state file/);
-  expect(() => parseStateFile('{"version":1,"highWater":"18446744073709551616"}', 'f')).toThrow(/not a ticketing state file/);
+  expect(() => parseStateFile('{"version":1,"highWater":"18446744073709551616"}', 'f')).toThrow(
+    /not a ticketing state file/,
+  );
   const path = fileIn();
   writeFileSync(path, '');
   expect(() => TokenStore.open(path)).toThrow(/not valid JSON/);

@@ -11,6 +11,5 @@
  */
 export * from './types.js';
 export { inspectLeaseDir } from './inspect.js';
-export { holderPid } from './proc-locks.js';
 export { forceRelease, repairLease } from './repair.js';
 export { pruneLeaseDir } from './prune.js';

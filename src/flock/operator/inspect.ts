@@ -3,7 +3,18 @@ import { LeaseCorruptError } from '../../port/errors.js';
 import { liveName, safeID } from '../layout.js';
 import { parseQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
-import { checkDir, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type RecordRead } from './scan.js';
+import {
+  checkDir,
+  checkOptionalId,
+  clockOf,
+  compare,
+  ioOf,
+  listGoTemps,
+  listGroups,
+  readQueue,
+  readRecordAt,
+  type RecordRead,
+} from './scan.js';
 import { isExpired } from '../record.js';
 import type { InspectOptions, Inspection, LeaseRow, LeaseState, LeaseWaiter, Leftover, LeftoverKind } from './types.js';
 
@@ -26,7 +37,16 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
     const read: RecordRead = g.record === undefined ? { kind: 'none' } : readRecordAt(io, join(path, g.record));
     const sessionId = (read.kind === 'ok' ? read.record.session : undefined) ?? id ?? g.safe;
     const leftover = (kind: LeftoverKind, name: string, extra: Partial<Leftover> = {}): void => {
-      leftovers.push({ kind, id: sessionId, safeId: g.safe, path: join(path, name), token: undefined, locked: undefined, pid: undefined, ...extra });
+      leftovers.push({
+        kind,
+        id: sessionId,
+        safeId: g.safe,
+        path: join(path, name),
+        token: undefined,
+        locked: undefined,
+        pid: undefined,
+        ...extra,
+      });
     };
     const lookup = (name: string): { locked: boolean | undefined; pid: number | undefined } =>
       table?.lookup(join(path, name)) ?? { locked: table === undefined ? undefined : false, pid: undefined };
@@ -37,7 +57,19 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
       const recordPath = join(path, g.record!);
       let row: LeaseRow;
       if (read.kind === 'corrupt') {
-        row = { id: sessionId, safeId: g.safe, state: 'corrupt', owner: undefined, token: undefined, expiry: undefined, locked: undefined, pid: undefined, waiters, path: recordPath, problem: read.problem };
+        row = {
+          id: sessionId,
+          safeId: g.safe,
+          state: 'corrupt',
+          owner: undefined,
+          token: undefined,
+          expiry: undefined,
+          locked: undefined,
+          pid: undefined,
+          waiters,
+          path: recordPath,
+          problem: read.problem,
+        };
       } else {
         const { record } = read;
         if (record.owner !== '') current = record.token; // a tombstone has no generation of its own
@@ -59,7 +91,19 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
           }
         }
         const pid = locked ? table?.lookup(live)?.pid : undefined;
-        row = { id: sessionId, safeId: g.safe, state, owner: record.owner, token: record.token, expiry: new Date(record.expiryMs), locked, pid, waiters, path: recordPath, problem };
+        row = {
+          id: sessionId,
+          safeId: g.safe,
+          state,
+          owner: record.owner,
+          token: record.token,
+          expiry: new Date(record.expiryMs),
+          locked,
+          pid,
+          waiters,
+          path: recordPath,
+          problem,
+        };
       }
       // Queued waiters: the `.wait` files somebody holds, with owners from the queue.
       const queue = g.lock === undefined ? parseQueue(undefined) : readQueue(io, join(path, g.lock));
@@ -91,11 +135,18 @@ export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Insp
   }
   if (id === undefined) {
     for (const name of listGoTemps(path)) {
-      leftovers.push({ kind: 'go-temp', id: '', safeId: '', path: join(path, name), token: undefined, locked: undefined, pid: undefined });
+      leftovers.push({
+        kind: 'go-temp',
+        id: '',
+        safeId: '',
+        path: join(path, name),
+        token: undefined,
+        locked: undefined,
+        pid: undefined,
+      });
     }
   }
   leases.sort((a, b) => compare(a.id, b.id) || compare(a.safeId, b.safeId));
   leftovers.sort((a, b) => compare(a.path, b.path));
   return { dir: path, at: new Date(now), leases, leftovers };
 }
-

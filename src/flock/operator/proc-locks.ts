@@ -52,4 +52,3 @@ export class LockTable {
 export function holderPid(dir: string, id: string, token: bigint): number | undefined {
   return LockTable.read()?.lookup(join(resolve(dir), liveName(safeID(id), token)))?.pid;
 }
-

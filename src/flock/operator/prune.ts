@@ -6,7 +6,20 @@ import { liveName, lockName, recordName, safeID, waitName } from '../layout.js';
 import type { LeaseIO } from '../io.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
-import { checkDir, checkMs, checkOptionalId, clockOf, compare, ioOf, listGoTemps, listGroups, readQueue, readRecordAt, type Group, type RecordRead } from './scan.js';
+import {
+  checkDir,
+  checkMs,
+  checkOptionalId,
+  clockOf,
+  compare,
+  ioOf,
+  listGoTemps,
+  listGroups,
+  readQueue,
+  readRecordAt,
+  type Group,
+  type RecordRead,
+} from './scan.js';
 import { expiresAtMs, isExpired } from '../record.js';
 import { underLock } from './transition.js';
 import {
@@ -39,19 +52,32 @@ interface Plan {
  * What to remove for one id. `record` and `queue` are as read (under the lock in a real prune);
  * `probe` tells which lock files are held.
  */
-function planPrune(dir: string, g: Group, read: RecordRead, queue: WaitQueue, probe: Probe, now: number, olderThanMs: number): Plan {
+function planPrune(
+  dir: string,
+  g: Group,
+  read: RecordRead,
+  queue: WaitQueue,
+  probe: Probe,
+  now: number,
+  olderThanMs: number,
+): Plan {
   const id = (read.kind === 'ok' ? read.record.session : undefined) ?? g.safe;
   const removals: PruneRemoval[] = [];
   const add = (kind: PrunedKind, name: string, reason: string): void => {
     removals.push({ kind, id, safeId: g.safe, path: join(dir, name), reason });
   };
-  if (read.kind === 'corrupt') return { skip: `corrupt record (${read.problem}); see \`flocklease repair\``, removals, removeLock: false };
+  if (read.kind === 'corrupt')
+    return { skip: `corrupt record (${read.problem}); see \`flocklease repair\``, removals, removeLock: false };
 
   // Live waiters: the listed .wait files and the queue's (one may have queued since the listing).
   const waitNames = new Set([...g.waits.map((w) => w.name), ...queue.waiters.map((w) => waitName(g.safe, w.ticket))]);
   const liveWaiters = [...waitNames].filter((name) => probe.locked(name) !== false);
   if (liveWaiters.length > 0) {
-    return { skip: `${liveWaiters.length} queued waiter${liveWaiters.length === 1 ? '' : 's'}`, removals, removeLock: false };
+    return {
+      skip: `${liveWaiters.length} queued waiter${liveWaiters.length === 1 ? '' : 's'}`,
+      removals,
+      removeLock: false,
+    };
   }
 
   let keepRecord = read.kind === 'ok';
@@ -90,7 +116,8 @@ function planPrune(dir: string, g: Group, read: RecordRead, queue: WaitQueue, pr
   }
   for (const name of g.temps) add('temp', name, 'an interrupted record write');
   const removeLock = !keepRecord && !keptLive;
-  if (removeLock && g.lock !== undefined) add('lock', g.lock, record === undefined ? 'no record' : 'its record was pruned');
+  if (removeLock && g.lock !== undefined)
+    add('lock', g.lock, record === undefined ? 'no record' : 'its record was pruned');
   return { removals, removeLock, kept };
 }
 
@@ -139,9 +166,10 @@ export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Pr
       if (plan.skip === undefined) removed.push(...plan.removals);
       continue;
     }
-    if (g.record === undefined && g.lock === undefined && g.lives.length + g.waits.length + g.temps.length === 0) continue; // only corrupt copies
+    if (g.record === undefined && g.lock === undefined && g.lives.length + g.waits.length + g.temps.length === 0)
+      continue; // only corrupt copies
     try {
-      await underLock(io, path, g.safe, id ?? g.safe, timeoutMs, async (lockFd) => {
+      await underLock(io, path, g.safe, id ?? g.safe, timeoutMs, (lockFd) => {
         const read = readRecordAt(io, join(path, recordName(g.safe)));
         const queue = parseQueue(io.readLockData(lockFd));
         // What is still there now that no operation on this id is running (files listed before
@@ -242,7 +270,13 @@ function removeGoTemps(
     }
     const age = now - st.mtimeMs;
     if (st.isDirectory() || age < minAgeMs) continue;
-    const removal: PruneRemoval = { kind: 'go-temp', id: '', safeId: '', path, reason: `the Go original's interrupted record write, written ${ago(age)}` };
+    const removal: PruneRemoval = {
+      kind: 'go-temp',
+      id: '',
+      safeId: '',
+      path,
+      reason: `the Go original's interrupted record write, written ${ago(age)}`,
+    };
     if (dryRun) {
       removed.push(removal);
       continue;

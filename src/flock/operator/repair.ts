@@ -30,13 +30,26 @@ function maxToken(tokens: Iterable<bigint>): bigint {
 /** The token of a tombstone that must beat everything `tokens` shows: the takeover rule. */
 function tombstoneToken(id: string, tokens: Iterable<bigint>, now: number): bigint {
   const token = nextToken(maxToken(tokens), now);
-  if (token === undefined) throw new LeaseTokenExhaustedError(`lease ${JSON.stringify(id)} has used every uint64 fencing token`, id);
+  if (token === undefined)
+    throw new LeaseTokenExhaustedError(`lease ${JSON.stringify(id)} has used every uint64 fencing token`, id);
   return token;
 }
 
-async function writeTombstone(io: LeaseIO, dir: string, safe: string, id: string, token: bigint, now: number, remove: readonly string[]): Promise<string[]> {
+async function writeTombstone(
+  io: LeaseIO,
+  dir: string,
+  safe: string,
+  id: string,
+  token: bigint,
+  now: number,
+  remove: readonly string[],
+): Promise<string[]> {
   const record = join(dir, recordName(safe));
-  const result = await io.commit(dir, { record, data: formatRecord({ owner: '', token, expiryMs: now, session: id }), remove: remove.slice(0, 2) });
+  const result = await io.commit(dir, {
+    record,
+    data: formatRecord({ owner: '', token, expiryMs: now, session: id }),
+    remove: remove.slice(0, 2),
+  });
   giveToDirOwner(dir, [record]);
   const failed = new Set(result.removalErrors.map((e) => e.path));
   for (const path of remove.slice(2)) {
@@ -55,7 +68,11 @@ async function writeTombstone(io: LeaseIO, dir: string, safe: string, id: string
  * renew, which reports the loss (`LeaseHeldError`). A corrupt record is a `LeaseCorruptError`
  * (see `repairLease`).
  */
-export async function forceRelease(dir: string, id: string, options: MutationOptions = {}): Promise<ForceReleaseResult> {
+export async function forceRelease(
+  dir: string,
+  id: string,
+  options: MutationOptions = {},
+): Promise<ForceReleaseResult> {
   return withRecord(dir, id, options, async ({ path, safe, recordPath, read, io, now }) => {
     if (read.kind === 'corrupt') throw read.error;
     if (read.kind === 'none') return { status: 'missing', id, path: recordPath };
@@ -84,7 +101,12 @@ interface RecordContext {
 }
 
 /** Checks the arguments, takes the id's transition lock, reads its record, runs `body`. */
-async function withRecord<T>(dir: string, id: string, options: MutationOptions, body: (context: RecordContext) => Promise<T>): Promise<T> {
+async function withRecord<T>(
+  dir: string,
+  id: string,
+  options: MutationOptions,
+  body: (context: RecordContext) => Promise<T>,
+): Promise<T> {
   const path = checkDir(dir);
   checkSessionId(id);
   const timeoutMs = checkMs(options.lockTimeoutMs, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS);
@@ -92,7 +114,9 @@ async function withRecord<T>(dir: string, id: string, options: MutationOptions, 
   const io = ioOf(options);
   const safe = safeID(id);
   const recordPath = join(path, recordName(safe));
-  return underLock(io, path, safe, id, timeoutMs, () => body({ path, safe, recordPath, read: readRecordAt(io, recordPath), io, now: clock() }));
+  return underLock(io, path, safe, id, timeoutMs, () =>
+    body({ path, safe, recordPath, read: readRecordAt(io, recordPath), io, now: clock() }),
+  );
 }
 
 /**
@@ -118,8 +142,25 @@ export async function repairLease(dir: string, id: string, options: MutationOpti
       if (io.probeLive(livePath)) stillHeldBy.push(table?.lookup(livePath)?.pid ?? 0);
     }
     const copy = setAside(path, recordPath, safe, now);
-    const removed = await writeTombstone(io, path, safe, id, token, now, lives.map((t) => join(path, liveName(safe, t))));
-    return { status: 'repaired', id, path: recordPath, problem: read.problem, copy, token, removed, stillHeldBy: stillHeldBy.filter((p) => p > 0) };
+    const removed = await writeTombstone(
+      io,
+      path,
+      safe,
+      id,
+      token,
+      now,
+      lives.map((t) => join(path, liveName(safe, t))),
+    );
+    return {
+      status: 'repaired',
+      id,
+      path: recordPath,
+      problem: read.problem,
+      copy,
+      token,
+      removed,
+      stillHeldBy: stillHeldBy.filter((p) => p > 0),
+    };
   });
 }
 
@@ -158,8 +199,8 @@ function setAside(dir: string, recordPath: string, safe: string, now: number): s
       fs.renameSync(recordPath, copy); // a directory cannot be linked, and a rename cannot replace it
       return copy;
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' && (error as NodeJS.ErrnoException).code !== 'ENOTEMPTY') throw error;
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' && (error as NodeJS.ErrnoException).code !== 'ENOTEMPTY')
+        throw error;
     }
   }
 }
-

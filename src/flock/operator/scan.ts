@@ -19,7 +19,10 @@ const GO_TEMP = /^\.lease-\d{1,10}\.json\.tmp$/;
 
 /** The Go original's temp records in `dir` (names), sorted. */
 export function listGoTemps(dir: string): string[] {
-  return fs.readdirSync(dir).filter((name) => GO_TEMP.test(name)).sort(compare);
+  return fs
+    .readdirSync(dir)
+    .filter((name) => GO_TEMP.test(name))
+    .sort(compare);
 }
 
 export interface Group {
@@ -88,7 +91,6 @@ export function readRecordAt(io: LeaseIO, path: string): RecordRead {
   return record === undefined ? { kind: 'none' } : { kind: 'ok', record };
 }
 
-
 /** The wait queue in a `.lock` file, read without creating or locking it. */
 export function readQueue(io: LeaseIO, path: string): WaitQueue {
   try {
@@ -104,7 +106,8 @@ export function ioOf(options: object | undefined): LeaseIO {
 
 export function clockOf(options: { clock?: (() => number) | undefined } | undefined): () => number {
   const clock = options?.clock;
-  if (clock !== undefined && typeof clock !== 'function') throw new TypeError('clock must be a function returning epoch milliseconds');
+  if (clock !== undefined && typeof clock !== 'function')
+    throw new TypeError('clock must be a function returning epoch milliseconds');
   return clock ?? Date.now;
 }
 
@@ -121,7 +124,8 @@ export function checkDir(dir: unknown): string {
 export function checkMs(value: unknown, what: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${what} must be a finite number of milliseconds ≥ 0, got ${value}`);
+  if (!Number.isFinite(value) || value < 0)
+    throw new RangeError(`${what} must be a finite number of milliseconds ≥ 0, got ${value}`);
   return value;
 }
 

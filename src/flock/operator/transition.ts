@@ -24,10 +24,23 @@ export function giveToDirOwner(dir: string, paths: readonly string[]): void {
 }
 
 /** Runs `body` under the transition lock of `id`'s lease (creating the lock file if needed). */
-export async function underLock<T>(io: LeaseIO, dir: string, safe: string, id: string, timeoutMs: number, body: (lockFd: number) => Promise<T>): Promise<T> {
+export async function underLock<T>(
+  io: LeaseIO,
+  dir: string,
+  safe: string,
+  id: string,
+  timeoutMs: number,
+  body: (lockFd: number) => T | Promise<T>,
+): Promise<T> {
   const lock = join(dir, lockName(safe));
   // The Lease's own transition lock: the same wait in the kernel, the same LeaseTimeoutError.
-  const fd = await lockTransition({ io, path: lock, sessionId: id, deadline: performance.now() + timeoutMs, timeoutMs });
+  const fd = await lockTransition({
+    io,
+    path: lock,
+    sessionId: id,
+    deadline: performance.now() + timeoutMs,
+    timeoutMs,
+  });
   try {
     giveToDirOwner(dir, [lock]);
     return await body(fd);

@@ -133,7 +133,16 @@ export interface PruneResult {
 }
 
 export type RepairResult =
-  | { readonly status: 'repaired'; readonly id: string; readonly path: string; readonly problem: string; readonly copy: string; readonly token: bigint; readonly removed: readonly string[]; readonly stillHeldBy: readonly number[] }
+  | {
+      readonly status: 'repaired';
+      readonly id: string;
+      readonly path: string;
+      readonly problem: string;
+      readonly copy: string;
+      readonly token: bigint;
+      readonly removed: readonly string[];
+      readonly stillHeldBy: readonly number[];
+    }
   | { readonly status: 'healthy'; readonly id: string; readonly path: string }
   | { readonly status: 'missing'; readonly id: string; readonly path: string };
 
@@ -143,7 +152,12 @@ export type ForceReleaseResult =
       readonly id: string;
       readonly path: string;
       /** What the record said before. */
-      readonly previous: { readonly owner: string; readonly token: bigint; readonly expiry: Date; readonly state: 'held' | 'crashed' | 'expired' };
+      readonly previous: {
+        readonly owner: string;
+        readonly token: bigint;
+        readonly expiry: Date;
+        readonly state: 'held' | 'crashed' | 'expired';
+      };
       /** The holder's process, if it was alive (it loses the lease at its next renew). */
       readonly pid: number | undefined;
       /** The tombstone's token. */

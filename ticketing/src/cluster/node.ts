@@ -50,7 +50,7 @@ export interface ClusterNodeOptions {
   readonly maxTxnOps?: number;
 }
 
-export const CLUSTER_DEFAULTS = {
+const CLUSTER_DEFAULTS = {
   prefix: '/ticketing/',
   leaderTtlMs: 2_000,
   callTimeoutMs: 1_000,
@@ -202,7 +202,9 @@ export class ClusterNode implements ServerGate {
     } else {
       this.#lease?.release();
       if (this.#leaseId !== undefined) {
-        await withTimeout(this.#client!.leaseClient.leaseRevoke({ ID: this.#leaseId }), this.#callTimeoutMs).catch(noop);
+        await withTimeout(this.#client!.leaseClient.leaseRevoke({ ID: this.#leaseId }), this.#callTimeoutMs).catch(
+          noop,
+        );
       }
     }
     await this.#watcher?.cancel().catch(noop);
@@ -307,7 +309,8 @@ export class ClusterNode implements ServerGate {
     this.#leader = leader;
     publish(channels.clusterLeader, () => ({ node: this, leader }));
     // A leader announces itself once it serves (#takeOver); a follower passes on any other node.
-    if (leader !== undefined && leader !== this.advertise && this.#role === 'follower') this.#host!.broadcast(formatLeader(leader));
+    if (leader !== undefined && leader !== this.advertise && this.#role === 'follower')
+      this.#host!.broadcast(formatLeader(leader));
   }
 
   async #campaign(): Promise<void> {
@@ -450,7 +453,14 @@ export class ClusterNode implements ServerGate {
       );
     }
     this.#inFlight = true;
-    const guard = [{ key: this.#layout.leader, target: 'Create' as const, result: 'Equal' as const, create_revision: this.#leaderRevision! }];
+    const guard = [
+      {
+        key: this.#layout.leader,
+        target: 'Create' as const,
+        result: 'Equal' as const,
+        create_revision: this.#leaderRevision!,
+      },
+    ];
     try {
       // An empty batch of writes (only T/N/B answers) still takes one guarded txn: it proves this
       // node was still the leader after computing them.
@@ -481,7 +491,12 @@ export class ClusterNode implements ServerGate {
     }
     this.#inFlight = false;
     if (hwm > this.#committedHwm) this.#committedHwm = hwm;
-    publish(channels.clusterCommit, () => ({ node: this, writes: batch.touched.size, replies: batch.replies.length, txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)) }));
+    publish(channels.clusterCommit, () => ({
+      node: this,
+      writes: batch.touched.size,
+      replies: batch.replies.length,
+      txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)),
+    }));
     this.#host!.deliver(batch.replies);
     // A grant's lease counts from when its A was written (its holder cannot have learned of it
     // earlier), plus a slack for the A's way to the holder on a loaded host: a lease is never cut
@@ -501,9 +516,9 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
         clearTimeout(timer);
         resolve(value);
       },
-      (error: unknown) => {
+      (error) => {
         clearTimeout(timer);
-        reject(error as Error);
+        reject(error);
       },
     );
   });

@@ -57,7 +57,14 @@ export function decodeSnapshot(layout: KeyLayout, kvs: readonly IKeyValue[]): { 
     } else if (name.startsWith(layout.keysPrefix)) {
       const key = name.slice(layout.keysPrefix.length);
       const [token, owner, extra] = value.split(' ');
-      if (!isName(key) || token === undefined || !isTokenText(token) || owner === undefined || !isName(owner) || extra !== undefined) {
+      if (
+        !isName(key) ||
+        token === undefined ||
+        !isTokenText(token) ||
+        owner === undefined ||
+        !isName(owner) ||
+        extra !== undefined
+      ) {
         throw new Error(`etcd ${name}: not a grant: ${JSON.stringify(value)}`);
       }
       grants.push({ key, owner, token: BigInt(token) });

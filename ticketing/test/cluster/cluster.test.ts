@@ -7,6 +7,9 @@
  * all started and stopped here by PID on free ports. Independent scenarios share the one etcd
  * cluster on separate prefixes; the etcd-member-loss scenario runs last (it kills members).
  */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   ensureEtcd,
@@ -67,7 +70,12 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
   }
 
   it('every single-mode table row holds through the cluster; followers answer M; H comes first', async () => {
-    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '1s', extraArgs: ['--max-waiters-per-key', '1'] });
+    const group = await nodes({
+      etcdEndpoints: cluster.endpoints,
+      leaderTtl: '2s',
+      lease: '1s',
+      extraArgs: ['--max-waiters-per-key', '1'],
+    });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     for (const node of group.nodes) {
       if (node === leader) continue;
@@ -122,7 +130,11 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     const follower = group.nodes.find((n) => n !== leader)!;
     await askUntil(follower.address, 'A x o 0', /^M /, 5_000);
-    const options = { connectTimeoutMs: 2_000, responseTimeoutMs: 2_000, errorBackoffMs: { no_leader: 20, not_active: 20 } };
+    const options = {
+      connectTimeoutMs: 2_000,
+      responseTimeoutMs: 2_000,
+      errorBackoffMs: { no_leader: 20, not_active: 20 },
+    };
     const client = new TicketClient({ port: follower.port, clusterAddresses: group.addresses, ...options });
     try {
       // The first acquire went to the follower: M cannot be matched to it, so it is Indeterminate.
@@ -162,12 +174,13 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
   }, 60_000);
 
   it('with a secret, H comes first on followers too', async () => {
-    const { writeFileSync, mkdtempSync } = await import('node:fs');
-    const { join } = await import('node:path');
-    const { tmpdir } = await import('node:os');
     const dir = mkdtempSync(join(tmpdir(), 'ticketing-secret-'));
     writeFileSync(join(dir, 'secret'), 's3cret\n', { mode: 0o600 });
-    const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', extraArgs: ['--secret-file', join(dir, 'secret')] });
+    const group = await nodes({
+      etcdEndpoints: cluster.endpoints,
+      leaderTtl: '2s',
+      extraArgs: ['--secret-file', join(dir, 'secret')],
+    });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000, secret: 's3cret' });
     const follower = group.nodes.find((n) => n !== leader)!;
     expect(await ask(follower.address, 'A k o 0')).toMatch(/^E auth_failed/);
@@ -205,7 +218,8 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
         const next = await waitForLeader(group.nodes, { timeoutMs: 10_000, not: leader });
         // first A a client received after the kill (the old leader was dead: it came from the new one)
         const deadline = Date.now() + 10_000;
-        while (!load.grants.slice(before).some((g) => g.ackAt > fromNewLeader) && Date.now() < deadline) await sleep(10);
+        while (!load.grants.slice(before).some((g) => g.ackAt > fromNewLeader) && Date.now() < deadline)
+          await sleep(10);
         const first = load.grants.slice(before).find((g) => g.ackAt > fromNewLeader);
         expect(first, 'no grant within 10 s of the kill').toBeDefined();
         failovers.push(first!.ackAt - killedAt);
@@ -213,7 +227,10 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
           // (a node that only just started may first announce the leader it learned then)
           const seen: string[] = [];
           while (seen.at(-1) !== `L ${next.address}`) seen.push(await socket.readLine(5_000));
-          expect(seen.every((l) => l.startsWith('L ')), `idle connection to ${node.address}: ${JSON.stringify(seen)}`).toBe(true);
+          expect(
+            seen.every((l) => l.startsWith('L ')),
+            `idle connection to ${node.address}: ${JSON.stringify(seen)}`,
+          ).toBe(true);
           socket.destroy();
         }
         // The held grants: others get T, the holder's exact-token R succeeds at the new leader.
@@ -230,7 +247,10 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       await load.stop();
     }
     expect(load.grants.length).toBeGreaterThan(50);
-    expect(load.grants.filter((g: Grant) => g.released === 'not-held'), 'a release found its grant gone').toEqual([]);
+    expect(
+      load.grants.filter((g: Grant) => g.released === 'not-held'),
+      'a release found its grant gone',
+    ).toEqual([]);
     checkHistory(load.grants, leaseMs);
     const sorted = [...failovers].sort((a, b) => a - b);
     figures.push(
@@ -250,14 +270,20 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     try {
       // Read by the old leader only after SIGCONT, from its stale state.
       socket.write(`R pk ${t1}\nA fresh o2 0\n`);
-      const next = await waitForLeader(group.nodes.filter((n) => n !== old), { timeoutMs: 10_000 });
+      const next = await waitForLeader(
+        group.nodes.filter((n) => n !== old),
+        { timeoutMs: 10_000 },
+      );
       expect(await ask(next.address, 'A pk o3 0')).toBe('T o3 pk');
     } finally {
       await old.kill('SIGCONT');
     }
     await socket.waitClosed(5_000);
     const lines = socket.received.toString('latin1').split('\n').filter(Boolean);
-    expect(lines.filter((l) => /^[AR] /.test(l)), `stale replies: ${JSON.stringify(lines)}`).toEqual([]);
+    expect(
+      lines.filter((l) => /^[AR] /.test(l)),
+      `stale replies: ${JSON.stringify(lines)}`,
+    ).toEqual([]);
     expect(lines.every((l) => /^(E (not_active|no_leader)|L |M )/.test(l))).toBe(true);
     const next = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     expect(next).not.toBe(old);
@@ -268,10 +294,18 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
   }, 60_000);
 
   it('a node cut from etcd (TCP proxy) stops answering from its state; nothing uncommitted is replied', async () => {
-    const routes = await Promise.all(cluster.members.map((m) => startTcpProxy('127.0.0.1', Number(m.clientUrl.split(':').pop()))));
+    const routes = await Promise.all(
+      cluster.members.map((m) => startTcpProxy('127.0.0.1', Number(m.clientUrl.split(':').pop()))),
+    );
     proxies.push(...routes);
     const prefix = `/ticketing-cut-${Date.now().toString(36)}/`;
-    const cut = await nodes({ count: 1, prefix, etcdEndpoints: routes.map((p) => `http://${p.address}`), leaderTtl: '2s', lease: '30s' });
+    const cut = await nodes({
+      count: 1,
+      prefix,
+      etcdEndpoints: routes.map((p) => `http://${p.address}`),
+      leaderTtl: '2s',
+      lease: '30s',
+    });
     const node = cut.nodes[0]!;
     await waitForLeader([node], { timeoutMs: 10_000 });
     const others = await nodes({ count: 2, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
@@ -282,7 +316,10 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const next = await waitForLeader(others.nodes, { timeoutMs: 10_000 });
     await socket.waitClosed(5_000).catch(() => {});
     const lines = socket.received.toString('latin1').split('\n').filter(Boolean);
-    expect(lines.filter((l) => /^[ATR] /.test(l)), `replies while cut: ${JSON.stringify(lines)}`).toEqual([]);
+    expect(
+      lines.filter((l) => /^[ATR] /.test(l)),
+      `replies while cut: ${JSON.stringify(lines)}`,
+    ).toEqual([]);
     const probe = await probeNode(node.address);
     expect(probe.role === 'error' && /^(not_active|no_leader)$/.test(probe.code), JSON.stringify(probe)).toBe(true);
     // The new leader has the committed grant, and not the change the cut node could not commit.
@@ -299,7 +336,14 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const all: TicketingNode[] = [];
     const offsets = new Map<TicketingNode, number>();
     for (const offset of [-30_000, 0, 30_000]) {
-      const group = await nodes({ count: 1, prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '2s', env: { TICKETING_TEST_CLOCK_OFFSET_MS: String(offset) } });
+      const group = await nodes({
+        count: 1,
+        prefix,
+        etcdEndpoints: cluster.endpoints,
+        leaderTtl: '2s',
+        lease: '2s',
+        env: { TICKETING_TEST_CLOCK_OFFSET_MS: String(offset) },
+      });
       all.push(group.nodes[0]!);
       offsets.set(group.nodes[0]!, offset);
     }
@@ -331,7 +375,10 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       // Across a leader change: the new leader re-arms at its own now + the full lease.
       const heldAt = performance.now();
       await leader.kill('SIGKILL');
-      const next = await waitForLeader(all.filter((n) => n.alive), { timeoutMs: 10_000 });
+      const next = await waitForLeader(
+        all.filter((n) => n.alive),
+        { timeoutMs: 10_000 },
+      );
       const taken = await askUntil(next.address, `A ck${round} thief 0`, /^A /, 15_000);
       expect(performance.now() - heldAt).toBeGreaterThanOrEqual(leaseMs);
       expect(BigInt(taken.split(' ')[1]!)).toBeGreaterThan(lastToken);
@@ -395,7 +442,9 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     } finally {
       await load.stop();
     }
-    figures.push(`member-loss load: ${load.grants.length} grants, errors ${JSON.stringify(Object.fromEntries(load.errors))}`);
+    figures.push(
+      `member-loss load: ${load.grants.length} grants, errors ${JSON.stringify(Object.fromEntries(load.errors))}`,
+    );
     // The only failures: requests in flight when a connection closed (no ConnectError, no other code).
     expect([...load.errors.keys()].filter((code) => code !== 'ETICKET_INDETERMINATE')).toEqual([]);
     expect(load.grants.filter((g) => g.released === 'not-held')).toEqual([]);
@@ -413,14 +462,24 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       socket.write('A mk2 o2 0\n');
       await socket.waitClosed(8_000);
       const lines = socket.received.toString('latin1').split('\n').filter(Boolean);
-      expect(lines.filter((l) => /^[ATRNB] /.test(l)), `replies without a majority: ${JSON.stringify(lines)}`).toEqual([]);
+      expect(
+        lines.filter((l) => /^[ATRNB] /.test(l)),
+        `replies without a majority: ${JSON.stringify(lines)}`,
+      ).toEqual([]);
       // Followers too, once their own lease is no longer confirmed (until then an M is only a hint).
       for (const node of group.nodes) {
         let probe = await probeNode(node.address, { timeoutMs: 2_000 });
-        for (const deadline = Date.now() + 5_000; probe.role === 'follower' && Date.now() < deadline; await sleep(100)) {
+        for (
+          const deadline = Date.now() + 5_000;
+          probe.role === 'follower' && Date.now() < deadline;
+          await sleep(100)
+        ) {
           probe = await probeNode(node.address, { timeoutMs: 2_000 });
         }
-        expect(probe.role === 'error' && /^(not_active|no_leader)$/.test(probe.code), `${node.address}: ${JSON.stringify(probe)}`).toBe(true);
+        expect(
+          probe.role === 'error' && /^(not_active|no_leader)$/.test(probe.code),
+          `${node.address}: ${JSON.stringify(probe)}`,
+        ).toBe(true);
       }
     } finally {
       for (const i of stopped) await cluster.restart(i);
@@ -463,7 +522,13 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     expect(await ask(next!.address, `R last ${last}`)).toBe(`R ${last} last`);
     await group.stop(5_000);
     // (`after` is still held, with a token below `last`: only the high-water mark has it)
-    const behind = await nodes({ prefix: group.prefix, etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s', env: { TICKETING_TEST_CLOCK_OFFSET_MS: '-60000' } });
+    const behind = await nodes({
+      prefix: group.prefix,
+      etcdEndpoints: cluster.endpoints,
+      leaderTtl: '2s',
+      lease: '30s',
+      env: { TICKETING_TEST_CLOCK_OFFSET_MS: '-60000' },
+    });
     const again = await waitForLeader(behind.nodes, { timeoutMs: 10_000 });
     const fresh = BigInt((await ask(again.address, 'A last o 0')).split(' ')[1]!);
     expect(fresh).toBe(last + 1n);

@@ -117,8 +117,12 @@ function findOnPath(name) {
 function run(command, args, { timeoutMs, env } = {}) {
   return new Promise((resolve) => {
     // SIGTERM, so the script's trap still restores the apt policy it replaced.
-    execFile(command, args, { timeout: timeoutMs, killSignal: 'SIGTERM', env, maxBuffer: 16 << 20 },
-      (error, stdout, stderr) => resolve({ ok: !error, code: error?.code, stdout, stderr }));
+    execFile(
+      command,
+      args,
+      { timeout: timeoutMs, killSignal: 'SIGTERM', env, maxBuffer: 16 << 20 },
+      (error, stdout, stderr) => resolve({ ok: !error, code: error?.code, stdout, stderr }),
+    );
   });
 }
 
@@ -234,18 +238,30 @@ export async function startEtcdCluster({
       },
       spawn() {
         const args = [
-          '--name', spec.name,
-          '--data-dir', spec.dataDir,
-          '--listen-client-urls', spec.clientUrl,
-          '--advertise-client-urls', spec.clientUrl,
-          '--listen-peer-urls', spec.peerUrl,
-          '--initial-advertise-peer-urls', spec.peerUrl,
-          '--initial-cluster', initialCluster,
-          '--initial-cluster-token', token,
-          '--initial-cluster-state', 'new',
-          '--heartbeat-interval', String(heartbeatMs),
-          '--election-timeout', String(electionMs),
-          '--logger', 'zap',
+          '--name',
+          spec.name,
+          '--data-dir',
+          spec.dataDir,
+          '--listen-client-urls',
+          spec.clientUrl,
+          '--advertise-client-urls',
+          spec.clientUrl,
+          '--listen-peer-urls',
+          spec.peerUrl,
+          '--initial-advertise-peer-urls',
+          spec.peerUrl,
+          '--initial-cluster',
+          initialCluster,
+          '--initial-cluster-token',
+          token,
+          '--initial-cluster-state',
+          'new',
+          '--heartbeat-interval',
+          String(heartbeatMs),
+          '--election-timeout',
+          String(electionMs),
+          '--logger',
+          'zap',
           ...extraArgs,
         ];
         const log = openSync(spec.logFile, 'a');
@@ -292,7 +308,8 @@ export async function startEtcdCluster({
       if (states.every(Boolean)) return;
       const dead = which.find((m) => !m.alive);
       if (dead || Date.now() > deadline) {
-        const why = dead ? `member ${dead.name} exited (${dead.child?.exitCode ?? dead.child?.signalCode})`
+        const why = dead
+          ? `member ${dead.name} exited (${dead.child?.exitCode ?? dead.child?.signalCode})`
           : `not every member healthy after ${timeoutMs} ms`;
         const logs = which.map((m) => `--- ${m.logFile}\n${logTail(m.logFile)}`).join('\n');
         throw new Error(`etcd: ${why}\n${logs}`);
@@ -311,8 +328,9 @@ export async function startEtcdCluster({
     electionMs,
     /** Index of the member etcd currently has as leader (as its live members see it), or -1. */
     async leaderIndex({ timeoutMs = 1_000 } = {}) {
-      const views = await Promise.all(members.map((m) => (m.alive ? m.status(timeoutMs).catch(() => undefined)
-        : undefined)));
+      const views = await Promise.all(
+        members.map((m) => (m.alive ? m.status(timeoutMs).catch(() => undefined) : undefined)),
+      );
       // Votes: the leader id each live member reports; take the one with the highest term.
       let best;
       for (const view of views) {
@@ -340,10 +358,12 @@ export async function startEtcdCluster({
     async stop() {
       if (stopped) return;
       stopped = true;
-      await Promise.all(members.map(async (m) => {
-        if (m.child?.signalCode === null && m.child.exitCode === null) m.child.kill('SIGCONT');
-        await m.kill('SIGKILL');
-      }));
+      await Promise.all(
+        members.map(async (m) => {
+          if (m.child?.signalCode === null && m.child.exitCode === null) m.child.kill('SIGCONT');
+          await m.kill('SIGKILL');
+        }),
+      );
       removeTempDir(dir);
     },
     async [Symbol.asyncDispose]() {
@@ -434,8 +454,10 @@ export async function startTcpProxy(targetHost, targetPort, { host = '127.0.0.1'
     },
     async cut({ mode = 'refuse', existing = 'destroy' } = {}) {
       if (closed) throw new Error('proxy is closed');
-      if (mode !== 'refuse' && mode !== 'blackhole') throw new TypeError(`cut mode: 'refuse' or 'blackhole', not ${mode}`);
-      if (existing !== 'destroy' && existing !== 'stall') throw new TypeError(`existing: 'destroy' or 'stall', not ${existing}`);
+      if (mode !== 'refuse' && mode !== 'blackhole')
+        throw new TypeError(`cut mode: 'refuse' or 'blackhole', not ${mode}`);
+      if (existing !== 'destroy' && existing !== 'stall')
+        throw new TypeError(`existing: 'destroy' or 'stall', not ${existing}`);
       state = mode;
       for (const pair of pairs) {
         if (existing === 'stall') {
@@ -507,8 +529,10 @@ function waitListening(child, timeoutMs, describe) {
       if (match) finish(undefined, { host: match[1], port: Number(match[2]) });
     };
     const onExit = (code, signal) => finish(new Error(`${describe()} exited (${code ?? signal}) before listening`));
-    const timer = setTimeout(() => finish(new Error(`${describe()}: no "listening" line within ${timeoutMs} ms`)),
-      timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`${describe()}: no "listening" line within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     child.stdout.on('data', onData);
     child.once('exit', onExit);
   });
@@ -554,14 +578,23 @@ export async function startTicketingNodes({
       },
       args() {
         return [
-          cli, 'serve', '--cluster',
-          '--etcd', endpointsOf(index).join(','),
-          '--advertise', address,
-          '--prefix', prefix,
-          '--leader-ttl', leaderTtl,
-          '--lease', lease,
-          '--host', '127.0.0.1',
-          '--port', String(port),
+          cli,
+          'serve',
+          '--cluster',
+          '--etcd',
+          endpointsOf(index).join(','),
+          '--advertise',
+          address,
+          '--prefix',
+          prefix,
+          '--leader-ttl',
+          leaderTtl,
+          '--lease',
+          lease,
+          '--host',
+          '127.0.0.1',
+          '--port',
+          String(port),
           ...extraArgs,
           ...(nodeArgs[index] ?? []),
         ];
@@ -577,8 +610,11 @@ export async function startTicketingNodes({
           node.stderr = (node.stderr + chunk).slice(-16_384);
         });
         child.on('error', () => {});
-        const listening = await waitListening(child, startTimeoutMs,
-          () => `ticketing node ${index} (pid ${child.pid})${node.stderr ? `: ${node.stderr.trim().slice(-500)}` : ''}`);
+        const listening = await waitListening(
+          child,
+          startTimeoutMs,
+          () => `ticketing node ${index} (pid ${child.pid})${node.stderr ? `: ${node.stderr.trim().slice(-500)}` : ''}`,
+        );
         child.stdout.resume(); // nothing more is expected on stdout; never let the pipe fill
         if (listening.port !== port) throw new Error(`node ${index} listens on ${listening.port}, not ${port}`);
         return node;

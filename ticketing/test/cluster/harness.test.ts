@@ -21,7 +21,10 @@ if (etcd.reason) console.log(`cluster harness tests skipped: ${etcd.reason}`);
 function clusterCliReason(): string | undefined {
   if (!existsSync(TICKETING_CLI)) return `${TICKETING_CLI} is not built`;
   try {
-    const help = execFileSync(process.execPath, [TICKETING_CLI, 'serve', '--help'], { encoding: 'utf8', timeout: 10_000 });
+    const help = execFileSync(process.execPath, [TICKETING_CLI, 'serve', '--help'], {
+      encoding: 'utf8',
+      timeout: 10_000,
+    });
     return help.includes('--cluster') ? undefined : '`ticketing serve --help` does not list --cluster yet';
   } catch (error) {
     return `ticketing serve --help failed: ${(error as Error).message}`;
@@ -110,7 +113,7 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
     expect(await localValue(member.clientUrl, 'harness/replicated')).toBe('yes');
   });
 
-  it('reports a different leader after etcd\'s leader is SIGKILLed, and the old one rejoins', async () => {
+  it("reports a different leader after etcd's leader is SIGKILLed, and the old one rejoins", async () => {
     const before = await cluster.waitForLeader();
     await cluster.kill(before);
     const after = await cluster.waitForLeader({ not: before, timeoutMs: 10_000 });
@@ -199,8 +202,11 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
       const target = new URL(cluster.endpoints[0]!);
       const etcdProxy = await startTcpProxy('127.0.0.1', Number(target.port));
       try {
-        const health = (ms: number) => fetch(`http://${etcdProxy.address}/health`, { signal: AbortSignal.timeout(ms) })
-          .then((r) => r.status, (e: Error) => e.name);
+        const health = (ms: number) =>
+          fetch(`http://${etcdProxy.address}/health`, { signal: AbortSignal.timeout(ms) }).then(
+            (r) => r.status,
+            (e: Error) => e.name,
+          );
         expect(await health(3_000)).toBe(200);
         await etcdProxy.cut({ mode: 'blackhole' });
         expect(await health(300)).toBe('TimeoutError');
@@ -218,7 +224,9 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
       const c = await h.startEtcdCluster({ members: 1 });
       console.log(JSON.stringify({ pid: c.members[0].pid, dir: c.dir }));
       setInterval(() => {}, 1000);`;
-    const parent = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const parent = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     parent.stdout.on('data', (chunk) => (out += chunk));
     await expect.poll(() => out.includes('\n'), { timeout: 20_000 }).toBe(true);
@@ -236,7 +244,8 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
 
   const cliReason = etcd.reason === undefined ? clusterCliReason() : undefined;
   if (cliReason) console.log(`cluster harness: Ticketing node test skipped: ${cliReason}`);
-  it.skipIf(cliReason !== undefined)('starts three Ticketing nodes; exactly one answers as leader; a new one after a kill',
+  it.skipIf(cliReason !== undefined)(
+    'starts three Ticketing nodes; exactly one answers as leader; a new one after a kill',
     async () => {
       const group = await startTicketingNodes({ count: 3, etcdEndpoints: cluster.endpoints, leaderTtl: '1s' });
       try {
@@ -249,5 +258,6 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
         await group.stop();
       }
       for (const node of group.nodes) expect(node.alive).toBe(false);
-    });
+    },
+  );
 });

@@ -10,8 +10,12 @@ const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
 function run(args: string[], timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, args, { cwd: ROOT, timeout: timeoutMs, killSignal: 'SIGKILL' }, (error, stdout, stderr) =>
-      resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr }),
+    execFile(
+      process.execPath,
+      args,
+      { cwd: ROOT, timeout: timeoutMs, killSignal: 'SIGKILL' },
+      (error, stdout, stderr) =>
+        resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr }),
     );
   });
 }
@@ -57,13 +61,33 @@ describe('serve --cluster usage errors', () => {
   const cases: Array<[string, string[], RegExp]> = [
     ['--cluster without --etcd', ['--cluster', '--advertise', '127.0.0.1:1'], /--cluster needs --etcd/],
     ['--cluster without --advertise', ['--cluster', '--etcd', 'http://127.0.0.1:2379'], /--cluster needs --advertise/],
-    ['--etcd without a scheme', ['--cluster', '--etcd', '127.0.0.1:2379', '--advertise', '127.0.0.1:1'], /http:\/\/host:port/],
-    ['--etcd with https', ['--cluster', '--etcd', 'https://127.0.0.1:2379', '--advertise', '127.0.0.1:1'], /http:\/\/host:port/],
-    ['--advertise without a port', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', 'host'], /host:port/],
-    ['--leader-ttl not whole seconds', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--leader-ttl', '1500ms'], /whole number of seconds/],
+    [
+      '--etcd without a scheme',
+      ['--cluster', '--etcd', '127.0.0.1:2379', '--advertise', '127.0.0.1:1'],
+      /http:\/\/host:port/,
+    ],
+    [
+      '--etcd with https',
+      ['--cluster', '--etcd', 'https://127.0.0.1:2379', '--advertise', '127.0.0.1:1'],
+      /http:\/\/host:port/,
+    ],
+    [
+      '--advertise without a port',
+      ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', 'host'],
+      /host:port/,
+    ],
+    [
+      '--leader-ttl not whole seconds',
+      ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--leader-ttl', '1500ms'],
+      /whole number of seconds/,
+    ],
     ['--etcd without --cluster', ['--etcd', 'http://127.0.0.1:2379'], /--etcd needs --cluster/],
     ['--leader-ttl without --cluster', ['--leader-ttl', '2s'], /--leader-ttl needs --cluster/],
-    ['--state-file with --cluster', ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--state-file', '/tmp/x'], /--state-file is for single mode/],
+    [
+      '--state-file with --cluster',
+      ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--state-file', '/tmp/x'],
+      /--state-file is for single mode/,
+    ],
   ];
   it.each(cases)('%s', async (_, args, message) => {
     const { code, stdout, stderr } = await run([CLI, 'serve', '--port', '0', ...args]);
@@ -75,13 +99,30 @@ describe('serve --cluster usage errors', () => {
   it('serve --help lists the cluster flags', async () => {
     const { code, stdout } = await run([CLI, 'serve', '--help']);
     expect(code).toBe(0);
-    for (const flag of ['--cluster', '--etcd <urls>', '--advertise <host:port>', '--prefix <prefix>', '--leader-ttl <dur>']) expect(stdout).toContain(flag);
+    for (const flag of [
+      '--cluster',
+      '--etcd <urls>',
+      '--advertise <host:port>',
+      '--prefix <prefix>',
+      '--leader-ttl <dur>',
+    ])
+      expect(stdout).toContain(flag);
   });
 });
 
 describe('serve --cluster without a reachable etcd', () => {
   it('prints its listening line at once, answers E not_active, and drains on SIGTERM (exit 0)', async () => {
-    const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--cluster', '--etcd', 'http://127.0.0.1:1', '--advertise', '127.0.0.1:7']);
+    const child = spawn(process.execPath, [
+      CLI,
+      'serve',
+      '--port',
+      '0',
+      '--cluster',
+      '--etcd',
+      'http://127.0.0.1:1',
+      '--advertise',
+      '127.0.0.1:7',
+    ]);
     try {
       let out = '';
       child.stdout.setEncoding('latin1');
@@ -103,7 +144,10 @@ describe('serve --cluster without a reachable etcd', () => {
       await socket.waitClosed();
       const exited = once(child, 'exit');
       child.kill('SIGTERM');
-      const [code] = (await Promise.race([exited, new Promise((_, reject) => setTimeout(() => reject(new Error('no exit')), 10_000))])) as [number];
+      const [code] = (await Promise.race([
+        exited,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('no exit')), 10_000)),
+      ])) as [number];
       expect(code).toBe(0);
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

@@ -16,8 +16,19 @@ describe('cluster key layout', () => {
   });
 
   it('decodes grants and the high-water mark, ignoring the leader key', () => {
-    const snapshot = decodeSnapshot(layout, [kv('/t/leader', '127.0.0.1:7000'), kv('/t/hwm', '99'), kv('/t/keys/a', '7 w1'), kv('/t/keys/b', '9 w2')]);
-    expect(snapshot).toEqual({ hwm: 99n, grants: [{ key: 'a', owner: 'w1', token: 7n }, { key: 'b', owner: 'w2', token: 9n }] });
+    const snapshot = decodeSnapshot(layout, [
+      kv('/t/leader', '127.0.0.1:7000'),
+      kv('/t/hwm', '99'),
+      kv('/t/keys/a', '7 w1'),
+      kv('/t/keys/b', '9 w2'),
+    ]);
+    expect(snapshot).toEqual({
+      hwm: 99n,
+      grants: [
+        { key: 'a', owner: 'w1', token: 7n },
+        { key: 'b', owner: 'w2', token: 9n },
+      ],
+    });
   });
 
   it.each([

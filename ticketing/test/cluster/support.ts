@@ -37,7 +37,9 @@ export async function askUntil(address: string, line: string, accept: RegExp, ti
     if (accept.test(last)) return last;
     await sleep(50);
   }
-  throw new Error(`${line} at ${address}: no reply matching ${accept} within ${timeoutMs} ms; last ${JSON.stringify(last)}`);
+  throw new Error(
+    `${line} at ${address}: no reply matching ${accept} within ${timeoutMs} ms; last ${JSON.stringify(last)}`,
+  );
 }
 
 /** One acknowledged grant as a client saw it. */
@@ -62,13 +64,17 @@ export interface Load {
  * `workers` TicketClients (one each) cycling acquire → hold briefly → release over `keys` keys,
  * recording every grant. Errors (Indeterminate, not_active, …) are counted, not thrown.
  */
-export function startLoad(addresses: readonly string[], options: { workers: number; keys: number; leaseMs: number; holdMs?: number }): Load {
+export function startLoad(
+  addresses: readonly string[],
+  options: { workers: number; keys: number; leaseMs: number; holdMs?: number },
+): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
   let running = true;
   const count = (error: unknown): void => {
     const { code = (error as Error).name, reason } = error as { code?: string; reason?: string };
-    if (process.env.CLUSTER_TEST_TRACE) console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
+    if (process.env.CLUSTER_TEST_TRACE)
+      console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
     errors.set(code, (errors.get(code) ?? 0) + 1);
   };
   const loops = Array.from({ length: options.workers }, async (_, worker) => {
@@ -140,7 +146,10 @@ export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
       expect(next.token, `${key}: token ${next.token} issued twice`).not.toBe(previous.token);
       // Released (R acknowledged, or a release whose outcome is unknown): the next grant came
       // after the R was sent. Otherwise only the lease's end frees the key.
-      const freedAt = previous.released === 'released' || previous.released === 'indeterminate' ? previous.releaseSentAt! : previous.ackAt + leaseMs;
+      const freedAt =
+        previous.released === 'released' || previous.released === 'indeterminate'
+          ? previous.releaseSentAt!
+          : previous.ackAt + leaseMs;
       expect(
         next.ackAt,
         `${key}: token ${next.token} acknowledged at ${next.ackAt.toFixed(1)} while token ${previous.token} was held until ${freedAt.toFixed(1)}`,
