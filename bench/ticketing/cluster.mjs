@@ -95,7 +95,7 @@ async function ticketingSystem({ addresses, leader, connections }) {
     () =>
       new TicketClient({
         port,
-        clusterAddresses: addresses,
+        addresses: addresses,
         backoff: { initialMs: 20, maxMs: 200 },
         errorBackoffMs: { no_leader: 50, not_active: 50 },
       }),

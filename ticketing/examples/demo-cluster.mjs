@@ -88,7 +88,7 @@ async function releaseDefinitely(client, grant) {
 async function work(clientName, index) {
   const client = new TicketClient({
     port: leader.port,
-    clusterAddresses: group.addresses,
+    addresses: group.addresses,
     leaseMs: LEASE_MS,
     connectTimeoutMs: 5_000,
     responseTimeoutMs: 3_000,

@@ -6,14 +6,11 @@
  *   on before processing any request of it).
  * - everything else: it did not (it was refused before any byte of it left this process).
  */
+import { CodedError } from '#kernel';
 
-export abstract class TicketError extends Error {
-  abstract readonly code: string;
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = new.target.name;
-  }
-}
+/** Every Ticketing error: the one coded-error base shared with the file lease (src/kernel/errors.ts),
+ * so `instanceof` works across two installed copies. Codes follow the lease's style (`ELEASEHELD`). */
+export abstract class TicketError extends CodedError {}
 
 /** Why an outcome could not be known. */
 export type IndeterminateReason =
@@ -33,7 +30,7 @@ export type IndeterminateReason =
  * best-effort release for it. Never retry an acquire with the same owner as a status query.
  */
 export class IndeterminateError extends TicketError {
-  readonly code = 'ETICKET_INDETERMINATE';
+  readonly code = 'ETICKETINDETERMINATE';
   constructor(
     message: string,
     readonly op: 'acquire' | 'release',
@@ -71,18 +68,18 @@ export abstract class RefusedError extends TicketError {
 
 /** `E auth_failed`: the secret was wrong or missing. `cause` is the server's `ServerError`. */
 export class AuthFailedError extends RefusedError {
-  readonly code = 'ETICKET_AUTH_FAILED';
+  readonly code = 'ETICKETAUTHFAILED';
 }
 
 /** `E capacity`: the server was at `--max-connections`. `cause` is the server's `ServerError`. */
 export class CapacityError extends RefusedError {
-  readonly code = 'ETICKET_CAPACITY';
+  readonly code = 'ETICKETCAPACITY';
 }
 
 /** An acquire with the same (key, owner) is already pending on this client: a second one would make
  * the replies ambiguous, so it is refused before it is sent. */
 export class DuplicateRequestError extends TicketError {
-  readonly code = 'ETICKET_DUPLICATE';
+  readonly code = 'ETICKETDUPLICATE';
   constructor(
     message: string,
     readonly key: string,
@@ -95,17 +92,17 @@ export class DuplicateRequestError extends TicketError {
 /** No connection could be made (or kept) to send the request within `connectTimeoutMs`. The
  * request was never sent. `cause` is the last connection error. */
 export class ConnectError extends TicketError {
-  readonly code = 'ETICKET_CONNECT';
+  readonly code = 'ETICKETCONNECT';
 }
 
 /** The client was closed or destroyed before the request was sent. */
 export class ClientClosedError extends TicketError {
-  readonly code = 'ETICKET_CLOSED';
+  readonly code = 'ETICKETCLOSED';
 }
 
 /** A server's `E <code> [detail]` reply. Seen as the `cause` of the errors above. */
 export class ServerError extends TicketError {
-  readonly code = 'ETICKET_SERVER';
+  readonly code = 'ETICKETSERVER';
   constructor(
     /** The wire code, e.g. `auth_failed`, `not_active`, `capacity`. */
     readonly serverCode: string,
@@ -118,7 +115,7 @@ export class ServerError extends TicketError {
 /** The server sent something this client cannot match to a request: a malformed, oversized or
  * unknown line, or a reply nobody is waiting for. Fatal to the connection. Seen as a `cause`. */
 export class ProtocolError extends TicketError {
-  readonly code = 'ETICKET_PROTOCOL';
+  readonly code = 'ETICKETPROTOCOL';
   constructor(
     message: string,
     readonly line?: string,

@@ -51,6 +51,4 @@ export const channels = {
   clientLeader: diagnostics.channel('ticketing:client:leader'),
 } as const;
 
-export function publish(channel: diagnostics.Channel, message: () => unknown): void {
-  if (channel.hasSubscribers) channel.publish(message());
-}
+export { publish } from '#kernel';

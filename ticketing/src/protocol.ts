@@ -15,7 +15,9 @@ export const MIN_MAX_LINE_BYTES = 64;
 /** `key` and `owner`: 1–256 bytes of printable ASCII without spaces. */
 export const MAX_NAME_BYTES = 256;
 /** Tokens are uint64, never 0. */
-export const MAX_TOKEN = (1n << 64n) - 1n;
+import { MAX_TOKEN } from '#kernel';
+
+export { MAX_TOKEN };
 const MAX_TOKEN_TEXT = MAX_TOKEN.toString();
 
 const NAME = /^[\x21-\x7e]{1,256}$/;

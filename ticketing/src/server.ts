@@ -15,6 +15,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { checkNumber, MAX_TIMER_MS, timerDelay } from '#kernel';
 import { channels, publish } from './events.js';
 import {
   DEFAULT_MAX_LINE_BYTES,
@@ -159,7 +160,6 @@ const SWEEP_SLICE = 10_000;
 /** Due commands applied per timer callback before yielding to I/O. */
 const DUE_BATCH = 10_000;
 const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
-const MAX_TIMER_MS = 2 ** 31 - 1;
 /** First size of a connection's reply buffer (grown on demand); one larger than the cap is
  * dropped once written, so a past burst does not stay with an idle connection. */
 const REPLY_BUFFER_BYTES = 2048;
@@ -273,7 +273,7 @@ export class TicketServer extends EventEmitter {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
     this.host = optionalString(options.host, 'host') ?? SERVER_DEFAULTS.host;
     this.port = integerIn(options.port ?? SERVER_DEFAULTS.port, 'port', 0, 65535);
-    this.leaseMs = positiveMs(options.leaseMs ?? SERVER_DEFAULTS.leaseMs, 'leaseMs');
+    this.leaseMs = checkTimerMs(options.leaseMs ?? SERVER_DEFAULTS.leaseMs, 'leaseMs');
     this.maxConnections = integerIn(
       options.maxConnections ?? SERVER_DEFAULTS.maxConnections,
       'maxConnections',
@@ -302,18 +302,18 @@ export class TicketServer extends EventEmitter {
     }
     this.#secretDigest = secret === undefined ? undefined : digest(secret);
     this.stateFile = optionalString(options.stateFile, 'stateFile');
-    this.#sweepIntervalMs = positiveMs(options.sweepIntervalMs ?? SERVER_DEFAULTS.sweepIntervalMs, 'sweepIntervalMs');
+    this.#sweepIntervalMs = checkTimerMs(options.sweepIntervalMs ?? SERVER_DEFAULTS.sweepIntervalMs, 'sweepIntervalMs');
     this.#highWater = integerIn(
       options.outputHighWaterBytes ?? SERVER_DEFAULTS.outputHighWaterBytes,
       'outputHighWaterBytes',
       MIN_OUTPUT_HIGH_WATER,
       2 ** 30,
     );
-    this.#writeTimeoutMs = positiveMs(options.writeTimeoutMs ?? SERVER_DEFAULTS.writeTimeoutMs, 'writeTimeoutMs');
-    this.#authTimeoutMs = positiveMs(options.authTimeoutMs ?? SERVER_DEFAULTS.authTimeoutMs, 'authTimeoutMs');
-    this.#idleTimeoutMs = positiveMs(options.idleTimeoutMs ?? SERVER_DEFAULTS.idleTimeoutMs, 'idleTimeoutMs');
-    this.#lineTimeoutMs = positiveMs(options.lineTimeoutMs ?? SERVER_DEFAULTS.lineTimeoutMs, 'lineTimeoutMs');
-    this.#drainTimeoutMs = positiveMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
+    this.#writeTimeoutMs = checkTimerMs(options.writeTimeoutMs ?? SERVER_DEFAULTS.writeTimeoutMs, 'writeTimeoutMs');
+    this.#authTimeoutMs = checkTimerMs(options.authTimeoutMs ?? SERVER_DEFAULTS.authTimeoutMs, 'authTimeoutMs');
+    this.#idleTimeoutMs = checkTimerMs(options.idleTimeoutMs ?? SERVER_DEFAULTS.idleTimeoutMs, 'idleTimeoutMs');
+    this.#lineTimeoutMs = checkTimerMs(options.lineTimeoutMs ?? SERVER_DEFAULTS.lineTimeoutMs, 'lineTimeoutMs');
+    this.#drainTimeoutMs = checkTimerMs(options.drainTimeoutMs ?? SERVER_DEFAULTS.drainTimeoutMs, 'drainTimeoutMs');
     if (options.clock !== undefined && typeof options.clock !== 'function')
       throw new TypeError('clock must be a function');
     this.#clock = options.clock ?? monotonicWallClock;
@@ -814,7 +814,7 @@ export class TicketServer extends EventEmitter {
     // setTimeout turns a delay past 2^31-1 ms into 1 ms (a spin). A waiter's far deadline is never
     // the earliest (its key's lease expiry, at most 2^31-1 ms away, comes first), so this is
     // defence only; the timer re-arms if it fires early.
-    const delay = Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(next - this.#clock())));
+    const delay = timerDelay(Math.ceil(next - this.#clock()));
     this.#deadlineTimer = setTimeout(this.#onDeadline, delay).unref();
   }
 
@@ -929,9 +929,5 @@ function integerIn(value: unknown, what: string, min: number, max: number): numb
   return value;
 }
 
-function positiveMs(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value > 0 && value <= 2 ** 31 - 1))
-    throw new RangeError(`${what} must be a positive number of ms (at most 2^31-1), got ${value}`);
-  return value;
-}
+/** A delay a timer can hold: the kernel's positive-number rule, at most 2^31-1 ms. */
+const checkTimerMs = (value: unknown, what: string): number => checkNumber(value, what, { max: MAX_TIMER_MS });

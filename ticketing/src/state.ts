@@ -16,7 +16,7 @@
  * The owner is an identifier only: a request whose owner equals the holder's gets nothing special.
  */
 import { DeadlineHeap, type HeapItem } from './deadline-heap.js';
-import { MAX_TOKEN } from './protocol.js';
+import { checkNumber, MAX_TOKEN, nextToken } from '#kernel';
 import { Table } from './table.js';
 
 /** Identifies a requester (the server uses its connection id). Opaque to the state machine. */
@@ -215,10 +215,10 @@ export class TicketState {
 
   constructor(options: TicketStateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
-    this.leaseMs = positiveNumber(options.leaseMs, 'leaseMs');
-    this.maxKeys = positiveInteger(options.maxKeys ?? DEFAULT_LIMITS.maxKeys, 'maxKeys');
-    this.maxWaiters = nonNegativeInteger(options.maxWaiters ?? DEFAULT_LIMITS.maxWaiters, 'maxWaiters');
-    this.maxWaitersPerKey = nonNegativeInteger(
+    this.leaseMs = checkNumber(options.leaseMs, 'leaseMs');
+    this.maxKeys = checkCount(options.maxKeys ?? DEFAULT_LIMITS.maxKeys, 'maxKeys');
+    this.maxWaiters = checkCountOrZero(options.maxWaiters ?? DEFAULT_LIMITS.maxWaiters, 'maxWaiters');
+    this.maxWaitersPerKey = checkCountOrZero(
       options.maxWaitersPerKey ?? DEFAULT_LIMITS.maxWaitersPerKey,
       'maxWaitersPerKey',
     );
@@ -553,29 +553,16 @@ export class TicketState {
    * (not per key), and greater than anything an earlier process issued as long as the clock did
    * not step back (the server's optional state file covers that case). `undefined` at 2^64-1.
    */
+  /** The kernel's token rule, max(last + 1, wall-clock µs), shared with the file lease. */
   #issue(now: number): bigint | undefined {
-    if (this.#lastToken >= MAX_TOKEN) return undefined;
-    const wall = BigInt(Math.floor(now * 1000));
-    const next = this.#lastToken + 1n;
-    this.#lastToken = wall > next ? wall : next;
-    return this.#lastToken;
+    const token = nextToken(this.#lastToken, now);
+    if (token !== undefined) this.#lastToken = token;
+    return token;
   }
 }
 
-function positiveNumber(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value > 0 && Number.isFinite(value)))
-    throw new RangeError(`${what} must be a finite positive number, got ${value}`);
-  return value;
-}
-function positiveInteger(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isSafeInteger(value) || value < 1)
-    throw new RangeError(`${what} must be a positive integer, got ${value}`);
-  return value;
-}
-function nonNegativeInteger(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${what} must be an integer >= 0, got ${value}`);
-  return value;
-}
+/** Counts: whole numbers, the kernel's rule. */
+const checkCount = (value: unknown, what: string): number =>
+  checkNumber(value, what, { integer: true, max: Number.MAX_SAFE_INTEGER });
+const checkCountOrZero = (value: unknown, what: string): number =>
+  checkNumber(value, what, { zero: true, integer: true, max: Number.MAX_SAFE_INTEGER });

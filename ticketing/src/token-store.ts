@@ -14,7 +14,7 @@
  */
 import fs from 'node:fs';
 import { dirname } from 'node:path';
-import { MAX_TOKEN } from './protocol.js';
+import { MAX_TOKEN } from '#kernel';
 
 const FORMAT_VERSION = 1;
 

@@ -184,7 +184,7 @@ describe('matching replies by (op, key, identifier), never by position', () => {
     controller.abort(new Error('never mind'));
     expect(await second).toMatchObject({ message: 'never mind' });
     c.destroy();
-    expect(await first).toMatchObject({ code: 'ETICKET_INDETERMINATE', op: 'release', reason: 'destroyed' });
+    expect(await first).toMatchObject({ code: 'ETICKETINDETERMINATE', op: 'release', reason: 'destroyed' });
     expect(await third).toBeInstanceOf(ClientClosedError);
     expect(lane.lines).toEqual(['R k 5']);
   });
@@ -251,7 +251,7 @@ describe('M, L and E', () => {
     const server = await fake();
     const leader = await fake();
     const leaderAddress = `127.0.0.1:${leader.port}`;
-    const c = client(server.port, { clusterAddresses: [leaderAddress] });
+    const c = client(server.port, { addresses: [leaderAddress] });
     const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
     const conn = await server.connection(0);
     await conn.readLine();
@@ -259,7 +259,7 @@ describe('M, L and E', () => {
     const error = await a;
     expect(error).toBeInstanceOf(IndeterminateError);
     expect(error).toMatchObject({
-      code: 'ETICKET_INDETERMINATE',
+      code: 'ETICKETINDETERMINATE',
       op: 'acquire',
       key: 'k',
       owner: 'o',
@@ -278,7 +278,7 @@ describe('M, L and E', () => {
 
   test('M to an address outside the allowlist is not kept (but still closes)', async () => {
     const server = await fake();
-    const c = client(server.port, { clusterAddresses: ['127.0.0.1:1'] });
+    const c = client(server.port, { addresses: ['127.0.0.1:1'] });
     const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
     const conn = await server.connection(0);
     await conn.readLine();
@@ -291,7 +291,7 @@ describe('M, L and E', () => {
   test('M outside the allowlist from the hinted node: the hint is dropped and the next listed address is tried', async () => {
     const primary = await fake();
     const other = await fake();
-    const c = client(primary.port, { clusterAddresses: [`127.0.0.1:${other.port}`] });
+    const c = client(primary.port, { addresses: [`127.0.0.1:${other.port}`] });
     const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
     const conn = await primary.connection(0);
     await conn.readLine();
@@ -315,7 +315,7 @@ describe('M, L and E', () => {
     const [primary, leader, q, s] = [await fake(), await fake(), await fake(), await fake()];
     const address = (f: FakeServer): string => `127.0.0.1:${f.port}`;
     const c = client(primary.port, {
-      clusterAddresses: [address(leader), address(q), address(s)],
+      addresses: [address(leader), address(q), address(s)],
       errorBackoffMs: { not_active: 10 },
     });
     const first = outcome(c.acquire('k', { waitMs: 0, owner: 'o1' }));
@@ -344,7 +344,7 @@ describe('M, L and E', () => {
 
   test('L: updates the hint (allowlisted only) and keeps the connection', async () => {
     const server = await fake();
-    const c = client(server.port, { clusterAddresses: ['127.0.0.1:7001'] });
+    const c = client(server.port, { addresses: ['127.0.0.1:7001'] });
     const a = c.acquire('k', { waitMs: 0, owner: 'o' });
     const conn = await server.connection(0);
     await conn.readLine();
@@ -363,7 +363,7 @@ describe('M, L and E', () => {
     async (code) => {
       const server = await fake();
       const c = client(server.port, {
-        clusterAddresses: [`127.0.0.1:${server.port}`],
+        addresses: [`127.0.0.1:${server.port}`],
         errorBackoffMs: { [code]: 300 },
       });
       const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
@@ -412,14 +412,14 @@ describe('M, L and E', () => {
   });
 
   test.each([
-    ['auth_failed', AuthFailedError, 'ETICKET_AUTH_FAILED'],
-    ['capacity', CapacityError, 'ETICKET_CAPACITY'],
+    ['auth_failed', AuthFailedError, 'ETICKETAUTHFAILED'],
+    ['capacity', CapacityError, 'ETICKETCAPACITY'],
   ] as const)(
     'E %s before any answer: a definite refusal of every sent request; the next request goes on a new connection after the backoff',
     async (code, type, errorCode) => {
       const server = await fake();
       const c = client(server.port, {
-        clusterAddresses: [`127.0.0.1:${server.port}`],
+        addresses: [`127.0.0.1:${server.port}`],
         errorBackoffMs: { [code]: 300 },
       });
       const a = outcome(c.acquire('k', { waitMs: 0, owner: 'o' }));
@@ -496,7 +496,7 @@ describe('M, L and E', () => {
     const lane = await server.connection(1);
     await lane.readLine();
     lane.write('N 6 k\n');
-    expect(await r).toMatchObject({ code: 'ETICKET_INDETERMINATE', op: 'release', key: 'k', token: 5n });
+    expect(await r).toMatchObject({ code: 'ETICKETINDETERMINATE', op: 'release', key: 'k', token: 5n });
     await lane.waitClosed();
     await sleep(50);
     expect(server.connections.length).toBe(2);
@@ -512,7 +512,7 @@ describe('stalls, drops and cancellation', () => {
     const conn = await server.connection(0);
     await conn.readLine();
     const error = await a;
-    expect(error).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'response-timeout' });
+    expect(error).toMatchObject({ code: 'ETICKETINDETERMINATE', reason: 'response-timeout' });
     expect(Date.now() - started).toBeGreaterThanOrEqual(280);
     await conn.waitClosed();
   });
@@ -528,13 +528,13 @@ describe('stalls, drops and cancellation', () => {
     await sleep(30);
     conn.destroy();
     expect(await a).toMatchObject({
-      code: 'ETICKET_INDETERMINATE',
+      code: 'ETICKETINDETERMINATE',
       key: 'key',
       owner: 'o1',
       token: 4242n,
       reason: 'connection-lost',
     });
-    expect(await b).toMatchObject({ code: 'ETICKET_INDETERMINATE', key: 'other', owner: 'o2', token: undefined });
+    expect(await b).toMatchObject({ code: 'ETICKETINDETERMINATE', key: 'other', owner: 'o2', token: undefined });
     const lane = await server.connection(1);
     expect(await lane.readLine()).toBe('R key 4242');
   });
@@ -548,7 +548,7 @@ describe('stalls, drops and cancellation', () => {
     conn.write('A 42');
     await sleep(30);
     conn.destroy();
-    expect(await a).toMatchObject({ code: 'ETICKET_INDETERMINATE', token: undefined });
+    expect(await a).toMatchObject({ code: 'ETICKETINDETERMINATE', token: undefined });
     await sleep(100);
     expect(server.connections.length).toBe(1);
   });
@@ -578,9 +578,9 @@ describe('stalls, drops and cancellation', () => {
     const reason = new Error('user gave up');
     controller.abort(reason);
     const aborted = await a;
-    expect(aborted).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'aborted', key: 'k', owner: 'o1' });
+    expect(aborted).toMatchObject({ code: 'ETICKETINDETERMINATE', reason: 'aborted', key: 'k', owner: 'o1' });
     expect((aborted as Error).cause).toBe(reason);
-    expect(await b).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'connection-lost', key: 'j' });
+    expect(await b).toMatchObject({ code: 'ETICKETINDETERMINATE', reason: 'connection-lost', key: 'j' });
     await conn.waitClosed();
     // Never re-sent as a status query: the next connection carries only new requests.
     const next = c.acquire('k', { waitMs: 0, owner: 'o3' });
@@ -658,7 +658,7 @@ describe('closing and validation', () => {
     const inFlight = outcome(c.acquire('k', { waitMs: 1_000, owner: 'o' }));
     await (await server.connection(0)).readLine();
     c.destroy();
-    expect(await inFlight).toMatchObject({ code: 'ETICKET_INDETERMINATE', reason: 'destroyed' });
+    expect(await inFlight).toMatchObject({ code: 'ETICKETINDETERMINATE', reason: 'destroyed' });
   });
 
   test('acquire(key) with no options is a try-lock: waitMs defaults to 0', async () => {
@@ -688,10 +688,12 @@ describe('closing and validation', () => {
     await expect(c.release('k', 0n)).rejects.toBeInstanceOf(RangeError);
     await expect(c.release('k', '007')).rejects.toBeInstanceOf(RangeError);
     await expect(c.release('k', 5 as unknown as bigint)).rejects.toBeInstanceOf(TypeError);
-    expect(() => new TicketClient({} as TicketClientOptions)).toThrow(TypeError);
+    expect(() => new TicketClient({})).toThrow(TypeError);
     expect(() => new TicketClient({ port: 0 })).toThrow(RangeError);
     expect(() => new TicketClient({ port: 1, secret: 'a b' })).toThrow(RangeError);
-    expect(() => new TicketClient({ port: 1, clusterAddresses: ['nope'] })).toThrow(RangeError);
+    expect(() => new TicketClient({ port: 1, addresses: ['nope'] })).toThrow(RangeError);
+    expect(() => new TicketClient({})).toThrow(new TypeError('give port (one server) or addresses'));
+    expect(() => new TicketClient({ addresses: '127.0.0.1:1' as never })).toThrow(TypeError);
     expect(() => new TicketClient({ port: 1, backoff: { initialMs: 100, maxMs: 10 } })).toThrow(RangeError);
     await sleep(50);
     expect(server.connections.length).toBe(0);

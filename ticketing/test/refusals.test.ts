@@ -35,7 +35,7 @@ describe('definite refusals are not Indeterminate', () => {
       expect(result).toBeInstanceOf(AuthFailedError);
       expect(result).toBeInstanceOf(TicketError);
       expect(result).not.toBeInstanceOf(IndeterminateError);
-      expect(result).toMatchObject({ code: 'ETICKET_AUTH_FAILED' });
+      expect(result).toMatchObject({ code: 'ETICKETAUTHFAILED' });
       expect((result as Error).cause).toBeInstanceOf(ServerError);
     }
     expect(results[0]).toMatchObject({ op: 'acquire', key: 'k1', owner: 'o1', token: undefined });
@@ -57,7 +57,7 @@ describe('definite refusals are not Indeterminate', () => {
     ]);
     for (const result of [a, b]) {
       expect(result).toBeInstanceOf(CapacityError);
-      expect(result).toMatchObject({ code: 'ETICKET_CAPACITY', op: 'acquire' });
+      expect(result).toMatchObject({ code: 'ETICKETCAPACITY', op: 'acquire' });
       expect((result as Error).cause).toMatchObject({ serverCode: 'capacity' });
     }
     expect(server.inspect('k')).toBeUndefined();

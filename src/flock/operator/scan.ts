@@ -2,6 +2,7 @@
 
 import fs from 'node:fs';
 import { resolve } from 'node:path';
+import { checkNumber } from '../../kernel/numbers.js';
 import { LeaseCorruptError } from '../../port/errors.js';
 import { checkSessionId } from '../../port/validate.js';
 import { fileIO, type LeaseIO } from '../io.js';
@@ -121,12 +122,9 @@ export function checkDir(dir: unknown): string {
   return path;
 }
 
+/** A millisecond option: the kernel's rule (0 allowed), `fallback` when absent. */
 export function checkMs(value: unknown, what: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!Number.isFinite(value) || value < 0)
-    throw new RangeError(`${what} must be a finite number of milliseconds ≥ 0, got ${value}`);
-  return value;
+  return value === undefined ? fallback : checkNumber(value, what, { zero: true });
 }
 
 export function checkOptionalId(id: unknown): string | undefined {

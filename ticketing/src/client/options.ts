@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { checkNumber } from '#kernel';
 import { ClientClosedError } from '../errors.js';
 import { DEFAULT_MAX_LINE_BYTES, MAX_TOKEN, isAddress, isName, isTokenText } from '../protocol.js';
 
@@ -15,18 +16,18 @@ export interface BackoffOptions {
 }
 
 export interface TicketClientOptions {
-  /** Server host. Default `127.0.0.1`. */
+  /** Server host (one server). Default `127.0.0.1`. */
   readonly host?: string;
-  /** Server port. Required. */
-  readonly port: number;
+  /** Server port (one server). Required unless `addresses` is given. */
+  readonly port?: number;
+  /** A cluster's node addresses (`host:port`), tried in this order until the leader is found. Also
+   * the allowlist: an `M`/`L` leader hint is kept only if it names one of these (or host:port). */
+  readonly addresses?: readonly string[];
   /** Shared secret (the server's `--secret-file` content); sent as `H <secret>` first on every
    * connection. */
   readonly secret?: string | undefined;
   /** The server's lease length (`--lease`), ms; used to compute `expiresAt`. Default 30 000. */
   readonly leaseMs?: number;
-  /** Allowlist of cluster node addresses (`host:port`). An `M`/`L` leader hint is kept only if it
-   * names one of these or the primary address. */
-  readonly clusterAddresses?: readonly string[];
   /** How long a request may wait for a connection before it fails with `ConnectError` (never
    * sent). Default 10 000 ms. */
   readonly connectTimeoutMs?: number;
@@ -118,20 +119,21 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
   const host = options.host ?? '127.0.0.1';
   if (typeof host !== 'string' || host.length === 0) throw new TypeError('host must be a non-empty string');
   const port = options.port;
-  if (typeof port !== 'number') throw new TypeError('port must be a number');
-  if (!Number.isInteger(port) || port < 1 || port > 65535)
+  const addresses = options.addresses ?? [];
+  if (!Array.isArray(addresses)) throw new TypeError('addresses must be an array of "host:port" strings');
+  if (port === undefined && addresses.length === 0) throw new TypeError('give port (one server) or addresses');
+  if (port !== undefined && typeof port !== 'number') throw new TypeError('port must be a number');
+  if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535))
     throw new RangeError(`port must be an integer in 1..65535, got ${port}`);
-  const endpoints = [endpoint(host, port)];
+  const endpoints = port === undefined ? [] : [endpoint(host, port)];
   const secret = options.secret;
   if (secret !== undefined && (typeof secret !== 'string' || !isName(secret))) {
     throw new RangeError('secret must be 1-256 bytes of printable ASCII without spaces');
   }
-  const leaseMs = positive(options.leaseMs ?? 30_000, 'leaseMs');
-  const cluster = options.clusterAddresses ?? [];
-  if (!Array.isArray(cluster)) throw new TypeError('clusterAddresses must be an array of "host:port" strings');
-  for (const address of cluster) {
+  const leaseMs = checkNumber(options.leaseMs ?? 30_000, 'leaseMs');
+  for (const address of addresses) {
     if (typeof address !== 'string' || !isAddress(address))
-      throw new RangeError(`clusterAddresses: ${JSON.stringify(address)} is not host:port`);
+      throw new RangeError(`addresses: ${JSON.stringify(address)} is not host:port`);
     const parsed = parseEndpoint(address);
     if (!endpoints.some((e) => e.text === parsed.text)) endpoints.push(parsed);
   }
@@ -142,7 +144,7 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
       throw new TypeError('errorBackoffMs must be an object');
     for (const [code, ms] of Object.entries(options.errorBackoffMs)) {
       if (!(code in DEFAULT_ERROR_BACKOFF)) throw new RangeError(`errorBackoffMs: unknown error code ${code}`);
-      if (ms !== undefined) errorBackoff[code] = nonNegative(ms, `errorBackoffMs.${code}`);
+      if (ms !== undefined) errorBackoff[code] = checkNumber(ms, `errorBackoffMs.${code}`, { zero: true });
     }
   }
   const retry = options.retryBusy;
@@ -164,8 +166,8 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
     secret,
     leaseMs,
     maxLineBytes,
-    connectTimeoutMs: positive(options.connectTimeoutMs ?? 10_000, 'connectTimeoutMs'),
-    responseTimeoutMs: positive(options.responseTimeoutMs ?? 10_000, 'responseTimeoutMs'),
+    connectTimeoutMs: checkNumber(options.connectTimeoutMs ?? 10_000, 'connectTimeoutMs'),
+    responseTimeoutMs: checkNumber(options.responseTimeoutMs ?? 10_000, 'responseTimeoutMs'),
     backoff,
     errorBackoff,
     busyPolicy: backoffOptions(typeof retry === 'object' ? retry : undefined, 'retryBusy', {
@@ -249,20 +251,6 @@ export function parseEndpoint(address: string): Endpoint {
   return endpoint(address.slice(0, colon), Number(address.slice(colon + 1)));
 }
 
-function positive(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value > 0 && Number.isFinite(value)))
-    throw new RangeError(`${what} must be a finite positive number, got ${value}`);
-  return value;
-}
-
-function nonNegative(value: unknown, what: string): number {
-  if (typeof value !== 'number') throw new TypeError(`${what} must be a number`);
-  if (!(value >= 0 && Number.isFinite(value)))
-    throw new RangeError(`${what} must be a finite number >= 0, got ${value}`);
-  return value;
-}
-
 function backoffOptions(
   value: BackoffOptions | undefined,
   what: string,
@@ -270,8 +258,8 @@ function backoffOptions(
 ): Required<BackoffOptions> {
   if (value === undefined) return defaults;
   if (typeof value !== 'object' || value === null) throw new TypeError(`${what} must be an object`);
-  const initialMs = positive(value.initialMs ?? defaults.initialMs, `${what}.initialMs`);
-  const maxMs = positive(value.maxMs ?? defaults.maxMs, `${what}.maxMs`);
+  const initialMs = checkNumber(value.initialMs ?? defaults.initialMs, `${what}.initialMs`);
+  const maxMs = checkNumber(value.maxMs ?? defaults.maxMs, `${what}.maxMs`);
   if (maxMs < initialMs) throw new RangeError(`${what}.maxMs must be >= ${what}.initialMs`);
   return { initialMs, maxMs };
 }

@@ -135,10 +135,12 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       responseTimeoutMs: 2_000,
       errorBackoffMs: { no_leader: 20, not_active: 20 },
     };
-    const client = new TicketClient({ port: follower.port, clusterAddresses: group.addresses, ...options });
+    // The issue's form: only the node list, the follower first so that the first request meets M.
+    const listed = [follower.address, ...group.addresses.filter((a: string) => a !== follower.address)];
+    const client = new TicketClient({ addresses: listed, ...options });
     try {
       // The first acquire went to the follower: M cannot be matched to it, so it is Indeterminate.
-      await expect(client.acquire('c1', { waitMs: 0 })).rejects.toMatchObject({ code: 'ETICKET_INDETERMINATE' });
+      await expect(client.acquire('c1', { waitMs: 0 })).rejects.toMatchObject({ code: 'ETICKETINDETERMINATE' });
       expect(client.leaderHint).toBe(leader.address);
       const got = await client.acquire('c1', { waitMs: 0 });
       expect(got.status).toBe('acquired');
@@ -148,9 +150,9 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       client.destroy();
     }
     // Only the follower listed: its M names an address outside the list, which is ignored.
-    const narrow = new TicketClient({ port: follower.port, clusterAddresses: [follower.address], ...options });
+    const narrow = new TicketClient({ addresses: [follower.address], ...options });
     try {
-      await expect(narrow.acquire('c2', { waitMs: 0 })).rejects.toMatchObject({ code: 'ETICKET_INDETERMINATE' });
+      await expect(narrow.acquire('c2', { waitMs: 0 })).rejects.toMatchObject({ code: 'ETICKETINDETERMINATE' });
       expect(narrow.leaderHint).toBeUndefined();
     } finally {
       narrow.destroy();
@@ -446,7 +448,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       `member-loss load: ${load.grants.length} grants, errors ${JSON.stringify(Object.fromEntries(load.errors))}`,
     );
     // The only failures: requests in flight when a connection closed (no ConnectError, no other code).
-    expect([...load.errors.keys()].filter((code) => code !== 'ETICKET_INDETERMINATE')).toEqual([]);
+    expect([...load.errors.keys()].filter((code) => code !== 'ETICKETINDETERMINATE')).toEqual([]);
     expect(load.grants.filter((g) => g.released === 'not-held')).toEqual([]);
     checkHistory(load.grants, leaseMs);
   }, 90_000);

@@ -80,7 +80,7 @@ export function startLoad(
   const loops = Array.from({ length: options.workers }, async (_, worker) => {
     const client = new TicketClient({
       port: portOf(addresses[worker % addresses.length]!),
-      clusterAddresses: addresses,
+      addresses: addresses,
       leaseMs: options.leaseMs,
       connectTimeoutMs: 2_000,
       responseTimeoutMs: 2_000,
