@@ -190,11 +190,10 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
     fs.writeFileSync(
       path.join(dir, 'use-it.ts'),
       [
-        "import { Lease, LeaseHeldError, type LeaseGrant } from 'flocklease';",
-        "import { TicketServer } from 'flocklease/ticketing';",
+        "import { holdLease, Lease, LeaseHeldError, type LeaseGrant } from 'flocklease';",
         "import { runConformance } from 'flocklease/conformance';",
         "const grant: LeaseGrant = await new Lease('/tmp/x', { ttlMs: 1000 }).acquire('id', 'me');",
-        'export const used = [grant.token satisfies bigint, LeaseHeldError, TicketServer, runConformance];',
+        'export const used = [grant.token satisfies bigint, LeaseHeldError, holdLease, runConformance];',
         '',
       ].join('\n'),
     );

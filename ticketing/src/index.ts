@@ -1,4 +1,4 @@
-/** flocklease/ticketing: the networked lock service (server, client, wire protocol, state machine). */
+/** @flocklease/ticketing: the networked lock service (server, client, wire protocol, state machine). */
 export {
   TicketServer,
   SERVER_DEFAULTS,
