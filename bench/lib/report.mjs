@@ -159,6 +159,21 @@ export function targets(figures) {
   return list;
 }
 
+/** p50 / p99 per implementation and file system, and p50 ÷ the durable C floor's (cycle, renew). */
+function latencyTable(f, figure) {
+  const keys = Object.keys(f[figure].tmpfs ?? f[figure].disk ?? {});
+  return table(
+    ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
+    keys.map((k) => [
+      label(k),
+      ...FS.flatMap((fs) => {
+        const s = get(f, figure, fs, k);
+        return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, figure, fs, 'floor-durable', 'p50'))];
+      }),
+    ]),
+  );
+}
+
 /** The whole report, markdown. */
 export function markdown(results) {
   const { figures: f, config: c, machine: m } = results;
@@ -171,37 +186,13 @@ export function markdown(results) {
     out.push(
       `\n### Acquire + release cycle (µs)\n\nMedian over ${c.cycle.rounds} interleaved rounds of each round's p50 / p99; ${c.cycle.cycles.disk} (disk) / ${c.cycle.cycles.tmpfs} (tmpfs) cycles per round over 4 rotating ids after ${c.cycle.warmup} warm-up cycles. × floor = p50 ÷ the durable C floor's p50 on the same file system.\n`,
     );
-    const keys = Object.keys(f.cycle.tmpfs ?? f.cycle.disk ?? {});
-    out.push(
-      table(
-        ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
-        keys.map((k) => [
-          label(k),
-          ...FS.flatMap((fs) => {
-            const s = get(f, 'cycle', fs, k);
-            return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'cycle', fs, 'floor-durable', 'p50'))];
-          }),
-        ]),
-      ),
-    );
+    out.push(latencyTable(f, 'cycle'));
   }
   if (f.renew) {
     out.push(
       `\n### Renew (µs)\n\nOne held lease renewed back to back (same rounds and counts as the cycle). proper-lockfile and lockfile have no renew (proper-lockfile refreshes its lock's mtime on a timer).\n`,
     );
-    const keys = Object.keys(f.renew.tmpfs ?? f.renew.disk ?? {});
-    out.push(
-      table(
-        ['implementation', ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} × floor`])],
-        keys.map((k) => [
-          label(k),
-          ...FS.flatMap((fs) => {
-            const s = get(f, 'renew', fs, k);
-            return [fmt(s?.p50), fmt(s?.p99), ratio(s?.p50 / get(f, 'renew', fs, 'floor-durable', 'p50'))];
-          }),
-        ]),
-      ),
-    );
+    out.push(latencyTable(f, 'renew'));
   }
   if (f.eventLoop) {
     out.push(
