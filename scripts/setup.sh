@@ -18,7 +18,9 @@ for component in $components; do
     prebuild)
       command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
       command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
-      [ -e /usr/lib/aarch64-linux-musl/libc.so ] || need="$need musl-dev:arm64"
+      # Both halves of musl-dev:arm64: a removed package can leave the library link behind.
+      [ -e /usr/lib/aarch64-linux-musl/libc.so ] && [ -e /usr/include/aarch64-linux-musl/stdio.h ] ||
+        need="$need musl-dev:arm64"
       ;;
     etcd) command -v etcd >/dev/null 2>&1 || need="$need etcd-server" ;;
     redis) command -v redis-server >/dev/null 2>&1 || need="$need redis-server" ;;
