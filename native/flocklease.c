@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -774,27 +775,59 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id) → false when there is no such file (nothing to wait for), else true, and
-// later the environment's dispatcher (set by watchInit) is called with (id, errno or 0) once nobody
-// holds an exclusive flock on the file: its holder released it or died. A pool thread blocks in
-// flock(LOCK_SH), so a crash is seen the moment the kernel drops the lock, with no polling. A
-// watch cannot be cancelled; it ends when the lock it watches ends, so callers share one watch
-// per file (see watch.ts). Pool threads are reused: a wait costs no thread creation.
+// watchUnlock(path, id) → false when there is nothing to wait for (no such file, or nobody holds
+// an exclusive flock on it), else true, and later the environment's dispatcher (set by watchInit)
+// is called with (id, errno or 0) once nobody holds it: its holder released it or died. A watch
+// cannot be cancelled; it ends when the lock it watches ends, so callers share one watch per file
+// (see watch.ts). The dispatcher ignores an id it has already been called with.
+//
+// Two watchers race for every watch, and the first to report wins:
+// - inotify, read by the event loop's own epoll (a uv_poll handle): the holder's close (or its
+//   death: the kernel closes its files) queues IN_CLOSE_*, which wakes the event loop directly,
+//   one wake-up for the hand-off, as a C process blocked in flock has. The event is queued just
+//   before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file), and other
+//   processes' probes close the file too, so each event is only a cue to probe the lock again.
+// - a pool thread blocked in flock(LOCK_SH): exact, and the fallback when inotify is out (no
+//   instance or watch left for this user) or the probe ran before the kernel dropped the lock. It
+//   wakes the event loop through a threadsafe function (a second wake-up), usually to find the
+//   watch already reported. Pool threads are reused: a wait costs no thread creation.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
 // at that moment must not touch it. Each environment's watch state is reference-counted (the
 // environment and every queued request hold one), and a cleanup hook, which Node runs before the
 // threadsafe function's own (hooks run last-in, first-out), closes it and waits for deliveries
-// already under way.
+// already under way. The inotify side lives on the event loop's thread only and is closed by an
+// async cleanup hook (its poll handle needs the loop to close).
 
 #define MAX_WATCH_THREADS 64
+
+// One path watched through inotify: its own descriptor to probe the lock with (a probe by fd
+// opens nothing, so it queues no event of its own).
+typedef struct notify_watch {
+  int wd;
+  int fd;
+  uint32_t id;
+  struct notify_watch *next;
+} notify_watch;
+
+// The inotify side of an environment; event-loop thread only.
+typedef struct {
+  napi_env env;
+  napi_ref dispatcher;
+  napi_async_context async;
+  int fd; // the inotify instance; -1 when unavailable
+  uv_poll_t poll;
+  notify_watch *watches;
+  napi_async_cleanup_hook_handle cleanup;
+} notify_env;
 
 typedef struct {
   napi_threadsafe_function tsfn;
   int closed;   // the environment is being torn down: deliver nothing more
   int inflight; // deliveries in progress
   int refs;     // the environment's, plus one per queued request
+  notify_env *notify; // NULL when inotify could not be set up
 } watch_env;
 
 typedef struct watch_request {
@@ -877,6 +910,170 @@ static void *watch_worker(void *arg) {
   return NULL;
 }
 
+// Calls the dispatcher from the event loop (not from inside JS): as a callback, so that promises
+// it settles run their reactions before the loop goes on.
+static void notify_deliver(notify_env *n, uint32_t id, int err) {
+  napi_env env = n->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value dispatcher, global, args[2];
+  // No JS caller to throw to: a failure becomes an uncaught exception.
+  if (napi_get_reference_value(env, n->dispatcher, &dispatcher) != napi_ok ||
+      napi_get_global(env, &global) != napi_ok || napi_create_uint32(env, id, &args[0]) != napi_ok ||
+      napi_create_int32(env, err, &args[1]) != napi_ok ||
+      napi_make_callback(env, n->async, global, dispatcher, 2, args, NULL) != napi_ok) {
+    napi_value exception;
+    if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) napi_fatal_exception(env, exception);
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+// Probes a watched file's lock through its own fd: 0 when nobody holds it exclusively (our shared
+// lock is dropped at once), EWOULDBLOCK while someone does, or the errno flock failed with.
+static int notify_probe(int fd) {
+  int fault_errno;
+  if (STEP("watch.probe", flock(fd, LOCK_SH | LOCK_NB)) != 0) return errno;
+  flock(fd, LOCK_UN);
+  return 0;
+}
+
+// Stops watching one file: its watch descriptor goes when no other watch shares it (watches of
+// one inode share one).
+static void notify_forget(notify_env *n, notify_watch *w) {
+  close(w->fd);
+  bool shared = false;
+  for (notify_watch *other = n->watches; other; other = other->next) shared |= other->wd == w->wd;
+  if (!shared) inotify_rm_watch(n->fd, w->wd);
+  free(w);
+}
+
+#define NOTIFY_BATCH 64
+
+static void on_notify(uv_poll_t *handle, int status, int events) {
+  (void)events;
+  notify_env *n = handle->data;
+  // Which watches to probe: those named by an event, or all of them if events were lost.
+  bool all = status < 0;
+  int woken[NOTIFY_BATCH], nwoken = 0;
+  char buffer[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  for (;;) {
+    ssize_t length = read(n->fd, buffer, sizeof buffer);
+    if (length < 0 && errno == EINTR) continue;
+    if (length <= 0) break;
+    for (char *at = buffer; at < buffer + length;) {
+      const struct inotify_event *event = (const struct inotify_event *)at;
+      if (event->mask & IN_Q_OVERFLOW || nwoken == NOTIFY_BATCH) all = true;
+      else woken[nwoken++] = event->wd;
+      at += sizeof *event + event->len;
+    }
+  }
+  // Unlink the finished watches first, deliver after: a dispatcher may add watches.
+  uint32_t ids[NOTIFY_BATCH];
+  int errs[NOTIFY_BATCH], ndone = 0;
+  for (notify_watch **link = &n->watches; *link && ndone < NOTIFY_BATCH;) {
+    notify_watch *w = *link;
+    bool hit = all;
+    for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
+    int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
+    if (err == EWOULDBLOCK) {
+      link = &w->next;
+      continue;
+    }
+    *link = w->next;
+    ids[ndone] = w->id;
+    errs[ndone++] = err;
+    notify_forget(n, w);
+  }
+  for (int i = 0; i < ndone; i++) notify_deliver(n, ids[i], errs[i]);
+}
+
+static void notify_closed(uv_handle_t *handle) {
+  notify_env *n = handle->data;
+  napi_async_cleanup_hook_handle cleanup = n->cleanup;
+  free(n);
+  napi_remove_async_cleanup_hook(cleanup);
+}
+
+static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
+  notify_env *n = arg;
+  n->cleanup = cleanup;
+  while (n->watches) {
+    notify_watch *w = n->watches;
+    n->watches = w->next;
+    close(w->fd);
+    free(w);
+  }
+  napi_delete_reference(n->env, n->dispatcher);
+  napi_async_destroy(n->env, n->async);
+  uv_poll_stop(&n->poll);
+  close(n->fd);
+  uv_close((uv_handle_t *)&n->poll, notify_closed);
+}
+
+// The inotify side of an environment, or NULL (then every watch is a pool thread's).
+static notify_env *notify_setup(napi_env env, napi_value dispatcher) {
+  uv_loop_t *loop;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return NULL;
+  notify_env *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  n->env = env;
+  n->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (n->fd < 0) goto fail;
+  napi_value name;
+  if (napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_async_init(env, NULL, name, &n->async) != napi_ok)
+    goto fail_fd;
+  if (napi_create_reference(env, dispatcher, 1, &n->dispatcher) != napi_ok) goto fail_async;
+  if (uv_poll_init(loop, &n->poll, n->fd) != 0) goto fail_ref;
+  n->poll.data = n;
+  // Pending watches must not keep the process alive.
+  uv_unref((uv_handle_t *)&n->poll);
+  if (uv_poll_start(&n->poll, UV_READABLE, on_notify) != 0 ||
+      napi_add_async_cleanup_hook(env, notify_cleanup, n, NULL) != napi_ok) {
+    // The handle is initialized: it can only go through uv_close.
+    napi_delete_reference(env, n->dispatcher);
+    napi_async_destroy(env, n->async);
+    close(n->fd);
+    uv_close((uv_handle_t *)&n->poll, (uv_close_cb)free);
+    return NULL;
+  }
+  return n;
+fail_ref:
+  napi_delete_reference(env, n->dispatcher);
+fail_async:
+  napi_async_destroy(env, n->async);
+fail_fd:
+  close(n->fd);
+fail:
+  free(n);
+  return NULL;
+}
+
+// Adds an inotify watch for the file open as `fd` (the inode we opened, not whatever the path names
+// by now). 1: watching; 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched).
+static int notify_add(notify_env *n, int fd, uint32_t id) {
+  char self[32];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int wd = inotify_add_watch(n->fd, self, IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
+  notify_watch *w = wd < 0 ? NULL : malloc(sizeof *w);
+  if (!w) {
+    if (wd >= 0) {
+      bool shared = false;
+      for (notify_watch *other = n->watches; other; other = other->next) shared |= other->wd == wd;
+      if (!shared) inotify_rm_watch(n->fd, wd);
+    }
+    return -1;
+  }
+  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
+  // Released before the watch was in place: no event will come.
+  if (notify_probe(fd) != EWOULDBLOCK) {
+    notify_forget(n, w);
+    return 0;
+  }
+  n->watches = w;
+  return 1;
+}
+
 // watchInit(dispatcher): this environment's (id, errno) callback for finished watches.
 static napi_value watch_init(napi_env env, napi_callback_info info) {
   ARGS(1);
@@ -897,7 +1094,40 @@ static napi_value watch_init(napi_env env, napi_callback_info info) {
   // Added after the threadsafe function, so it runs before it is torn down.
   NAPI_CHECK(env, napi_add_env_cleanup_hook(env, watch_env_cleanup, e));
   NAPI_CHECK(env, napi_set_instance_data(env, e, NULL, NULL));
+  e->notify = notify_setup(env, argv[0]);
   return NULL;
+}
+
+// Queues a blocking watch of the file open as `fd` (which the pool thread closes) for `id`.
+static bool watch_queue(watch_env *e, int fd, uint32_t id) {
+  watch_request *r = calloc(1, sizeof *r);
+  if (!r) return false;
+  r->fd = fd;
+  r->id = id;
+  r->env = e;
+  pthread_mutex_lock(&watch_lock);
+  e->refs++;
+  if (watch_tail) watch_tail->next = r;
+  else watch_head = r;
+  watch_tail = r;
+  int spawn = watch_idle == 0 && watch_threads < MAX_WATCH_THREADS;
+  if (spawn) watch_threads++;
+  pthread_cond_signal(&watch_ready);
+  pthread_mutex_unlock(&watch_lock);
+  if (spawn) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t thread;
+    if (pthread_create(&thread, &attr, watch_worker, NULL) != 0) {
+      pthread_mutex_lock(&watch_lock);
+      watch_threads--; // the request waits for a busy thread to come free
+      pthread_mutex_unlock(&watch_lock);
+    }
+    pthread_attr_destroy(&attr);
+  }
+  return true;
 }
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
@@ -916,47 +1146,39 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   char *path = get_string(env, argv[0], "open");
   if (!path) return NULL;
   napi_value result = NULL;
-  int err;
+  int err, fault_errno;
   const char *call;
   int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "watch.open", NULL, &err, &call);
   if (fd < 0) {
     if (err == ENOENT) result = bool_value(env, false);
     else throw_errno(env, err, call, path);
-  } else {
-    watch_request *r = calloc(1, sizeof *r);
-    if (!r) {
-      close(fd);
-      throw_errno(env, ENOMEM, "watchUnlock", path);
-      free(path);
-      return NULL;
-    }
-    r->fd = fd;
-    r->id = id;
-    r->env = e;
-    pthread_mutex_lock(&watch_lock);
-    e->refs++;
-    if (watch_tail) watch_tail->next = r;
-    else watch_head = r;
-    watch_tail = r;
-    int spawn = watch_idle == 0 && watch_threads < MAX_WATCH_THREADS;
-    if (spawn) watch_threads++;
-    pthread_cond_signal(&watch_ready);
-    pthread_mutex_unlock(&watch_lock);
-    if (spawn) {
-      pthread_attr_t attr;
-      pthread_attr_init(&attr);
-      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      pthread_attr_setstacksize(&attr, 64 * 1024);
-      pthread_t thread;
-      if (pthread_create(&thread, &attr, watch_worker, NULL) != 0) {
-        pthread_mutex_lock(&watch_lock);
-        watch_threads--; // the request waits for a busy thread to come free
-        pthread_mutex_unlock(&watch_lock);
-      }
-      pthread_attr_destroy(&attr);
-    }
-    result = bool_value(env, true);
+    goto out;
   }
+  int watching = -1; // the inotify side: 1 watching, 0 nothing to wait for, -1 not watching
+  if (e->notify != NULL) {
+    // A second open of the same inode: its own open file description, so its probes and the
+    // pool thread's blocking flock never touch each other's lock.
+    char self[32];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    watching = own < 0 ? -1 : notify_add(e->notify, own, id);
+    if (watching < 0 && own >= 0) close(own);
+    if (watching == 0) {
+      close(fd);
+      result = bool_value(env, false);
+      goto out;
+    }
+  }
+  if (!watch_queue(e, fd, id)) {
+    close(fd);
+    // The inotify watch (if any) still reports, so this costs only the exact fallback.
+    if (watching < 0) {
+      throw_errno(env, ENOMEM, "watchUnlock", path);
+      goto out;
+    }
+  }
+  result = bool_value(env, true);
+out:
   free(path);
   return result;
 }

@@ -69,8 +69,9 @@ export interface LeaseIO {
   writeLockData(lockFd: number, text: string): void;
   /**
    * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder released it
-   * or died), from a dedicated thread blocked in flock. `false` (and no call) when there is no
-   * such file. Cannot be cancelled: the watch ends with the lock it watches.
+   * or died): woken by the kernel in the event loop itself (inotify), with a thread blocked in
+   * flock as the exact fallback. `false` (and no call) when there is nothing to wait for: no such
+   * file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it watches.
    */
   watchUnlock(path: string, onUnlocked: (errno: number) => void): boolean;
 }
@@ -216,7 +217,8 @@ export const fileIO: LeaseIO = {
   }),
 };
 
-/** Pending watches by id; the addon's pool threads report (id, errno) through one dispatcher. */
+/** Pending watches by id; the addon reports (id, errno) through one dispatcher, and may report an
+ * id twice (its inotify side and its pool thread race): the second report finds nothing. */
 let watchCallbacks: Map<number, (errno: number) => void> | undefined;
 let nextWatchId = 0;
 
