@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { contentionFigure } from './figures/contention.mjs';
 import { eldFigure } from './figures/eld.mjs';
-import { cycleFigure, renewFigure } from './figures/latency.mjs';
+import { cycleFigure, renewFigure, rotate } from './figures/latency.mjs';
 import { scaleFigure } from './figures/scale.mjs';
 import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeover.mjs';
 import { chartSvg } from './lib/chart.mjs';
@@ -65,7 +65,7 @@ const config = quick
       cycle: { rounds: 2, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
       eventLoop: { rounds: 1, windowMs: 150 },
       crash: { samples: { lease: 2, peers: 1 }, peersOn: ['tmpfs'] },
-      wake: { samples: { lease: 3, peers: 2 } },
+      wake: { rounds: 1, samples: { lease: 4, peers: 2 } },
       contention: { rounds: 1, processes: 8, warmupMs: 200, durationMs: 500, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 300, iterations: 50, warmup: 10, rounds: { tmpfs: 1, disk: 1 } },
     }
@@ -73,7 +73,7 @@ const config = quick
       cycle: { rounds: 7, cycles: { disk: 1000, tmpfs: 2000 }, warmup: 200 },
       eventLoop: { rounds: 5, windowMs: 600 },
       crash: { samples: { lease: 40, peers: 12 }, peersOn: ['disk', 'tmpfs'] },
-      wake: { samples: { lease: 50, peers: 15 } },
+      wake: { rounds: 4, samples: { lease: 64, peers: 15 } },
       contention: { rounds: 4, processes: 8, warmupMs: 1000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 3, disk: 2 } },
     };
@@ -190,18 +190,45 @@ try {
   );
   await figure('wake', () =>
     perFs(async (fs, dir) => {
-      const out = {};
-      for (const key of CROSS_PROCESS_IMPLS)
-        out[key] = await wakeUp({
-          key,
-          dir: join(dir, 'wake'),
-          samples: config.wake.samples[key === 'lease' ? 'lease' : 'peers'],
-          log,
-        });
-      // The C hand-off making the same (durable) commit, its waiter asleep as long as the Lease's.
-      const cycles = Math.ceil(config.wake.samples.lease / 2) + 1;
-      const handOffs = await floorHandOffs(join(dir, 'wake-floor'), { cycles, durable: true, holdMs: 40 });
-      out['floor-handoff'] = summarize(handOffs);
+      // The Lease's hand-off, the C hand-off making the same durable commit (its waiter asleep as
+      // long as the Lease's) and the Node floor's alternate in rounds, the order rotating; peers after.
+      const { rounds, samples } = config.wake;
+      const perRound = Math.ceil(samples.lease / rounds);
+      const raw = { lease: [], leaseFromCall: [], 'floor-handoff': [], 'node-floor-handoff': [] };
+      const runners = {
+        lease: async (r) => {
+          const { fromResolved, fromCall } = await wakeUp({
+            key: 'lease',
+            dir: join(dir, `wake-${r}`),
+            samples: perRound,
+          });
+          raw.lease.push(...fromResolved);
+          raw.leaseFromCall.push(...fromCall);
+        },
+        'floor-handoff': async (r) => {
+          const handOffs = await floorHandOffs(join(dir, `wake-floor-${r}`), {
+            cycles: perRound / 2 + 1,
+            durable: true,
+            holdMs: 40,
+          });
+          raw['floor-handoff'].push(...handOffs);
+        },
+        'node-floor-handoff': async (r) => {
+          const options = { cycles: perRound / 2 + 1, durable: true, holdMs: 40, runtime: 'node' };
+          raw['node-floor-handoff'].push(...(await floorHandOffs(join(dir, `wake-node-floor-${r}`), options)));
+        },
+      };
+      for (let r = 0; r < rounds; r++) {
+        for (const key of rotate(Object.keys(runners), r)) await runners[key](r);
+      }
+      const out = { lease: { ...summarize(raw.lease), fromReleaseCall: summarize(raw.leaseFromCall) } };
+      for (const key of CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease')) {
+        const { fromResolved, fromCall } = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers });
+        out[key] = { ...summarize(fromResolved), fromReleaseCall: summarize(fromCall) };
+      }
+      out['floor-handoff'] = summarize(raw['floor-handoff']);
+      out['node-floor-handoff'] = summarize(raw['node-floor-handoff']);
+      log(`  wake-up: ${rounds} rounds`);
       return out;
     }),
   );

@@ -96,10 +96,10 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
       expectSummary(crash.kernelUnlock, `crash ${fs} kernel part`);
       expect(crash.p50).toBeLessThan(1_000); // immediate, not a timeout
       expectSummary(results.figures.crash?.[fs]?.['floor-crash'], `crash ${fs} floor`);
-      for (const key of ['lease', 'proper-lockfile', 'lockfile', 'floor-handoff']) {
+      for (const key of ['lease', 'proper-lockfile', 'lockfile', 'floor-handoff', 'node-floor-handoff']) {
         expectSummary(results.figures.wake?.[fs]?.[key], `wake ${fs} ${key}`);
       }
-      for (const key of ['lease', 'floor-durable', 'floor-fair']) {
+      for (const key of ['lease', 'floor-durable', 'floor-fair', 'node-floor-fair']) {
         const c = results.figures.contention?.[fs]?.[key] as { throughput: number; maxOverMean: number } | undefined;
         expect(c?.throughput, `contention ${fs} ${key}`).toBeGreaterThan(0);
         expect(Number.isFinite(c!.maxOverMean)).toBe(true);

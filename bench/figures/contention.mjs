@@ -4,8 +4,9 @@
 // The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once;
 // it is unfair (the releaser usually wins the next round at once, no hand-off). The fair C floor
 // (`--contend-fair`) serves waiters first come first served, each hand-off waking the next process,
-// as the lease's queue does: the floor for a FAIR lease. The three alternate round by round, their
-// order rotating.
+// as the lease's queue does: the floor for a FAIR lease. The Node floor (bench/agents/node-floor.mjs)
+// runs that fair protocol in Node through the lease's own addon calls: what any Node process pays
+// for it. The four alternate round by round, their order rotating.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -42,12 +43,9 @@ async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) 
   };
 }
 
-async function floorRound(dir, { processes, warmupMs, durationMs, fair }) {
-  const results = await Promise.all(
-    Array.from({ length: processes }, () =>
-      floorContender(dir, { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair }),
-    ),
-  );
+async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
+  const settings = { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair, runtime };
+  const results = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
   return {
     cycles: results.reduce((n, r) => n + r.cycles, 0),
     waitsMs: results.flatMap((r) => r.waitsMs),
@@ -86,14 +84,17 @@ function describe(rounds, durationMs) {
  */
 export async function contentionFigure({ dir, rounds, processes, warmupMs, durationMs, peers = [], peerPollMs, log }) {
   const settings = { processes, warmupMs, durationMs };
-  const runs = { lease: [], 'floor-durable': [], 'floor-fair': [] };
+  const runs = { lease: [], 'floor-durable': [], 'floor-fair': [], 'node-floor-fair': [] };
   const kinds = Object.keys(runs);
   for (let r = 0; r < rounds; r++) {
     for (const which of rotate(kinds, r)) {
       const d = join(dir, `contend-${which}-${r}`);
       mkdirSync(d, { recursive: true });
       if (which === 'lease') runs.lease.push(await nodeRound('lease', d, { ...settings, pollMs: 0 }));
-      else runs[which].push(await floorRound(d, { ...settings, fair: which === 'floor-fair' }));
+      else {
+        const fair = which !== 'floor-durable';
+        runs[which].push(await floorRound(d, { ...settings, fair, runtime: which.startsWith('node') ? 'node' : 'c' }));
+      }
     }
     log?.(`  contention round ${r + 1}/${rounds}`);
   }

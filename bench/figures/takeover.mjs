@@ -125,5 +125,5 @@ export async function wakeUp({ key, dir, samples, log }) {
   } finally {
     await Promise.all([holder.stop(), waiter.stop()]);
   }
-  return { ...summarize(fromResolved), fromReleaseCall: summarize(fromCall) };
+  return { fromResolved, fromCall };
 }

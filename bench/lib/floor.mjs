@@ -12,6 +12,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const source = join(root, 'bench', 'floor.c');
 export const FLOOR_BIN = join(root, 'bench', 'out', 'floor');
 const CFLAGS = ['-O2', '-Wall', '-Wextra'];
+/** The Node floor of the fair hand-off (bench/agents/node-floor.mjs): floor.c's command line and output. */
+const NODE_FLOOR = join(root, 'bench', 'agents', 'node-floor.mjs');
 
 /** Builds bench/out/floor from bench/floor.c (if it is older than the source). */
 export function buildFloor() {
@@ -29,10 +31,12 @@ export function buildFloor() {
   return { binary: FLOOR_BIN, compiler, flags: CFLAGS.join(' ') };
 }
 
-function run(args, timeoutMs = 600_000) {
+/** Runs the C floor, or (runtime 'node') the Node floor, with `args`: its JSON output. */
+function run(args, runtime = 'c', timeoutMs = 600_000) {
   mkdirSync(args[0], { recursive: true });
+  const [file, argv] = runtime === 'node' ? [process.execPath, [NODE_FLOOR, ...args]] : [FLOOR_BIN, args];
   return new Promise((resolve, reject) => {
-    execFile(FLOOR_BIN, args, { maxBuffer: 256 * 1024 * 1024, timeout: timeoutMs }, (error, stdout, stderr) => {
+    execFile(file, argv, { maxBuffer: 256 * 1024 * 1024, timeout: timeoutMs }, (error, stdout, stderr) => {
       if (error) reject(Object.assign(error, { stderr }));
       else resolve(JSON.parse(stdout));
     });
@@ -52,14 +56,11 @@ export async function floorRenews(dir, { renews, warmup, durable }) {
 }
 
 /** One contending process: { waitsMs, cycles } of the cycles that started after the warm-up. */
-export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false }) {
-  const { waitsNs, cycles } = await run([
-    dir,
-    fair ? '--contend-fair' : '--contend',
-    String(seconds),
-    durable ? '1' : '0',
-    String(warmupSeconds),
-  ]);
+export async function floorContender(dir, { seconds, warmupSeconds, durable, fair = false, runtime = 'c' }) {
+  const { waitsNs, cycles } = await run(
+    [dir, fair ? '--contend-fair' : '--contend', String(seconds), durable ? '1' : '0', String(warmupSeconds)],
+    runtime,
+  );
   return { waitsMs: waitsNs.map((x) => x / 1e6), cycles };
 }
 
@@ -68,11 +69,11 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
  * Lease is). As in the lease, the release commits the record naming the next in line and the
  * woken acquirer only reads it. Each sample is one process's release returning → the other's
- * acquire done, in ms.
+ * acquire done, in ms. `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
  */
-export async function floorHandOffs(dir, { cycles, durable, holdMs }) {
+export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
-  const runs = await Promise.all([run(args), run(args)]);
+  const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
   const events = runs.flatMap(({ acquiredNs, releasedNs }, who) => [
     ...acquiredNs.map((t) => ({ t, who, kind: 'acquired' })),
     ...releasedNs.map((t) => ({ t, who, kind: 'released' })),

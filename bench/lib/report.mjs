@@ -8,6 +8,8 @@ const LABELS = {
   'floor-durable': 'C floor, durable (fsync file + dir)',
   'floor-fair': 'C floor, fair (FIFO hand-off), durable',
   'floor-handoff': 'C floor: fair hand-off, the same durable commit',
+  'node-floor-fair': 'Node floor, fair (FIFO hand-off), durable',
+  'node-floor-handoff': 'Node floor: the same fair hand-off in Node',
   floor: 'C floor, not durable',
   ...Object.fromEntries(Object.entries(IMPLS).map(([k, v]) => [k, v.label])),
 };
@@ -108,6 +110,7 @@ export function targets(figures) {
   // The lease is fair, so it is judged against the fair C floor (the same FIFO discipline).
   const lease6 = get(f, 'contention', 'tmpfs', 'lease');
   const floor6 = get(f, 'contention', 'tmpfs', 'floor-fair');
+  const node6 = get(f, 'contention', 'tmpfs', 'node-floor-fair');
   const share = lease6 && floor6 ? lease6.throughput / floor6.throughput : undefined;
   const unfair6 = get(f, 'contention', 'tmpfs', 'floor-durable');
   add(
@@ -118,8 +121,9 @@ export function targets(figures) {
     share >= 0.5 && lease6?.maxOverMean <= 10,
     lease6 && floor6
       ? `throughput ${fmt(lease6.throughput)}/s vs fair floor ${fmt(floor6.throughput)}/s (${fmt(100 * share)} %; ` +
-          `unfair C floor ${fmt(unfair6?.throughput)}/s); max/mean ${fmt(lease6.maxOverMean)} ` +
-          `(fair floor ${fmt(floor6.maxOverMean)}, unfair floor ${fmt(unfair6?.maxOverMean)})`
+          `unfair C floor ${fmt(unfair6?.throughput)}/s; the Node floor ${fmt(node6?.throughput)}/s, ` +
+          `${fmt((100 * node6?.throughput) / floor6.throughput)} % of the fair C floor, the Lease ${fmt((100 * lease6.throughput) / node6?.throughput)} % of it); ` +
+          `max/mean ${fmt(lease6.maxOverMean)} (fair floor ${fmt(floor6.maxOverMean)}, unfair floor ${fmt(unfair6?.maxOverMean)})`
       : undefined,
   );
 
@@ -152,8 +156,10 @@ export function targets(figures) {
     '≤ 3×',
     t8 <= 3,
     FS.map((fs) => {
-      const lease = get(f, 'wake', fs, 'lease', 'p50');
-      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(get(f, 'wake', fs, 'floor-handoff', 'p50'))} ms`;
+      const [lease, c, node] = ['lease', 'floor-handoff', 'node-floor-handoff'].map((k) =>
+        get(f, 'wake', fs, k, 'p50'),
+      );
+      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C)`;
     }).join('; '),
   );
   return list;
@@ -248,7 +254,7 @@ export function markdown(results) {
   }
   if (f.wake) {
     out.push(
-      `\n### Wake-up after a release (ms): the holder's release() resolved → the waiter's acquire resolved (another process)\n`,
+      `\n### Wake-up after a release (ms): the holder's release() resolved → the waiter's acquire resolved (another process)\n\nThe Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds; the peers after them.\n`,
     );
     const keys = Object.keys(f.wake.tmpfs ?? f.wake.disk ?? {});
     out.push(
@@ -271,7 +277,7 @@ export function markdown(results) {
   }
   if (f.contention) {
     out.push(
-      `\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease, C floor and fair C floor interleaved) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`,
+      `\n### Contention: ${c.contention.processes} processes, one id, waiting acquire → release in a loop\n\nMedian over ${c.contention.rounds} rounds (Lease, C floor, fair C floor and fair Node floor interleaved) of ${c.contention.durationMs} ms windows after ${c.contention.warmupMs} ms warm-up; peers one round, polling every ${c.contention.peerPollMs} ms. Wait = acquire called → held.\n`,
     );
     const rows = [];
     for (const fs of FS) {
