@@ -11,6 +11,7 @@ import { publish } from '../kernel/events.js';
 import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../kernel/token.js';
+import { timerDelay } from '../kernel/timers.js';
 import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
@@ -33,7 +34,7 @@ import { inDir, liveName, lockName, recordName, safeID } from './layout.js';
 import { expiresAtMs, formatRecord, isExpired, type LeaseRecord } from './record.js';
 import { lockTransition, readRecordAt } from './transition.js';
 import { WaitLine, type Place, type Refused, type TransitionContext } from './waitline.js';
-import { whenUnlocked } from './watch.js';
+import { whenUnlocked, type WaitRound } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
   /** How long an operation waits for another process's transition (one operation, normally
@@ -133,7 +134,7 @@ export class Lease implements SessionLease {
     const request = { operation: 'acquire', sessionId, signal } as const;
     const attempt = await this.#transition(request, (tx) => this.#attempt(tx, owner));
     if ('grant' in attempt) return attempt.grant;
-    throw attempt.refusal;
+    throw attempt.refusal();
   }
 
   async renew(grant: LeaseGrant, options?: OperationOptions): Promise<LeaseGrant> {
@@ -262,7 +263,7 @@ export class Lease implements SessionLease {
       case 'held':
         return this.#line.refuse(
           tx,
-          heldError(sessionId, record!),
+          () => heldError(sessionId, record!),
           this.#livePath(safe, record!.token),
           expiresAtMs(record!),
         );
@@ -331,7 +332,7 @@ export class Lease implements SessionLease {
         // Rounds that end at once on the same watch saw no change: pause a little so we never spin.
         if (idleRounds > 2) await sleep(Math.min(2 ** idleRounds, 50), signal);
         const left = deadline - performance.now();
-        if (left <= 0) throw attempt.refusal;
+        if (left <= 0) throw attempt.refusal();
         const started = performance.now();
         await this.#waitForChange(safe, attempt, left, signal);
         const adopted = await this.#adoptHandOff(sessionId, owner, place, signal);
@@ -376,23 +377,22 @@ export class Lease implements SessionLease {
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
    * the lease, the wait runs out, or `signal` aborts (which rejects). */
   async #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
-    const round = new AbortController();
+    const round: WaitRound = { over: false };
     const wakers = this.#wakers.get(safe) ?? new Set();
     this.#wakers.set(safe, wakers);
     let wake!: () => void;
     const woken = new Promise<void>((resolve) => (wake = resolve));
     wakers.add(wake);
-    const onAbort = (): void => round.abort();
-    signal?.addEventListener('abort', onAbort, { once: true });
+    signal?.addEventListener('abort', wake, { once: true });
+    const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
+    const timer = setTimeout(wake, timerDelay(Math.min(leftMs, untilMs)));
     try {
-      const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
-      const events = [woken, sleep(Math.min(leftMs, untilMs), round.signal).catch(() => {})];
-      if (attempt.watch !== undefined) events.push(whenUnlocked(this.#io, attempt.watch, round.signal));
-      await Promise.race(events);
+      await (attempt.watch === undefined ? woken : Promise.race([woken, whenUnlocked(this.#io, attempt.watch, round)]));
       signal?.throwIfAborted();
     } finally {
-      round.abort();
-      signal?.removeEventListener('abort', onAbort);
+      round.over = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', wake);
       wakers.delete(wake);
       if (wakers.size === 0) this.#wakers.delete(safe);
     }

@@ -3,11 +3,11 @@
  * taking the id's `<safeID>.lock` flock (bounded, re-checking the inode, waiting in the kernel),
  * and reading its record (a format error is a LeaseCorruptError naming the file).
  */
-import { sleep } from '../port/abort.js';
+import { timerDelay } from '../kernel/timers.js';
 import { LeaseCorruptError, LeaseTimeoutError } from '../port/errors.js';
 import type { LeaseIO } from './io.js';
 import { parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
-import { whenUnlocked } from './watch.js';
+import { whenUnlocked, type WaitRound } from './watch.js';
 
 /** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
 const TRANSITION_YIELDS = 3;
@@ -30,7 +30,7 @@ export interface TransitionLockRequest {
 /**
  * Takes the id's transition lock: its fd (release with `io.unlockTransition`). Another process in
  * a transition holds it for microseconds, so a busy lock is first retried after yielding to the
- * event loop, then waited for in the kernel (a watcher thread blocked in flock), until `deadline`:
+ * event loop, then waited for in the kernel (the addon's watch, see watch.ts), until `deadline`:
  * then LeaseTimeoutError. A lock file pruned under us (`'replaced'`) is retried at once.
  */
 export async function lockTransition(request: TransitionLockRequest): Promise<number> {
@@ -61,15 +61,21 @@ async function waitForUnlock(
   leftMs: number,
   signal: AbortSignal | undefined,
 ): Promise<void> {
-  const round = new AbortController();
-  const onAbort = (): void => round.abort();
-  signal?.addEventListener('abort', onAbort, { once: true });
+  const round: WaitRound = { over: false };
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const timeUp = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timerDelay(leftMs));
+    onAbort = resolve;
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
   try {
-    await Promise.race([whenUnlocked(io, path, round.signal), sleep(leftMs, round.signal).catch(() => {})]);
+    await Promise.race([whenUnlocked(io, path, round), timeUp]);
     signal?.throwIfAborted();
   } finally {
-    round.abort();
-    signal?.removeEventListener('abort', onAbort);
+    round.over = true;
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort!);
   }
 }
 

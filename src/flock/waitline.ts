@@ -31,7 +31,9 @@ export interface TransitionContext {
 
 /** A refused try, and what to wait for before the next one. */
 export interface Refused {
-  readonly refusal: LeaseHeldError;
+  /** The error, made only if it is thrown: a waiting acquire is refused every round, and an
+   * error's stack capture is the costliest thing in a refused round's JavaScript. */
+  readonly refusal: () => LeaseHeldError;
   /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
   readonly watch: string | undefined;
   /** Clock time (epoch ms) at which to look again regardless (the holder's expiry, a waiter's grace). */
@@ -92,11 +94,12 @@ export class WaitLine {
       const original = formatQueue(queue);
       const ahead = this.#waiterAhead(tx, queue);
       if (ahead !== undefined) {
-        const refusal = new LeaseHeldError(
-          `lease ${JSON.stringify(tx.sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
-          tx.sessionId,
-          holder,
-        );
+        const refusal = (): LeaseHeldError =>
+          new LeaseHeldError(
+            `lease ${JSON.stringify(tx.sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
+            tx.sessionId,
+            holder,
+          );
         const watch = this.waitPath(tx.safe, ahead);
         return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, { queue, original });
       }
@@ -116,7 +119,7 @@ export class WaitLine {
    */
   refuse(
     tx: TransitionContext,
-    refusal: LeaseHeldError,
+    refusal: () => LeaseHeldError,
     watch: string,
     until: number,
     known?: { queue: WaitQueue; original: string },

@@ -1,23 +1,30 @@
 /**
- * Waiting for a lock to be let go, shared per file: one watcher thread per watched `.live` or
- * `.wait` file however many waiters want it (the thread cannot be cancelled and ends when that
- * lock ends, so sharing bounds them). Past MAX_THREADS watched files, waiters poll instead.
+ * Waiting for a lock to be let go, shared per file: one addon watch per watched `.live`, `.wait` or
+ * `.lock` file however many waiters want it (a watch cannot be cancelled and ends when that lock
+ * ends, so sharing bounds them). Past MAX_WATCHES watched files, waiters poll instead.
  */
-import { sleep } from '../port/abort.js';
 import type { LeaseIO } from './io.js';
 
-const MAX_THREADS = 64;
+const MAX_WATCHES = 64;
 const POLL_MS = 10;
 const watches = new Map<string, Promise<void>>();
 
+/** One wait of a caller; `over` once it stopped waiting (ends a polling fallback). A plain flag,
+ * not an AbortSignal: a waiting acquire makes one per round, and an AbortController's event
+ * dispatch and AbortError cost more than the rest of the round's JavaScript. */
+export interface WaitRound {
+  over: boolean;
+}
+
 /**
  * Resolves once nobody holds `path` exclusively (released, or its holder died), or at once if it
- * does not exist. `signal` only stops a polling fallback; a thread's result is simply not awaited.
+ * does not exist or nobody holds it. `round` only stops a polling fallback; an addon watch's
+ * result is simply not awaited.
  */
-export function whenUnlocked(io: LeaseIO, path: string, signal: AbortSignal): Promise<void> {
+export function whenUnlocked(io: LeaseIO, path: string, round: WaitRound): Promise<void> {
   const shared = watches.get(path);
   if (shared !== undefined) return shared;
-  if (watches.size >= MAX_THREADS) return pollUnlocked(io, path, signal);
+  if (watches.size >= MAX_WATCHES) return pollUnlocked(io, path, round);
   let started = false;
   const watch = new Promise<void>((resolve) => {
     started = io.watchUnlock(path, () => {
@@ -30,11 +37,11 @@ export function whenUnlocked(io: LeaseIO, path: string, signal: AbortSignal): Pr
   return watch;
 }
 
-/** Never rejects: an error or an abort just ends the wait (the caller re-checks the lease). */
-async function pollUnlocked(io: LeaseIO, path: string, signal: AbortSignal): Promise<void> {
+/** Never rejects: an error or the round's end just ends the wait (the caller re-checks the lease). */
+async function pollUnlocked(io: LeaseIO, path: string, round: WaitRound): Promise<void> {
   try {
-    while (!signal.aborted && io.probeLive(path)) await sleep(POLL_MS, signal);
+    while (!round.over && io.probeLive(path)) await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   } catch {
-    // aborted, or the file became unreadable: either way, time to look again
+    // the file became unreadable: time to look again
   }
 }
