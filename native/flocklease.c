@@ -781,16 +781,17 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 // cannot be cancelled; it ends when the lock it watches ends, so callers share one watch per file
 // (see watch.ts). The dispatcher ignores an id it has already been called with.
 //
-// Two watchers race for every watch, and the first to report wins:
+// Two watchers, and the first to report wins:
 // - inotify, read by the event loop's own epoll (a uv_poll handle): the holder's close (or its
 //   death: the kernel closes its files) queues IN_CLOSE_*, which wakes the event loop directly,
-//   one wake-up for the hand-off, as a C process blocked in flock has. The event is queued just
-//   before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file), and other
-//   processes' probes close the file too, so each event is only a cue to probe the lock again.
-// - a pool thread blocked in flock(LOCK_SH): exact, and the fallback when inotify is out (no
-//   instance or watch left for this user) or the probe ran before the kernel dropped the lock. It
-//   wakes the event loop through a threadsafe function (a second wake-up), usually to find the
-//   watch already reported. Pool threads are reused: a wait costs no thread creation.
+//   one wake-up for the hand-off, as a C process blocked in flock has. Each event is only a cue
+//   to probe the lock again: other processes' probes close the file too, and the event is queued
+//   just before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file).
+// - a pool thread blocked in flock(LOCK_SH): exact. It waits from the start when inotify cannot
+//   watch (no instance or watch left for this user), else it joins the first time an event's
+//   probe finds the lock still held (that race, or someone else's probe): from then on, a release
+//   the probe missed is still reported. It wakes the event loop through a threadsafe function (a
+//   second wake-up). Pool threads are reused: a wait costs no thread creation.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
@@ -808,11 +809,15 @@ typedef struct notify_watch {
   int wd;
   int fd;
   uint32_t id;
+  bool fallback; // a pool thread also waits for this lock
   struct notify_watch *next;
 } notify_watch;
 
+struct watch_env;
+
 // The inotify side of an environment; event-loop thread only.
 typedef struct {
+  struct watch_env *owner;
   napi_env env;
   napi_ref dispatcher;
   napi_async_context async;
@@ -822,7 +827,7 @@ typedef struct {
   napi_async_cleanup_hook_handle cleanup;
 } notify_env;
 
-typedef struct {
+typedef struct watch_env {
   napi_threadsafe_function tsfn;
   int closed;   // the environment is being torn down: deliver nothing more
   int inflight; // deliveries in progress
@@ -859,13 +864,16 @@ static void watch_env_cleanup(void *arg) {
 }
 
 // Runs on the JS thread with the finished request (which it frees), or with env NULL at teardown.
+static void notify_drop(notify_env *n, uint32_t id);
+
 static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
-  (void)context;
   watch_request *r = data;
   uint32_t id = r->id;
   int32_t err = r->err;
   free(r);
   if (env == NULL || dispatcher == NULL) return; // the environment is shutting down
+  watch_env *e = context;
+  if (e->notify != NULL) notify_drop(e->notify, id); // reported here first: its inotify side is done
   napi_value args[2], global;
   // No JS caller to throw to: a failure leaves the exception to Node's uncaught handling.
   NAPI_CHECK_OR(env, napi_create_uint32(env, id, &args[0]), return);
@@ -947,6 +955,35 @@ static void notify_forget(notify_env *n, notify_watch *w) {
   free(w);
 }
 
+static bool watch_queue(watch_env *e, int fd, uint32_t id);
+
+// The exact fallback for one watch, started the first time an event's probe still finds the lock
+// held: the event came before the kernel dropped the lock, or it was another process's probe (or
+// the watch was dropped: IN_IGNORED). A pool thread blocks in flock on its own open of the inode.
+static void notify_fallback(notify_env *n, notify_watch *w) {
+  char self[32];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", w->fd);
+  int fault_errno;
+  int fd = STEP("watch.fallback", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd >= 0 && !watch_queue(n->owner, fd, w->id)) close(fd);
+  // Tried once: should it fail (no memory, no descriptor), the inotify side still reports
+  // every later close, and the caller's own deadline bounds the wait.
+  w->fallback = true;
+}
+
+// Drops the inotify side of the watch `id`, which its pool thread has reported.
+static void notify_drop(notify_env *n, uint32_t id) {
+  for (notify_watch **link = &n->watches; *link;) {
+    notify_watch *w = *link;
+    if (w->id != id) {
+      link = &w->next;
+      continue;
+    }
+    *link = w->next;
+    notify_forget(n, w);
+  }
+}
+
 #define NOTIFY_BATCH 64
 
 static void on_notify(uv_poll_t *handle, int status, int events) {
@@ -976,6 +1013,7 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
     for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
     int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
     if (err == EWOULDBLOCK) {
+      if (hit && !w->fallback) notify_fallback(n, w);
       link = &w->next;
       continue;
     }
@@ -1003,6 +1041,7 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
     close(w->fd);
     free(w);
   }
+  n->owner->notify = NULL;
   napi_delete_reference(n->env, n->dispatcher);
   napi_async_destroy(n->env, n->async);
   uv_poll_stop(&n->poll);
@@ -1011,11 +1050,12 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
 }
 
 // The inotify side of an environment, or NULL (then every watch is a pool thread's).
-static notify_env *notify_setup(napi_env env, napi_value dispatcher) {
+static notify_env *notify_setup(watch_env *e, napi_env env, napi_value dispatcher) {
   uv_loop_t *loop;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) return NULL;
   notify_env *n = calloc(1, sizeof *n);
   if (!n) return NULL;
+  n->owner = e;
   n->env = env;
   n->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (n->fd < 0) goto fail;
@@ -1064,7 +1104,7 @@ static int notify_add(notify_env *n, int fd, uint32_t id) {
     }
     return -1;
   }
-  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
+  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .fallback = false, .next = n->watches};
   // Released before the watch was in place: no event will come.
   if (notify_probe(fd) != EWOULDBLOCK) {
     notify_forget(n, w);
@@ -1086,7 +1126,7 @@ static napi_value watch_init(napi_env env, napi_callback_info info) {
   napi_value name;
   NAPI_CHECK_OR(env, napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name), free(e); return NULL);
   napi_status created =
-      napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, watch_dispatch, &e->tsfn);
+      napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, e, watch_dispatch, &e->tsfn);
   NAPI_CHECK_OR(env, created, free(e); return NULL);
   // Pending watches must not keep the process alive. From here `e` is shared with the
   // threadsafe function, so a failure below is reported but `e` is not freed.
@@ -1094,7 +1134,7 @@ static napi_value watch_init(napi_env env, napi_callback_info info) {
   // Added after the threadsafe function, so it runs before it is torn down.
   NAPI_CHECK(env, napi_add_env_cleanup_hook(env, watch_env_cleanup, e));
   NAPI_CHECK(env, napi_set_instance_data(env, e, NULL, NULL));
-  e->notify = notify_setup(env, argv[0]);
+  e->notify = notify_setup(e, env, argv[0]);
   return NULL;
 }
 
@@ -1169,13 +1209,12 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
       goto out;
     }
   }
-  if (!watch_queue(e, fd, id)) {
+  if (watching > 0) {
+    close(fd); // inotify watches; a pool thread joins only if an event's probe finds the lock held
+  } else if (!watch_queue(e, fd, id)) {
     close(fd);
-    // The inotify watch (if any) still reports, so this costs only the exact fallback.
-    if (watching < 0) {
-      throw_errno(env, ENOMEM, "watchUnlock", path);
-      goto out;
-    }
+    throw_errno(env, ENOMEM, "watchUnlock", path);
+    goto out;
   }
   result = bool_value(env, true);
 out:

@@ -1,9 +1,10 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
 // inotify event wakes the event loop itself, and a pool thread blocked in flock is the exact
-// fallback. Each path is checked by faulting the other one.
+// fallback (from the start without inotify, else from the first event whose probe finds the lock
+// still held). Each path is checked by faulting the other one.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +51,10 @@ function watch(path: string) {
     report(errno);
   });
   return { started, when, fired: () => fired };
+}
+
+function openFds(): number {
+  return readdirSync('/proc/self/fd').length;
 }
 
 /** Resolves to 'timeout' unless `promise` settles within `ms`. */
@@ -105,10 +110,14 @@ test('the pool thread is the fallback when the inotify probe cannot see the rele
   try {
     // As when the event is read before the kernel has dropped the lock: every probe says "held".
     faults.fail('watch.probe', 'EWOULDBLOCK', -1);
+    const fds = openFds();
     const w = watch(path);
     expect(w.started).toBe(true);
     await holder.release();
     expect(await within(w.when, 5_000)).toBe(0);
+    // The thread reported first: the watch's inotify side (its descriptor) is gone too.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(openFds()).toBe(fds);
   } finally {
     await holder.end();
   }
