@@ -229,6 +229,60 @@ static napi_value undefined_value(napi_env env) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Each environment's state (the main thread's, and each worker thread's): its watches (set up by
+// watchInit) and the lock descriptors it holds for JavaScript (transition locks, waiters' .wait
+// files, generations' .live files). A worker thread can end without the process ending, and its
+// leases must end with it, as a process's end when it dies: a cleanup hook closes whatever the
+// environment still holds, which drops those flocks. Only the environment's own thread touches it.
+
+struct watch_env;
+
+typedef struct {
+  struct watch_env *watch;
+  int *held;
+  size_t held_count, held_capacity;
+} env_state;
+
+static env_state *state_of(napi_env env) {
+  env_state *s = NULL;
+  return napi_get_instance_data(env, (void **)&s) == napi_ok ? s : NULL;
+}
+
+// Records `fd` as held by this environment. Best effort: without memory it is simply not closed
+// at teardown (the lock works the same).
+static void held_add(napi_env env, int fd) {
+  env_state *s = state_of(env);
+  if (s == NULL || fd < 0) return;
+  if (s->held_count == s->held_capacity) {
+    size_t capacity = s->held_capacity ? s->held_capacity * 2 : 16;
+    int *grown = realloc(s->held, capacity * sizeof *grown);
+    if (!grown) return;
+    s->held = grown;
+    s->held_capacity = capacity;
+  }
+  s->held[s->held_count++] = fd;
+}
+
+static void held_remove(napi_env env, int fd) {
+  env_state *s = state_of(env);
+  if (s == NULL) return;
+  for (size_t i = 0; i < s->held_count; i++) {
+    if (s->held[i] == fd) {
+      s->held[i] = s->held[--s->held_count];
+      return;
+    }
+  }
+}
+
+// The environment is torn down (registered first, so it runs after the watches' hooks).
+static void state_cleanup(void *arg) {
+  env_state *s = arg;
+  for (size_t i = 0; i < s->held_count; i++) close(s->held[i]);
+  free(s->held);
+  free(s);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Lease files
 
 // Every lease file is opened here: never following a symlink (a planted link is an error, not a
@@ -291,6 +345,8 @@ static napi_value lock_transition(napi_env env, napi_callback_info info) {
     goto out;
   }
   result = int_value(env, fd);
+  if (result) held_add(env, fd);
+  else close(fd);
 out:
   free(path);
   return result;
@@ -377,6 +433,7 @@ static napi_value close_fd(napi_env env, napi_callback_info info) {
   if (!get_fd(env, argv[0], &fd)) return NULL;
   int fault_errno;
   if (STEP("close", 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
+  held_remove(env, fd);
   close(fd);
   return NULL;
 }
@@ -592,6 +649,7 @@ static napi_value commit_result(napi_env env, commit_t *c) {
     }
   }
   NAPI_CHECK(env, napi_set_named_property(env, result, "removalErrors", value));
+  held_add(env, c->live_fd);
   return result;
 }
 
@@ -609,6 +667,7 @@ static napi_value commit_error(napi_env env, commit_t *c) {
     napi_value fd = int_value(env, c->live_fd);
     if (!fd) return NULL;
     NAPI_CHECK(env, napi_set_named_property(env, error, "liveFd", fd));
+    held_add(env, c->live_fd);
   }
   return error;
 }
@@ -723,6 +782,8 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
     else throw_errno(env, err, "flock", path);
   } else {
     result = int_value(env, fd);
+    if (result) held_add(env, fd);
+    else close(fd);
   }
   free(path);
   return result;
@@ -1117,10 +1178,10 @@ static int notify_add(notify_env *n, int fd, uint32_t id) {
 // watchInit(dispatcher): this environment's (id, errno) callback for finished watches.
 static napi_value watch_init(napi_env env, napi_callback_info info) {
   ARGS(1);
-  watch_env *e = NULL;
-  NAPI_CHECK(env, napi_get_instance_data(env, (void **)&e));
-  if (e != NULL) return NULL;
-  e = calloc(1, sizeof *e);
+  env_state *s = state_of(env);
+  if (s == NULL) return throw_errno(env, ENOMEM, "watchInit", NULL);
+  if (s->watch != NULL) return NULL;
+  watch_env *e = calloc(1, sizeof *e);
   if (!e) return throw_errno(env, ENOMEM, "watchInit", NULL);
   e->refs = 1;
   napi_value name;
@@ -1133,7 +1194,7 @@ static napi_value watch_init(napi_env env, napi_callback_info info) {
   NAPI_CHECK(env, napi_unref_threadsafe_function(env, e->tsfn));
   // Added after the threadsafe function, so it runs before it is torn down.
   NAPI_CHECK(env, napi_add_env_cleanup_hook(env, watch_env_cleanup, e));
-  NAPI_CHECK(env, napi_set_instance_data(env, e, NULL, NULL));
+  s->watch = e;
   e->notify = notify_setup(e, env, argv[0]);
   return NULL;
 }
@@ -1172,8 +1233,8 @@ static bool watch_queue(watch_env *e, int fd, uint32_t id) {
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   ARGS(2);
-  watch_env *e = NULL;
-  NAPI_CHECK(env, napi_get_instance_data(env, (void **)&e));
+  env_state *s = state_of(env);
+  watch_env *e = s == NULL ? NULL : s->watch;
   if (e == NULL) {
     napi_throw_error(env, NULL, "watchInit must be called first");
     return NULL;
@@ -1285,6 +1346,10 @@ static napi_value clear_faults(napi_env env, napi_callback_info info) {
 
 static napi_value init(napi_env env, napi_value exports) {
   temp_counter = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+  env_state *s = calloc(1, sizeof *s);
+  if (!s) return throw_errno(env, ENOMEM, "init", NULL);
+  NAPI_CHECK_OR(env, napi_set_instance_data(env, s, NULL, NULL), free(s); return NULL);
+  NAPI_CHECK(env, napi_add_env_cleanup_hook(env, state_cleanup, s));
   napi_property_descriptor methods[] = {
       {"lockTransition", NULL, lock_transition, NULL, NULL, NULL, napi_default, NULL},
       {"readRecord", NULL, read_record, NULL, NULL, NULL, napi_default, NULL},

@@ -154,7 +154,9 @@ describe('waiting acquire', () => {
 
   test('a free lease waits for a stopped front waiter only for a grace, then the next may take it', async () => {
     const dir = freshDir();
-    const holder = await LeaseAgent.start(dir, 300);
+    // A long lease: it must not expire (and go to the waiter by expiry) before the waiter queues,
+    // however long starting the waiter's process takes on a loaded machine.
+    const holder = await LeaseAgent.start(dir, 30_000);
     await holder.acquire('s1', 'holder');
     const stopped = await LeaseAgent.start(dir, 300);
     void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
