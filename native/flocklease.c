@@ -848,11 +848,12 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   one wake-up for the hand-off, as a C process blocked in flock has. Each event is only a cue
 //   to probe the lock again: other processes' probes close the file too, and the event is queued
 //   just before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file).
-// - a pool thread blocked in flock(LOCK_SH): exact. It waits from the start when inotify cannot
-//   watch (no instance or watch left for this user), else it joins the first time an event's
-//   probe finds the lock still held (that race, or someone else's probe): from then on, a release
-//   the probe missed is still reported. It wakes the event loop through a threadsafe function (a
-//   second wake-up). Pool threads are reused: a wait costs no thread creation.
+// - a pool thread blocked in flock(LOCK_SH): exact whatever the file system's notifications do,
+//   so it waits beside every inotify watch (and alone when inotify cannot watch: no instance or
+//   watch left for this user). It reports a release the probe missed, and it wakes the event loop
+//   through a threadsafe function (a second wake-up), usually to find the watch already reported;
+//   when it reports first, the watch's inotify side is dropped. Pool threads are reused: a wait
+//   costs no thread creation.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
@@ -870,7 +871,6 @@ typedef struct notify_watch {
   int wd;
   int fd;
   uint32_t id;
-  bool fallback; // a pool thread also waits for this lock
   struct notify_watch *next;
 } notify_watch;
 
@@ -1016,22 +1016,6 @@ static void notify_forget(notify_env *n, notify_watch *w) {
   free(w);
 }
 
-static bool watch_queue(watch_env *e, int fd, uint32_t id);
-
-// The exact fallback for one watch, started the first time an event's probe still finds the lock
-// held: the event came before the kernel dropped the lock, or it was another process's probe (or
-// the watch was dropped: IN_IGNORED). A pool thread blocks in flock on its own open of the inode.
-static void notify_fallback(notify_env *n, notify_watch *w) {
-  char self[32];
-  snprintf(self, sizeof self, "/proc/self/fd/%d", w->fd);
-  int fault_errno;
-  int fd = STEP("watch.fallback", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd >= 0 && !watch_queue(n->owner, fd, w->id)) close(fd);
-  // Tried once: should it fail (no memory, no descriptor), the inotify side still reports
-  // every later close, and the caller's own deadline bounds the wait.
-  w->fallback = true;
-}
-
 // Drops the inotify side of the watch `id`, which its pool thread has reported.
 static void notify_drop(notify_env *n, uint32_t id) {
   for (notify_watch **link = &n->watches; *link;) {
@@ -1074,7 +1058,6 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
     for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
     int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
     if (err == EWOULDBLOCK) {
-      if (hit && !w->fallback) notify_fallback(n, w);
       link = &w->next;
       continue;
     }
@@ -1165,7 +1148,7 @@ static int notify_add(notify_env *n, int fd, uint32_t id) {
     }
     return -1;
   }
-  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .fallback = false, .next = n->watches};
+  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
   // Released before the watch was in place: no event will come.
   if (notify_probe(fd) != EWOULDBLOCK) {
     notify_forget(n, w);
@@ -1270,12 +1253,13 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
       goto out;
     }
   }
-  if (watching > 0) {
-    close(fd); // inotify watches; a pool thread joins only if an event's probe finds the lock held
-  } else if (!watch_queue(e, fd, id)) {
+  if (!watch_queue(e, fd, id)) {
     close(fd);
-    throw_errno(env, ENOMEM, "watchUnlock", path);
-    goto out;
+    // Without its pool thread a watch still has its inotify side, which reports every close.
+    if (watching < 0) {
+      throw_errno(env, ENOMEM, "watchUnlock", path);
+      goto out;
+    }
   }
   result = bool_value(env, true);
 out:

@@ -1,7 +1,6 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
-// inotify event wakes the event loop itself, and a pool thread blocked in flock is the exact
-// fallback (from the start without inotify, else from the first event whose probe finds the lock
-// still held). Each path is checked by faulting the other one.
+// inotify event wakes the event loop itself, and a pool thread blocked in flock beside it is the
+// exact fallback. Each path is checked by faulting the other one.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { closeSync, openSync, readdirSync, writeFileSync } from 'node:fs';
