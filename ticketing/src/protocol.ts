@@ -518,7 +518,8 @@ export class LineFramer {
   }
 
   #keep(buf: Buffer, at: number): void {
-    this.#kept = buf;
-    this.#keptAt = at;
+    // A copy: the server's chunks are views of one receive buffer that the next read reuses.
+    this.#kept = Buffer.from(buf.subarray(at));
+    this.#keptAt = 0;
   }
 }

@@ -164,6 +164,8 @@ const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
  * dropped once written, so a past burst does not stay with an idle connection. */
 const REPLY_BUFFER_BYTES = 2048;
 const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
+/** The receive buffer every connection reads into (one read is handled at a time, to the end). */
+const READ_BUFFER_BYTES = 64 * 1024;
 
 // timeOrigin is a getter that crosses into C++: read it once, not per request.
 const TIME_ORIGIN = performance.timeOrigin;
@@ -246,6 +248,7 @@ export class TicketServer extends EventEmitter {
   #nextId = 1;
   #dirty: Connection[] = [];
   readonly #request = new RequestReader();
+  readonly #readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
   readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = {
     type: 'acquire',
     session: 0,
@@ -356,7 +359,8 @@ export class TicketServer extends EventEmitter {
       this.#gate.attach(this.#gateHost());
     }
     const server = net.createServer(
-      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 },
+      // Paused, so that #adopt can take the handle over before the first read.
+      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
       (socket) => this.#onConnection(socket),
     );
     this.#server = server;
@@ -427,21 +431,23 @@ export class TicketServer extends EventEmitter {
   // ---------------------------------------------------------------------------------------------
   // Connections
 
-  #onConnection(socket: net.Socket): void {
-    socket.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
+  #onConnection(accepted: net.Socket): void {
+    accepted.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
     if (this.#closing !== undefined) {
-      socket.destroy();
+      accepted.destroy();
       return;
     }
     if (this.#connections.size >= this.maxConnections) {
       // Read and discard whatever it sends so the close is a FIN after our reply, not a reset.
-      socket.end(formatError('capacity', 'too many connections'));
-      socket.resume();
-      setTimeout(() => socket.destroy(), this.#writeTimeoutMs).unref();
+      accepted.end(formatError('capacity', 'too many connections'));
+      accepted.resume();
+      setTimeout(() => accepted.destroy(), this.#writeTimeoutMs).unref();
       publish(channels.serverDisconnect, () => ({ server: this, connection: undefined, reason: 'capacity' }));
       return;
     }
     const id = this.#nextId++;
+    // The first read comes on a later turn of the loop, when `conn` is set.
+    const socket = this.#adopt(accepted, (chunk) => this.#onData(conn, chunk));
     const conn = new Connection(id, socket, this.maxLineBytes, this.#secretDigest === undefined, this.#handleLine);
     this.#connections.set(id, conn);
     if (this.#secretDigest !== undefined) {
@@ -450,7 +456,6 @@ export class TicketServer extends EventEmitter {
         this.#flush();
       }, this.#authTimeoutMs).unref();
     }
-    socket.on('data', (chunk: Buffer) => this.#onData(conn, chunk));
     socket.on('drain', () => this.#resume(conn));
     socket.on('end', () => this.#onEnd(conn));
     socket.on('close', () => this.#onClose(conn));
@@ -460,6 +465,44 @@ export class TicketServer extends EventEmitter {
       remoteAddress: socket.remoteAddress,
       remotePort: socket.remotePort,
     }));
+  }
+
+  /**
+   * The connection's socket, reading into the shared receive buffer: the accepted socket's handle
+   * re-wrapped in a socket with `onread` (as `net.connect` offers; `net.Server` does not), so a
+   * read costs no Buffer of its own and no pass through the readable stream, whose share of a
+   * one-request read is measurable (docs/ticketing.md "Benchmark"). What is received is handed to
+   * `onChunk` during the read: the line framer copies whatever it keeps beyond it. Should the
+   * handle not be where this expects it (another Node), the accepted socket is used as it is,
+   * with `'data'` events.
+   */
+  #adopt(accepted: net.Socket, onChunk: (chunk: Buffer) => void): net.Socket {
+    const internals = accepted as unknown as { _handle?: { readStart?: unknown } | null };
+    const handle = internals._handle;
+    if (handle === null || handle === undefined || typeof handle.readStart !== 'function') {
+      accepted.on('data', onChunk);
+      accepted.resume();
+      return accepted;
+    }
+    const buffer = this.#readBuffer;
+    const options = {
+      handle,
+      allowHalfOpen: false,
+      readable: true,
+      writable: true,
+      onread: {
+        buffer,
+        callback: (bytes: number): boolean => {
+          onChunk(buffer.subarray(0, bytes));
+          return true; // a pause is the server's own (#pause)
+        },
+      },
+    };
+    internals._handle = null;
+    accepted.destroy(); // without its handle: only the net.Server's count of it ends
+    const socket = new net.Socket(options);
+    socket.on('error', noop);
+    return socket;
   }
 
   #onData(conn: Connection, chunk: Buffer): void {
