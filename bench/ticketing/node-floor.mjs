@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 /**
  * The Node floor of the server benchmark (bench.mjs, docs/ticketing.md "Benchmark"): the least
- * work any Node server speaking the Ticketing protocol over node:net can do per batch. Same
- * `net.createServer` socket options as the Ticketing server (server.ts), one `socket.write` per
- * `'data'` event, and replies the load generator accepts: `A key owner wait` → `A <token> owner key`
+ * work any Node server speaking the Ticketing protocol over node:net can do per batch. The same
+ * `net.createServer` socket options and the same reading set-up as the Ticketing server (server.ts
+ * `#adopt`: every connection reads into one shared buffer through `onread`), one `socket.write` per
+ * read, and replies the load generator accepts: `A key owner wait` → `A <token> owner key`
  * (the token a counter), `R key token` → `R token key`. No lock table, no state machine, no queue,
  * no timers, no validation beyond splitting lines at `\n` and fields at spaces: whatever Ticketing
  * spends beyond this is its own; what this spends is node:net's (libuv, the stream layer, V8) per
@@ -63,21 +64,45 @@ function answer(buf, end, out) {
   return pos;
 }
 
+/** One receive buffer for every connection, as the server has (reads are handled one at a time). */
+const inbuf = Buffer.allocUnsafeSlow(64 * 1024);
+
+/** The server's reading set-up (server.ts #adopt): the accepted handle re-wrapped with `onread`. */
+function adopt(accepted, onChunk) {
+  const handle = accepted._handle;
+  if (typeof handle?.readStart !== 'function') {
+    accepted.on('data', onChunk);
+    accepted.resume();
+    return accepted;
+  }
+  accepted._handle = null;
+  accepted.destroy();
+  return new net.Socket({
+    handle,
+    allowHalfOpen: false,
+    readable: true,
+    writable: true,
+    onread: { buffer: inbuf, callback: (bytes) => (onChunk(inbuf.subarray(0, bytes)), true) },
+  });
+}
+
 const server = net.createServer(
-  { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 },
-  (socket) => {
-    socket.on('error', () => {});
+  { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
+  (accepted) => {
+    accepted.on('error', () => {});
     let out = Buffer.allocUnsafe(OUT_BYTES);
     let rest;
-    socket.on('data', (chunk) => {
+    const socket = adopt(accepted, (chunk) => {
       const buf = rest === undefined ? chunk : Buffer.concat([rest, chunk]);
       const written = answer(buf, buf.length, out);
-      rest = consumed < buf.length ? buf.subarray(consumed) : undefined;
+      // A copy: the chunk is a view of the receive buffer, which the next read reuses.
+      rest = consumed < buf.length ? Buffer.from(buf.subarray(consumed)) : undefined;
       if (written === 0) return;
       socket.write(out.subarray(0, written));
       // The stream keeps what the kernel did not take: then the next reply needs a new buffer.
       if (socket.writableLength > 0) out = Buffer.allocUnsafe(OUT_BYTES);
     });
+    socket.on('error', () => {});
   },
 );
 server.listen({ host: '127.0.0.1', port: Number(process.argv[2] ?? 0) }, () => {
