@@ -646,7 +646,7 @@ async function main() {
     '',
     `Release check: ${serverFailures === 0 ? 'every release matched its grant in every run' : `${serverFailures} FAILED releases or refused acquires`}.`,
     '',
-    `Node floor (bench/ticketing/node-floor.mjs: node:net with the server's socket options, one write per read, no lock table): what any Node server pays per read and write.`,
+    `Node floor (bench/ticketing/node-floor.mjs: node:net with the server's socket options and reading set-up, one write per read, no lock table): what any Node server pays per read and write.`,
     '',
     floorTable(summary),
     '',
