@@ -249,6 +249,10 @@ export class TicketServer extends EventEmitter {
   #dirty: Connection[] = [];
   readonly #request = new RequestReader();
   readonly #readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
+  /** While a chunk is handled: the clock and performance.now() read once for all its requests
+   * (-1: none, read them per command). */
+  #chunkNow = -1;
+  #chunkPerfNow = 0;
   readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = {
     type: 'acquire',
     session: 0,
@@ -507,9 +511,19 @@ export class TicketServer extends EventEmitter {
 
   #onData(conn: Connection, chunk: Buffer): void {
     if (conn.closing) return; // discarding after an error reply
-    const status = conn.framer.pushBytes(chunk, conn.onLine);
+    // One reading of the clocks for the chunk's requests, which arrived together (a reading costs
+    // about 50 ns here, three per cycle before). A lease still counts from after its request was
+    // sent: the chunk is read after that.
+    this.#chunkNow = this.#clock();
+    const perfNow = (this.#chunkPerfNow = performance.now());
+    let status;
+    try {
+      status = conn.framer.pushBytes(chunk, conn.onLine);
+    } finally {
+      this.#chunkNow = -1;
+    }
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
-    else this.#noteRead(conn, chunk);
+    else this.#noteRead(conn, chunk, perfNow);
     this.#flush();
     this.#schedule();
   }
@@ -601,8 +615,7 @@ export class TicketServer extends EventEmitter {
   }
 
   /** Bookkeeping for the idle and line timeouts after input was consumed (`chunk`) or resumed. */
-  #noteRead(conn: Connection, chunk: Buffer | undefined): void {
-    const now = performance.now();
+  #noteRead(conn: Connection, chunk: Buffer | undefined, now: number): void {
     if (chunk !== undefined) conn.lastReadAt = now;
     if (conn.framer.bufferedBytes === 0) conn.lineSince = -1;
     // A new unfinished line starts with this chunk if an earlier line ended in it (or after a
@@ -702,7 +715,7 @@ export class TicketServer extends EventEmitter {
     }));
     const status = conn.framer.resumeBytes(conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
-    else this.#noteRead(conn, undefined);
+    else this.#noteRead(conn, undefined, performance.now());
     this.#flush();
     this.#schedule();
     if (!conn.paused && !conn.closing) conn.socket.resume();
@@ -714,7 +727,7 @@ export class TicketServer extends EventEmitter {
   #run(command: Command): void {
     const state = this.#state;
     if (state === undefined) return; // cluster mode, not leading: nothing to apply to
-    const now = this.#clock();
+    const now = this.#chunkNow >= 0 ? this.#chunkNow : this.#clock();
     const effects = state.apply(command, now);
     // Index loop: an undeliverable grant appends the effects of its release.
     for (let i = 0; i < effects.length; i++) {
@@ -748,7 +761,8 @@ export class TicketServer extends EventEmitter {
             key: effect.key,
             token: effect.token,
           });
-        const holdsUntil = performance.now() + (effect.expiresAt - now);
+        const perfNow = this.#chunkNow >= 0 ? this.#chunkPerfNow : performance.now();
+        const holdsUntil = perfNow + (effect.expiresAt - now);
         if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
       }
