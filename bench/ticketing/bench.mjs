@@ -9,7 +9,10 @@
  *    compare-and-delete EVALSHA, on the hot key either retried at once or after 1 ms. Reported:
  *    cycles/s, p50/p99 cycle latency, server CPU per cycle (utime+stime of /proc/<pid>/stat, all
  *    threads) and the load generator's CPU per cycle. Rounds interleave the systems; each cell is
- *    the median over rounds, each ratio the median of the rounds' ratios.
+ *    the median over rounds, each ratio the median of the rounds' ratios. On the distinct-key
+ *    workloads with a target a third server runs too, the Node floor (node-floor.mjs): the same
+ *    node:net socket set-up answering the same requests with no lock table at all, i.e. what Node
+ *    itself costs per read and write; its own table says how far Redis and Ticketing are from it.
  * 2. Client library against client library (what an application sees end to end): our
  *    TicketClient against ioredis with auto-pipelining, 64 loops over 4 connections, distinct keys
  *    and one hot key (Redis loops retry SET NX at once), each run in a fresh Node process.
@@ -193,11 +196,14 @@ function buildLoadgen() {
   return { compiler: execFileSync(cc, ['--version'], { encoding: 'utf8' }).split('\n')[0], flags: CFLAGS.join(' ') };
 }
 
-/** The server-against-server workloads. Redis variants: backoffUs 0 retries a failed SET at once. */
+const FLOOR = 'node floor';
+
+/** The server-against-server workloads. Redis variants: backoffUs 0 retries a failed SET at once.
+ * `floor`: the Node floor runs too (the distinct-key workloads the targets judge). */
 const SERVER_WORKLOADS = [
-  { id: 'distinct 4×1', keys: 'distinct', conns: 4, inflight: 1 },
-  { id: 'distinct 4×16', keys: 'distinct', conns: 4, inflight: 16 },
-  { id: 'distinct 4×64', keys: 'distinct', conns: 4, inflight: 64 },
+  { id: 'distinct 4×1', keys: 'distinct', conns: 4, inflight: 1, floor: true },
+  { id: 'distinct 4×16', keys: 'distinct', conns: 4, inflight: 16, floor: true },
+  { id: 'distinct 4×64', keys: 'distinct', conns: 4, inflight: 64, floor: true },
   { id: 'distinct 16×64', keys: 'distinct', conns: 16, inflight: 64 },
   { id: 'hot 4×16', keys: 'hot', conns: 4, inflight: 16 },
   { id: 'hot 64×1', keys: 'hot', conns: 64, inflight: 1 },
@@ -211,12 +217,14 @@ function systemsOf(workload) {
     systems[1] = { id: 'redis retry', server: 'redis', backoffUs: 0 };
     systems.push({ id: 'redis 1 ms', server: 'redis', backoffUs: 1000 });
   }
+  // It speaks the Ticketing protocol, so the load generator drives it as Ticketing.
+  if (workload.floor) systems.push({ id: FLOOR, server: 'floor', proto: 'ticketing', backoffUs: 0 });
   return systems;
 }
 
 function runLoadgen(system, workload, server, options, prefix) {
   const args = [
-    system.server,
+    system.proto ?? system.server,
     String(server.port),
     String(workload.conns),
     String(workload.inflight),
@@ -263,7 +271,8 @@ function medianOf(values) {
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-/** Per-metric medians over rounds, and the medians of the per-round ratios against ticketing. */
+/** Per-metric medians over rounds, and the medians of the per-round ratios against ticketing (for the
+ * Node floor also its own against Redis). */
 function summariseServers(runs) {
   const summary = {};
   for (const workload of SERVER_WORKLOADS) {
@@ -279,17 +288,22 @@ function summariseServers(runs) {
     }
     const t = bySystem.ticketing;
     for (const system of Object.keys(bySystem).filter((s) => s !== 'ticketing')) {
-      const r = bySystem[system];
-      const cpu = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
-      cell[system].ratio = {
-        cyclesPerSecond: medianOf(t.map((run, i) => run.cyclesPerSecond / r[i].cyclesPerSecond)),
-        serverCpuPerCycle: medianOf(t.map((run, i) => cpu(run) / cpu(r[i]))),
-        p99: medianOf(t.map((run, i) => run.p99Us / r[i].p99Us)),
-      };
+      cell[system].ratio = ratiosOf(t, bySystem[system]);
     }
+    if (bySystem[FLOOR]) cell[FLOOR].vsRedis = ratiosOf(bySystem[FLOOR], bySystem.redis);
     summary[workload.id] = cell;
   }
   return summary;
+}
+
+/** Medians of the per-round ratios a ÷ b. */
+function ratiosOf(a, b) {
+  const cpu = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
+  return {
+    cyclesPerSecond: medianOf(a.map((run, i) => run.cyclesPerSecond / b[i].cyclesPerSecond)),
+    serverCpuPerCycle: medianOf(a.map((run, i) => cpu(run) / cpu(b[i]))),
+    p99: medianOf(a.map((run, i) => run.p99Us / b[i].p99Us)),
+  };
 }
 
 /** The targets of issue 13, judged on the summary. */
@@ -320,7 +334,7 @@ function serverTable(summary) {
   ];
   for (const workload of SERVER_WORKLOADS) {
     for (const [system, m] of Object.entries(summary[workload.id])) {
-      const failed = system === 'ticketing' ? '—' : m.failedAcquiresPerCycle.toFixed(1);
+      const failed = system.startsWith('redis') ? m.failedAcquiresPerCycle.toFixed(1) : '—';
       const ratio = m.ratio ? `${m.ratio.cyclesPerSecond.toFixed(2)}×` : '';
       const cpuRatio = m.ratio ? `${m.ratio.serverCpuPerCycle.toFixed(2)}×` : '';
       rows.push(
@@ -331,6 +345,39 @@ function serverTable(summary) {
     }
   }
   return rows.join('\n');
+}
+
+/** The Node floor against Redis (could any node:net server reach the target?) and Ticketing against it. */
+function floorTable(summary) {
+  const wanted = { 'distinct 4×1': 0.8, 'distinct 4×16': 1.25, 'distinct 4×64': 1.25 };
+  const rows = [
+    '| workload | node floor cycles/s | floor ÷ Redis cycles/s | floor ÷ Redis server CPU | target (cycles/s) | floor reaches it | Ticketing ÷ floor cycles/s | Ticketing ÷ floor server CPU |',
+    '|---|--:|--:|--:|--:|---|--:|--:|',
+  ];
+  for (const workload of SERVER_WORKLOADS.filter((w) => w.floor)) {
+    const f = summary[workload.id][FLOOR];
+    const target = wanted[workload.id];
+    rows.push(
+      `| ${workload.id} | ${fmt(f.cyclesPerSecond)} | ${f.vsRedis.cyclesPerSecond.toFixed(2)}× | ${f.vsRedis.serverCpuPerCycle.toFixed(2)}× | ` +
+        `≥ ${target}× Redis | ${f.vsRedis.cyclesPerSecond >= target ? 'yes' : 'no'} | ${f.ratio.cyclesPerSecond.toFixed(2)}× | ${f.ratio.serverCpuPerCycle.toFixed(2)}× |`,
+    );
+  }
+  return rows.join('\n');
+}
+
+/** The floor table's figures, for the JSON. */
+function floorSummary(summary) {
+  const floor = {};
+  for (const workload of SERVER_WORKLOADS.filter((w) => w.floor)) {
+    const f = summary[workload.id][FLOOR];
+    floor[workload.id] = {
+      cyclesPerSecond: f.cyclesPerSecond,
+      serverUsPerCycle: f.serverUsPerCycle,
+      vsRedis: f.vsRedis,
+      ticketingVsFloor: f.ratio,
+    };
+  }
+  return floor;
 }
 
 function parseArgs(argv) {
@@ -406,6 +453,18 @@ async function startTicketing() {
     if (m) return { child, port: Number(m[2]) };
   }
   throw new Error('ticketing server exited before listening');
+}
+
+/** The Node floor (node-floor.mjs), started like the Ticketing server. */
+async function startFloor() {
+  const child = spawn(process.execPath, [join(here, 'node-floor.mjs')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let text = '';
+  for await (const chunk of child.stdout) {
+    text += chunk;
+    const m = /^listening (\S+):(\d+)$/m.exec(text);
+    if (m) return { child, port: Number(m[2]) };
+  }
+  throw new Error('node floor server exited before listening');
 }
 
 async function startRedis(binary) {
@@ -548,8 +607,10 @@ async function main() {
   const loadStart = loadavg();
   const ticketing = await startTicketing();
   const redis = await startRedis(redisBinary);
-  const servers = { ticketing, redis };
-  const cleanup = () => [ticketing.child, redis.child].forEach((c) => c.exitCode === null && c.kill('SIGKILL'));
+  const floor = await startFloor();
+  const servers = { ticketing, redis, floor };
+  const cleanup = () =>
+    [ticketing.child, redis.child, floor.child].forEach((c) => c.exitCode === null && c.kill('SIGKILL'));
   process.on('SIGINT', () => {
     cleanup();
     process.exit(130);
@@ -562,6 +623,7 @@ async function main() {
   } finally {
     await stop(ticketing.child);
     await stop(redis.child);
+    await stop(floor.child);
   }
   const loadEnd = loadavg();
   const summary = summariseServers(serverRuns);
@@ -574,7 +636,7 @@ async function main() {
   const output = [
     `### Server against server (one C load generator for both; ${run})`,
     '',
-    `${machine}; load average ${loadStart[0]} at start, ${loadEnd[0]} at end. Medians over rounds; ratios are Ticketing ÷ Redis, medians of the rounds' ratios.`,
+    `${machine}; load average ${loadStart[0]} at start, ${loadEnd[0]} at end. Medians over rounds; ratios are Ticketing ÷ the row's system (Redis, or the Node floor), medians of the rounds' ratios.`,
     '',
     serverTable(summary),
     '',
@@ -583,6 +645,10 @@ async function main() {
     ...targets.map((t) => `| ${t.id} | ${t.measured.toFixed(2)}× | ${t.target} | ${t.met ? 'yes' : 'no'} |`),
     '',
     `Release check: ${serverFailures === 0 ? 'every release matched its grant in every run' : `${serverFailures} FAILED releases or refused acquires`}.`,
+    '',
+    `Node floor (bench/ticketing/node-floor.mjs: node:net with the server's socket options and reading set-up, one write per read, no lock table): what any Node server pays per read and write.`,
+    '',
+    floorTable(summary),
     '',
     `### Client library against client library (TicketClient vs ioredis, ${clients.setup.workers} loops over ${clients.setup.connections} connections; ${run})`,
     '',
@@ -599,7 +665,7 @@ async function main() {
         machine: { cpus: cpus().length, node: process.version, redis: redisVersion, loadgen },
         load: { start: loadStart, end: loadEnd },
         options,
-        servers: { summary, targets, runs: serverRuns },
+        servers: { summary, targets, floor: floorSummary(summary), runs: serverRuns },
         clients: { summary: clients.summary, runs: clients.runs },
       },
       null,

@@ -164,6 +164,8 @@ const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
  * dropped once written, so a past burst does not stay with an idle connection. */
 const REPLY_BUFFER_BYTES = 2048;
 const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
+/** The receive buffer every connection reads into (one read is handled at a time, to the end). */
+const READ_BUFFER_BYTES = 64 * 1024;
 
 // timeOrigin is a getter that crosses into C++: read it once, not per request.
 const TIME_ORIGIN = performance.timeOrigin;
@@ -246,6 +248,11 @@ export class TicketServer extends EventEmitter {
   #nextId = 1;
   #dirty: Connection[] = [];
   readonly #request = new RequestReader();
+  readonly #readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
+  /** While a chunk is handled: the clock and performance.now() read once for all its requests
+   * (-1: none, read them per command). */
+  #chunkNow = -1;
+  #chunkPerfNow = 0;
   readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = {
     type: 'acquire',
     session: 0,
@@ -356,7 +363,8 @@ export class TicketServer extends EventEmitter {
       this.#gate.attach(this.#gateHost());
     }
     const server = net.createServer(
-      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 },
+      // Paused, so that #adopt can take the handle over before the first read.
+      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
       (socket) => this.#onConnection(socket),
     );
     this.#server = server;
@@ -427,21 +435,23 @@ export class TicketServer extends EventEmitter {
   // ---------------------------------------------------------------------------------------------
   // Connections
 
-  #onConnection(socket: net.Socket): void {
-    socket.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
+  #onConnection(accepted: net.Socket): void {
+    accepted.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
     if (this.#closing !== undefined) {
-      socket.destroy();
+      accepted.destroy();
       return;
     }
     if (this.#connections.size >= this.maxConnections) {
       // Read and discard whatever it sends so the close is a FIN after our reply, not a reset.
-      socket.end(formatError('capacity', 'too many connections'));
-      socket.resume();
-      setTimeout(() => socket.destroy(), this.#writeTimeoutMs).unref();
+      accepted.end(formatError('capacity', 'too many connections'));
+      accepted.resume();
+      setTimeout(() => accepted.destroy(), this.#writeTimeoutMs).unref();
       publish(channels.serverDisconnect, () => ({ server: this, connection: undefined, reason: 'capacity' }));
       return;
     }
     const id = this.#nextId++;
+    // The first read comes on a later turn of the loop, when `conn` is set.
+    const socket = this.#adopt(accepted, (chunk) => this.#onData(conn, chunk));
     const conn = new Connection(id, socket, this.maxLineBytes, this.#secretDigest === undefined, this.#handleLine);
     this.#connections.set(id, conn);
     if (this.#secretDigest !== undefined) {
@@ -450,7 +460,6 @@ export class TicketServer extends EventEmitter {
         this.#flush();
       }, this.#authTimeoutMs).unref();
     }
-    socket.on('data', (chunk: Buffer) => this.#onData(conn, chunk));
     socket.on('drain', () => this.#resume(conn));
     socket.on('end', () => this.#onEnd(conn));
     socket.on('close', () => this.#onClose(conn));
@@ -462,11 +471,59 @@ export class TicketServer extends EventEmitter {
     }));
   }
 
+  /**
+   * The connection's socket, reading into the shared receive buffer: the accepted socket's handle
+   * re-wrapped in a socket with `onread` (as `net.connect` offers; `net.Server` does not), so a
+   * read costs no Buffer of its own and no pass through the readable stream, whose share of a
+   * one-request read is measurable (docs/ticketing.md "Benchmark"). What is received is handed to
+   * `onChunk` during the read: the line framer copies whatever it keeps beyond it. Should the
+   * handle not be where this expects it (another Node), the accepted socket is used as it is,
+   * with `'data'` events.
+   */
+  #adopt(accepted: net.Socket, onChunk: (chunk: Buffer) => void): net.Socket {
+    const internals = accepted as unknown as { _handle?: { readStart?: unknown } | null };
+    const handle = internals._handle;
+    if (handle === null || handle === undefined || typeof handle.readStart !== 'function') {
+      accepted.on('data', onChunk);
+      accepted.resume();
+      return accepted;
+    }
+    const buffer = this.#readBuffer;
+    const options = {
+      handle,
+      allowHalfOpen: false,
+      readable: true,
+      writable: true,
+      onread: {
+        buffer,
+        callback: (bytes: number): boolean => {
+          onChunk(buffer.subarray(0, bytes));
+          return true; // a pause is the server's own (#pause)
+        },
+      },
+    };
+    internals._handle = null;
+    accepted.destroy(); // without its handle: only the net.Server's count of it ends
+    const socket = new net.Socket(options);
+    socket.on('error', noop);
+    return socket;
+  }
+
   #onData(conn: Connection, chunk: Buffer): void {
     if (conn.closing) return; // discarding after an error reply
-    const status = conn.framer.pushBytes(chunk, conn.onLine);
+    // One reading of the clocks for the chunk's requests, which arrived together (a reading costs
+    // about 50 ns here, three per cycle before). A lease still counts from after its request was
+    // sent: the chunk is read after that.
+    this.#chunkNow = this.#clock();
+    const perfNow = (this.#chunkPerfNow = performance.now());
+    let status;
+    try {
+      status = conn.framer.pushBytes(chunk, conn.onLine);
+    } finally {
+      this.#chunkNow = -1;
+    }
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
-    else this.#noteRead(conn, chunk);
+    else this.#noteRead(conn, chunk, perfNow);
     this.#flush();
     this.#schedule();
   }
@@ -558,8 +615,7 @@ export class TicketServer extends EventEmitter {
   }
 
   /** Bookkeeping for the idle and line timeouts after input was consumed (`chunk`) or resumed. */
-  #noteRead(conn: Connection, chunk: Buffer | undefined): void {
-    const now = performance.now();
+  #noteRead(conn: Connection, chunk: Buffer | undefined, now: number): void {
     if (chunk !== undefined) conn.lastReadAt = now;
     if (conn.framer.bufferedBytes === 0) conn.lineSince = -1;
     // A new unfinished line starts with this chunk if an earlier line ended in it (or after a
@@ -659,7 +715,7 @@ export class TicketServer extends EventEmitter {
     }));
     const status = conn.framer.resumeBytes(conn.onLine);
     if (status === 'too_long') this.#fail(conn, 'too_long', `line exceeds ${this.maxLineBytes} bytes`);
-    else this.#noteRead(conn, undefined);
+    else this.#noteRead(conn, undefined, performance.now());
     this.#flush();
     this.#schedule();
     if (!conn.paused && !conn.closing) conn.socket.resume();
@@ -671,7 +727,7 @@ export class TicketServer extends EventEmitter {
   #run(command: Command): void {
     const state = this.#state;
     if (state === undefined) return; // cluster mode, not leading: nothing to apply to
-    const now = this.#clock();
+    const now = this.#chunkNow >= 0 ? this.#chunkNow : this.#clock();
     const effects = state.apply(command, now);
     // Index loop: an undeliverable grant appends the effects of its release.
     for (let i = 0; i < effects.length; i++) {
@@ -705,7 +761,8 @@ export class TicketServer extends EventEmitter {
             key: effect.key,
             token: effect.token,
           });
-        const holdsUntil = performance.now() + (effect.expiresAt - now);
+        const perfNow = this.#chunkNow >= 0 ? this.#chunkPerfNow : performance.now();
+        const holdsUntil = perfNow + (effect.expiresAt - now);
         if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
         return;
       }

@@ -27,6 +27,15 @@ interface Results {
   servers: {
     summary: Record<string, Record<string, ServerCell>>;
     targets: Array<{ id: string; measured: number; target: string; met: boolean }>;
+    floor: Record<
+      string,
+      {
+        cyclesPerSecond: number;
+        serverUsPerCycle: number;
+        vsRedis: { cyclesPerSecond: number; serverCpuPerCycle: number };
+        ticketingVsFloor: { cyclesPerSecond: number; serverCpuPerCycle: number };
+      }
+    >;
   };
   clients: {
     summary: Record<
@@ -37,6 +46,8 @@ interface Results {
 }
 
 const WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64', 'distinct 16×64', 'hot 4×16', 'hot 64×1'];
+/** The workloads the Node floor (node-floor.mjs) runs in: the distinct-key ones with a target. */
+const FLOOR_WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64'];
 
 describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', () => {
   const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-bench-'));
@@ -60,6 +71,7 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
     for (const workload of WORKLOADS) {
       const cell = results.servers.summary[workload]!;
       const systems = workload.startsWith('hot') ? ['ticketing', 'redis retry', 'redis 1 ms'] : ['ticketing', 'redis'];
+      if (FLOOR_WORKLOADS.includes(workload)) systems.push('node floor');
       expect(Object.keys(cell).sort(), workload).toEqual(systems.sort());
       for (const [system, m] of Object.entries(cell)) {
         const what = `${workload} ${system}`;
@@ -71,6 +83,23 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
         expect(m.failures, what).toBe(0);
         if (system === 'ticketing') expect(m.ratio).toBeUndefined();
         else expect(m.ratio!.cyclesPerSecond, what).toBeGreaterThan(0);
+      }
+    }
+  });
+
+  test('the Node floor: measured where the distinct targets are, against Redis and against Ticketing', () => {
+    expect(Object.keys(results.servers.floor)).toEqual(FLOOR_WORKLOADS);
+    for (const workload of FLOOR_WORKLOADS) {
+      const f = results.servers.floor[workload]!;
+      for (const v of [
+        f.cyclesPerSecond,
+        f.serverUsPerCycle,
+        f.vsRedis.cyclesPerSecond,
+        f.vsRedis.serverCpuPerCycle,
+        f.ticketingVsFloor.cyclesPerSecond,
+        f.ticketingVsFloor.serverCpuPerCycle,
+      ]) {
+        expect(v, workload).toBeGreaterThan(0);
       }
     }
   });
@@ -96,6 +125,12 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
     expect(stdout).toContain('### Server against server (one C load generator for both');
     expect(stdout).toContain('### Client library against client library (TicketClient vs ioredis');
     for (const workload of WORKLOADS) expect(stdout).toContain(`| ${workload} | ticketing |`);
+    for (const workload of FLOOR_WORKLOADS) {
+      expect(stdout).toContain(`| ${workload} | node floor |`);
+      expect(stdout).toMatch(
+        new RegExp(`\\| ${workload} \\| [\\d,]+ \\| [\\d.]+× \\| [\\d.]+× \\| ≥ [\\d.]+× Redis \\| (yes|no) \\|`),
+      );
+    }
     expect(stdout).toMatch(/\| hot 4×16 vs retry at once p99 \| [\d.]+× \|/);
     expect(stdout).toContain('Fencing check: no overlapping holders');
   });

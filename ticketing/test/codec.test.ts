@@ -100,7 +100,10 @@ describe('ReplyBuffer', () => {
     const key = 'k'.repeat(256);
     const owner = 'o'.repeat(256);
     const expected: string[] = [];
-    for (const token of [1n, 9n, 10n, 1795947255842404n, 9007199254740991n, 9007199254740992n, MAX_TOKEN]) {
+    // Around the two 10^8 halves the encoder splits a token into: zeros inside the low half.
+    const tokens = [1n, 9n, 10n, 99_999_999n, 100_000_000n, 100_000_001n, 1_000_000_000n, 120_000_000_345n];
+    tokens.push(1795947255842404n, 1795947200000004n, 1795947255800000n, 9007199254740991n, 9007199254740992n);
+    for (const token of [...tokens, MAX_TOKEN]) {
       out.acquired(token, owner, key);
       expected.push(formatAcquired(token, owner, key));
       out.releaseReply(0x52, token, 'orders');
