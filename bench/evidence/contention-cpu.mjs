@@ -1,0 +1,87 @@
+// CPU per cycle under contention: N processes looping waiting acquire → release on one id (the
+// contention figure's loop), against the fair Node floor (bench/agents/node-floor.mjs) in
+// interleaved rounds. Reported per round: cycles/s and the CPU (user, sys; every thread of every
+// process, from process.cpuUsage over the measured window) per cycle. On a 2-vCPU machine with 8
+// processes the CPU is what bounds the throughput, so this says where the Lease's contention
+// throughput goes. Imports the built package (dist/).
+//
+//   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8]
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', role] = process.argv.slice(2);
+const WARMUP_MS = 1000;
+
+if (role === 'lease') {
+  // One contender: after the warm-up, counts its cycles and its CPU over `seconds`.
+  const { Lease } = await import('../../dist/index.js');
+  const lease = new Lease(base, { ttlMs: 30_000 });
+  const start = performance.now();
+  let cpu;
+  let cycles = 0;
+  for (let now = start; now < start + WARMUP_MS + Number(secondsArg) * 1000; now = performance.now()) {
+    if (cpu === undefined && now >= start + WARMUP_MS) cpu = process.cpuUsage();
+    const grant = await lease.acquire('contended', `p${process.pid}`, { waitMs: 30_000 });
+    await lease.release(grant);
+    if (cpu !== undefined) cycles++;
+  }
+  const used = process.cpuUsage(cpu);
+  process.stdout.write(`${JSON.stringify({ cycles, user: used.user, system: used.system })}\n`);
+} else {
+  const run = (args, env) =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env });
+      let out = '';
+      child.stdout.on('data', (chunk) => (out += chunk));
+      child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${args[0]} exited ${code}`))));
+    });
+  // The Node floor prints its waits, not its CPU: a preload reports the CPU of the same window.
+  const preload = `data:text/javascript,${encodeURIComponent(
+    `let base; setTimeout(() => (base = process.cpuUsage()), ${WARMUP_MS}).unref();` +
+      `process.on('exit', () => { const u = process.cpuUsage(base); process.stderr.write('cpu ' + u.user + ' ' + u.system + '\\n'); });`,
+  )}`;
+  const systems = {
+    lease: (dir) => run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, 'lease']),
+    'node floor': async (dir) => {
+      const args = ['--import', preload, join(here, '..', 'agents', 'node-floor.mjs')];
+      const child = spawn(
+        process.execPath,
+        [...args, dir, '--contend-fair', secondsArg, '1', String(WARMUP_MS / 1000)],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (chunk) => (out += chunk));
+      child.stderr.on('data', (chunk) => (err += chunk));
+      await new Promise((resolve) => child.on('exit', resolve));
+      const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
+      return JSON.stringify({ cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) });
+    },
+  };
+  const n = Number(processesArg);
+  for (let r = 0; r < Number(roundsArg); r++) {
+    const order = r % 2 === 0 ? ['lease', 'node floor'] : ['node floor', 'lease'];
+    for (const name of order) {
+      const dir = mkdtempSync(join(base, 'contention-cpu-'));
+      try {
+        const results = (await Promise.all(Array.from({ length: n }, () => systems[name](dir)))).map((line) =>
+          JSON.parse(line),
+        );
+        const cycles = results.reduce((sum, x) => sum + x.cycles, 0);
+        const user = results.reduce((sum, x) => sum + x.user, 0) / cycles;
+        const system = results.reduce((sum, x) => sum + x.system, 0) / cycles;
+        const perSecond = Math.round(cycles / Number(secondsArg));
+        console.log(
+          `round ${r + 1} ${name.padEnd(10)} ${String(perSecond).padStart(6)} cycles/s, CPU per cycle ${user.toFixed(0)} µs user + ${system.toFixed(0)} µs sys`,
+        );
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  }
+}
