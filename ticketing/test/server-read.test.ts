@@ -12,7 +12,7 @@ const NodeSocket = net.Socket;
 beforeAll(() => {
   // Counts the sockets the server makes from an accepted handle, reading through onread.
   net.Socket = class extends NodeSocket {
-    constructor(options?: net.SocketConstructorOpts & { handle?: unknown }) {
+    constructor(options?: net.SocketConstructorOpts & { handle?: unknown; onread?: unknown }) {
       if (options?.handle !== undefined && options.onread !== undefined) adopted++;
       super(options);
     }
