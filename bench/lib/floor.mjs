@@ -74,18 +74,20 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
 export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
   const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
-  const events = runs.flatMap(({ acquiredNs, releasedNs }, who) => [
-    ...acquiredNs.map((t) => ({ t, who, kind: 'acquired' })),
-    ...releasedNs.map((t) => ({ t, who, kind: 'released' })),
-  ]);
-  events.sort((a, b) => a.t - b.t);
+  // An acquisition is a hand-off when the other process held the lease since this one last did;
+  // it starts at the release of that hold. A waiter that reads the record without the transition
+  // lock (the Node floor, like the Lease) may have it before the releaser has unlocked and read its
+  // clock: such a hand-off is negative, and stays paired with its release.
   const handOffs = [];
-  const lastRelease = [undefined, undefined];
-  for (const e of events) {
-    if (e.kind === 'released') lastRelease[e.who] = e.t;
-    else if (lastRelease[1 - e.who] !== undefined) {
-      handOffs.push((e.t - lastRelease[1 - e.who]) / 1e6);
-      lastRelease[1 - e.who] = undefined; // one hand-off per release
+  const lastBefore = (times, t) => times.findLastIndex((x) => x < t);
+  for (const [who, mine] of runs.entries()) {
+    const other = runs[1 - who];
+    for (const t of mine.acquiredNs) {
+      const held = lastBefore(other.acquiredNs, t);
+      const own = lastBefore(mine.acquiredNs, t);
+      if (held >= 0 && (own < 0 || other.acquiredNs[held] > mine.acquiredNs[own])) {
+        handOffs.push((t - other.releasedNs[held]) / 1e6);
+      }
     }
   }
   return handOffs;
