@@ -1069,6 +1069,11 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
   for (int i = 0; i < ndone; i++) notify_deliver(n, ids[i], errs[i]);
 }
 
+// The close callback of a handle whose set-up failed: nothing else refers to it.
+static void notify_free(uv_handle_t *handle) {
+  free(handle->data);
+}
+
 static void notify_closed(uv_handle_t *handle) {
   notify_env *n = handle->data;
   napi_async_cleanup_hook_handle cleanup = n->cleanup;
@@ -1118,7 +1123,7 @@ static notify_env *notify_setup(watch_env *e, napi_env env, napi_value dispatche
     napi_delete_reference(env, n->dispatcher);
     napi_async_destroy(env, n->async);
     close(n->fd);
-    uv_close((uv_handle_t *)&n->poll, (uv_close_cb)free);
+    uv_close((uv_handle_t *)&n->poll, notify_free);
     return NULL;
   }
   return n;
