@@ -31,8 +31,8 @@ export interface TransitionContext {
 
 /** A refused try, and what to wait for before the next one. */
 export interface Refused {
-  /** The error, made only if it is thrown: a waiting acquire is refused every round, and an
-   * error's stack capture is the costliest thing in a refused round's JavaScript. */
+  /** The error, made only if it is thrown: a waiting acquire is refused every round, and the
+   * error's stack capture showed in a contention profile. */
   readonly refusal: () => LeaseHeldError;
   /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
   readonly watch: string | undefined;
