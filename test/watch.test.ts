@@ -3,17 +3,31 @@
 // exact fallback. Each path is checked by faulting the other one.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, openSync, readdirSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, expect, test } from 'vitest';
 import { faults, fileIO } from '../src/flock/io.js';
 import { freshDir } from './helpers/dirs.js';
+import { openFdCount } from './helpers/lease-files.js';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/flock-holder.mjs', import.meta.url));
 
 afterEach(() => faults.clear());
+
+type Holder = Awaited<ReturnType<typeof holdElsewhere>>;
+
+/** Runs `body` while another process holds a fresh tmpfs file `name` exclusively; ends that process after. */
+async function whileHeld(name: string, body: (holder: Holder, path: string) => Promise<void>): Promise<void> {
+  const path = join(freshDir('/dev/shm'), name);
+  const holder = await holdElsewhere(path);
+  try {
+    await body(holder, path);
+  } finally {
+    await holder.end();
+  }
+}
 
 /** A process holding `path` exclusively until `release()` (or `kill()`). */
 async function holdElsewhere(path: string) {
@@ -52,10 +66,6 @@ function watch(path: string) {
   return { started, when, fired: () => fired };
 }
 
-function openFds(): number {
-  return readdirSync('/proc/self/fd').length;
-}
-
 /** Resolves to 'timeout' unless `promise` settles within `ms`. */
 function within<T>(promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
@@ -72,9 +82,7 @@ test('nothing to wait for: a missing file, or one nobody holds', () => {
 });
 
 test.each(['release', 'kill'] as const)('reports once when the holder lets go (%s), not before', async (how) => {
-  const path = join(freshDir('/dev/shm'), 'a.live');
-  const holder = await holdElsewhere(path);
-  try {
+  await whileHeld('a.live', async (holder, path) => {
     const w = watch(path);
     expect(w.started).toBe(true);
     // Other processes' probes close the file too: each is only a cue to look again.
@@ -84,70 +92,51 @@ test.each(['release', 'kill'] as const)('reports once when the holder lets go (%
     expect(await within(w.when, 5_000)).toBe(0);
     await new Promise((resolve) => setTimeout(resolve, 100)); // the losing side reports too, and is ignored
     expect(w.fired()).toBe(1);
-  } finally {
-    await holder.end();
-  }
+  });
 });
 
 test('the event loop is woken by inotify: the pool thread stalled, the release is still seen at once', async () => {
-  const path = join(freshDir('/dev/shm'), 'b.live');
-  const holder = await holdElsewhere(path);
-  try {
+  await whileHeld('b.live', async (holder, path) => {
     faults.stall('watch.flock', 10_000); // the pool thread's blocking flock waits 10 s first
     const w = watch(path);
     expect(w.started).toBe(true);
     await holder.release();
     expect(await within(w.when, 5_000)).toBe(0);
-  } finally {
-    await holder.end();
-  }
+  });
 });
 
 test('the pool thread is the fallback when the inotify probe cannot see the release', async () => {
-  const path = join(freshDir('/dev/shm'), 'c.live');
-  const holder = await holdElsewhere(path);
-  try {
+  await whileHeld('c.live', async (holder, path) => {
     // As when the event is read before the kernel has dropped the lock: every probe says "held".
     faults.fail('watch.probe', 'EWOULDBLOCK', -1);
-    const fds = openFds();
+    const fds = openFdCount();
     const w = watch(path);
     expect(w.started).toBe(true);
     await holder.release();
     expect(await within(w.when, 5_000)).toBe(0);
     // The thread reported first: the watch's inotify side (its descriptor) is gone too.
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(openFds()).toBe(fds);
-  } finally {
-    await holder.end();
-  }
+    expect(openFdCount()).toBe(fds);
+  });
 });
 
 test('without inotify (no watch could be added), the pool thread alone reports', async () => {
-  const path = join(freshDir('/dev/shm'), 'd.live');
-  const holder = await holdElsewhere(path);
-  try {
+  await whileHeld('d.live', async (holder, path) => {
     faults.fail('watch.reopen', 'EMFILE');
     const w = watch(path);
     expect(w.started).toBe(true);
     await holder.kill();
     expect(await within(w.when, 5_000)).toBe(0);
-  } finally {
-    await holder.end();
-  }
+  });
 });
 
 test('many watches of one inode under different paths each report', async () => {
-  const dir = freshDir('/dev/shm');
-  const path = join(dir, 'e.live');
-  const holder = await holdElsewhere(path);
-  try {
+  await whileHeld('e.live', async (holder, path) => {
     // A hand-off renames a watched .wait file to a .live: one inode, one inotify watch descriptor.
     const links = [path, `/proc/self/root${path}`];
     const watches = links.map((p) => watch(p));
     expect(watches.map((w) => w.started)).toEqual([true, true]);
     await holder.release();
     expect(await within(Promise.all(watches.map((w) => w.when)), 5_000)).toEqual([0, 0]);
-  } finally {
-    await holder.end();
-  }
+  });
 });
