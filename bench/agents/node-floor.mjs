@@ -14,7 +14,8 @@ import { whenUnlocked } from '../../dist/flock/watch.js';
 const [dir, mode, countArg, durableArg, extra] = process.argv.slice(2);
 const io = fileIO;
 const now = () => process.hrtime.bigint();
-const never = new AbortController().signal;
+// A wait that never ends early: whenUnlocked's round only stops a polling fallback.
+const forever = { over: false };
 const lockPath = `${dir}/fair.lock`;
 const recordPath = `${dir}/fair.lease.json`;
 
@@ -27,7 +28,7 @@ async function waitTransition() {
   for (;;) {
     const fd = io.tryLockTransition(lockPath);
     if (typeof fd === 'number') return fd;
-    if (fd === 'busy') await whenUnlocked(io, lockPath, never);
+    if (fd === 'busy') await whenUnlocked(io, lockPath, forever);
   }
 }
 
@@ -45,7 +46,7 @@ async function fairCycle(token, holdMs) {
   if (mfd === undefined) throw new Error(`${mine} is locked`);
   io.unlockTransition(lfd);
   // The one ahead lets go of its ticket file when it releases (or is gone already).
-  if (ticket > 1) await whenUnlocked(io, `${dir}/fair.${ticket - 1}.wait`, never);
+  if (ticket > 1) await whenUnlocked(io, `${dir}/fair.${ticket - 1}.wait`, forever);
   // The release committed the record naming us before it woke us: read it without the transition
   // lock, as the Lease's hand-off does (waiting for that lock would be a second wake-up).
   io.readRecord(recordPath);

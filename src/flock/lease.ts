@@ -11,7 +11,6 @@ import { publish } from '../kernel/events.js';
 import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../kernel/token.js';
-import { timerDelay } from '../kernel/timers.js';
 import { yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
@@ -34,7 +33,7 @@ import { inDir, liveName, lockName, recordName, safeID } from './layout.js';
 import { expiresAtMs, formatRecord, isExpired, type LeaseRecord } from './record.js';
 import { lockTransition, readRecordAt } from './transition.js';
 import { WaitLine, type Place, type Refused, type TransitionContext } from './waitline.js';
-import { whenUnlocked, type WaitRound } from './watch.js';
+import { waitForUnlock } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
   /** How long an operation waits for another process's transition (one operation, normally
@@ -377,22 +376,15 @@ export class Lease implements SessionLease {
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
    * the lease, the wait runs out, or `signal` aborts (which rejects). */
   async #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
-    const round: WaitRound = { over: false };
     const wakers = this.#wakers.get(safe) ?? new Set();
     this.#wakers.set(safe, wakers);
     let wake!: () => void;
     const woken = new Promise<void>((resolve) => (wake = resolve));
     wakers.add(wake);
-    signal?.addEventListener('abort', wake, { once: true });
     const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
-    const timer = setTimeout(wake, timerDelay(Math.min(leftMs, untilMs)));
     try {
-      await (attempt.watch === undefined ? woken : Promise.race([woken, whenUnlocked(this.#io, attempt.watch, round)]));
-      signal?.throwIfAborted();
+      await waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, woken);
     } finally {
-      round.over = true;
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', wake);
       wakers.delete(wake);
       if (wakers.size === 0) this.#wakers.delete(safe);
     }

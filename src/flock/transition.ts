@@ -3,11 +3,10 @@
  * taking the id's `<safeID>.lock` flock (bounded, re-checking the inode, waiting in the kernel),
  * and reading its record (a format error is a LeaseCorruptError naming the file).
  */
-import { timerDelay } from '../kernel/timers.js';
 import { LeaseCorruptError, LeaseTimeoutError } from '../port/errors.js';
 import type { LeaseIO } from './io.js';
 import { parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
-import { whenUnlocked, type WaitRound } from './watch.js';
+import { waitForUnlock } from './watch.js';
 
 /** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
 const TRANSITION_YIELDS = 3;
@@ -51,31 +50,6 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
     }
     if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
     else await waitForUnlock(io, path, left, signal);
-  }
-}
-
-/** Waits until nobody holds `path` exclusively, `leftMs` passes, or `signal` aborts (which rejects). */
-async function waitForUnlock(
-  io: LeaseIO,
-  path: string,
-  leftMs: number,
-  signal: AbortSignal | undefined,
-): Promise<void> {
-  const round: WaitRound = { over: false };
-  let timer: NodeJS.Timeout | undefined;
-  let onAbort: (() => void) | undefined;
-  const timeUp = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, timerDelay(leftMs));
-    onAbort = resolve;
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    await Promise.race([whenUnlocked(io, path, round), timeUp]);
-    signal?.throwIfAborted();
-  } finally {
-    round.over = true;
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort!);
   }
 }
 

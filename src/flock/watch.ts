@@ -3,6 +3,7 @@
  * `.lock` file however many waiters want it (a watch cannot be cancelled and ends when that lock
  * ends, so sharing bounds them). Past MAX_WATCHES watched files, waiters poll instead.
  */
+import { timerDelay } from '../kernel/timers.js';
 import type { LeaseIO } from './io.js';
 
 const MAX_WATCHES = 64;
@@ -14,6 +15,38 @@ const watches = new Map<string, Promise<void>>();
  * event dispatch and AbortError) took ~7 % of a contending process's busy time in a profile. */
 export interface WaitRound {
   over: boolean;
+}
+
+/**
+ * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass,
+ * `wake` resolves, or `signal` aborts (which rejects with its reason). One plain timer per wait.
+ */
+export async function waitForUnlock(
+  io: LeaseIO,
+  path: string | undefined,
+  ms: number,
+  signal: AbortSignal | undefined,
+  wake?: Promise<void>,
+): Promise<void> {
+  const round: WaitRound = { over: false };
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const timeUp = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timerDelay(ms));
+    onAbort = resolve;
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  const events = [timeUp];
+  if (wake !== undefined) events.push(wake);
+  if (path !== undefined) events.push(whenUnlocked(io, path, round));
+  try {
+    await Promise.race(events);
+    signal?.throwIfAborted();
+  } finally {
+    round.over = true;
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort!);
+  }
 }
 
 /**
