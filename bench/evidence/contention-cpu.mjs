@@ -31,12 +31,17 @@ if (role === 'lease') {
   const used = process.cpuUsage(cpu);
   process.stdout.write(`${JSON.stringify({ cycles, user: used.user, system: used.system })}\n`);
 } else {
-  const run = (args, env) =>
+  /** Runs a Node script to its end: its stdout and stderr. */
+  const run = (args) =>
     new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env });
+      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
+      let err = '';
       child.stdout.on('data', (chunk) => (out += chunk));
-      child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${args[0]} exited ${code}`))));
+      child.stderr.on('data', (chunk) => (err += chunk));
+      child.on('exit', (code) =>
+        code === 0 ? resolve({ out, err }) : reject(new Error(`${args.at(-1)} exited ${code}: ${err}`)),
+      );
     });
   // The Node floor prints its waits, not its CPU: a preload reports the CPU of the same window.
   const preload = `data:text/javascript,${encodeURIComponent(
@@ -44,23 +49,22 @@ if (role === 'lease') {
       `process.on('exit', () => { const u = process.cpuUsage(base); process.stderr.write('cpu ' + u.user + ' ' + u.system + '\\n'); });`,
   )}`;
   const systems = {
-    lease: (dir) => run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, 'lease']),
+    lease: async (dir) =>
+      JSON.parse((await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, 'lease'])).out),
     'node floor': async (dir) => {
-      const args = ['--import', preload, join(here, '..', 'agents', 'node-floor.mjs')];
-      const child = spawn(
-        process.execPath,
-        [...args, dir, '--contend-fair', secondsArg, '1', String(WARMUP_MS / 1000)],
-        {
-          stdio: ['ignore', 'pipe', 'pipe'],
-        },
-      );
-      let out = '';
-      let err = '';
-      child.stdout.on('data', (chunk) => (out += chunk));
-      child.stderr.on('data', (chunk) => (err += chunk));
-      await new Promise((resolve) => child.on('exit', resolve));
+      const floor = join(here, '..', 'agents', 'node-floor.mjs');
+      const { out, err } = await run([
+        '--import',
+        preload,
+        floor,
+        dir,
+        '--contend-fair',
+        secondsArg,
+        '1',
+        String(WARMUP_MS / 1000),
+      ]);
       const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
-      return JSON.stringify({ cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) });
+      return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
     },
   };
   const n = Number(processesArg);
@@ -69,9 +73,7 @@ if (role === 'lease') {
     for (const name of order) {
       const dir = mkdtempSync(join(base, 'contention-cpu-'));
       try {
-        const results = (await Promise.all(Array.from({ length: n }, () => systems[name](dir)))).map((line) =>
-          JSON.parse(line),
-        );
+        const results = await Promise.all(Array.from({ length: n }, () => systems[name](dir)));
         const cycles = results.reduce((sum, x) => sum + x.cycles, 0);
         const user = results.reduce((sum, x) => sum + x.user, 0) / cycles;
         const system = results.reduce((sum, x) => sum + x.system, 0) / cycles;

@@ -441,30 +441,26 @@ async function freePort() {
   return port;
 }
 
-async function startTicketing() {
-  const cli = join(root, 'ticketing', 'dist', 'cli.js');
-  const child = spawn(process.execPath, [cli, 'serve', '--host', '127.0.0.1', '--port', '0'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+/** Starts a Node server script that prints `listening host:port`; `name` for the error. */
+async function startListening(name, args) {
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   let text = '';
   for await (const chunk of child.stdout) {
     text += chunk;
     const m = /^listening (\S+):(\d+)$/m.exec(text);
     if (m) return { child, port: Number(m[2]) };
   }
-  throw new Error('ticketing server exited before listening');
+  throw new Error(`${name} exited before listening`);
+}
+
+function startTicketing() {
+  const cli = join(root, 'ticketing', 'dist', 'cli.js');
+  return startListening('ticketing server', [cli, 'serve', '--host', '127.0.0.1', '--port', '0']);
 }
 
 /** The Node floor (node-floor.mjs), started like the Ticketing server. */
-async function startFloor() {
-  const child = spawn(process.execPath, [join(here, 'node-floor.mjs')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let text = '';
-  for await (const chunk of child.stdout) {
-    text += chunk;
-    const m = /^listening (\S+):(\d+)$/m.exec(text);
-    if (m) return { child, port: Number(m[2]) };
-  }
-  throw new Error('node floor server exited before listening');
+function startFloor() {
+  return startListening('node floor server', [join(here, 'node-floor.mjs')]);
 }
 
 async function startRedis(binary) {
