@@ -205,19 +205,17 @@ try {
           raw.lease.push(...fromResolved);
           raw.leaseFromCall.push(...fromCall);
         },
-        'floor-handoff': async (r) => {
-          const handOffs = await floorHandOffs(join(dir, `wake-floor-${r}`), {
-            cycles: perRound / 2 + 1,
-            durable: true,
-            holdMs: 40,
-          });
-          raw['floor-handoff'].push(...handOffs);
-        },
-        'node-floor-handoff': async (r) => {
-          const options = { cycles: perRound / 2 + 1, durable: true, holdMs: 40, runtime: 'node' };
-          raw['node-floor-handoff'].push(...(await floorHandOffs(join(dir, `wake-node-floor-${r}`), options)));
-        },
       };
+      // The two floors' hand-offs: the same protocol, in C and in Node.
+      for (const [key, runtime] of [
+        ['floor-handoff', 'c'],
+        ['node-floor-handoff', 'node'],
+      ]) {
+        runners[key] = async (r) => {
+          const options = { cycles: perRound / 2 + 1, durable: true, holdMs: 40, runtime };
+          raw[key].push(...(await floorHandOffs(join(dir, `wake-${key}-${r}`), options)));
+        };
+      }
       for (let r = 0; r < rounds; r++) {
         for (const key of rotate(Object.keys(runners), r)) await runners[key](r);
       }
@@ -226,8 +224,7 @@ try {
         const { fromResolved, fromCall } = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers });
         out[key] = { ...summarize(fromResolved), fromReleaseCall: summarize(fromCall) };
       }
-      out['floor-handoff'] = summarize(raw['floor-handoff']);
-      out['node-floor-handoff'] = summarize(raw['node-floor-handoff']);
+      for (const key of ['floor-handoff', 'node-floor-handoff']) out[key] = summarize(raw[key]);
       log(`  wake-up: ${rounds} rounds`);
       return out;
     }),
