@@ -2,9 +2,10 @@
 /**
  * The Node floor of the server benchmark (bench.mjs, docs/ticketing.md "Benchmark"): the least
  * work any Node server speaking the Ticketing protocol over node:net can do per batch. The same
- * `net.createServer` socket options and the same reading set-up as the Ticketing server (server.ts
- * `#adopt`: every connection reads into one shared buffer through `onread`), one `socket.write` per
- * read, and replies the load generator accepts: `A key owner wait` → `A <token> owner key`
+ * `net.createServer` socket options, the same reading set-up as the Ticketing server (server.ts
+ * `#adopt`: every connection reads into one shared buffer through `onread`) and the same writing
+ * (server.ts `#flushQueuedReplies`: each connection's replies from one turn of the loop in one
+ * `socket.write`, after the poll phase), and replies the load generator accepts: `A key owner wait` → `A <token> owner key`
  * (the token a counter), `R key token` → `R token key`. No lock table, no state machine, no queue,
  * no timers, no validation beyond splitting lines at `\n` and fields at spaces: whatever Ticketing
  * spends beyond this is its own; what this spends is node:net's (libuv, the stream layer, V8) per
@@ -16,6 +17,8 @@ import net from 'node:net';
 
 const NL = 10;
 const SP = 32;
+// A turn's replies for one connection: the load generator keeps at most 64 requests in flight on
+// one, far below this (no bounds checks: this is a floor, not a server).
 const OUT_BYTES = 256 * 1024;
 let token = 0;
 /** Where the unanswered (unfinished) input starts, after `answer`. */
@@ -32,10 +35,9 @@ function putNumber(out, pos, n) {
   return pos + digits;
 }
 
-/** Answers the complete lines of buf[0, end); returns how many reply bytes it wrote to out and
- * leaves the end of the last complete line in `consumed`. */
-function answer(buf, end, out) {
-  let pos = 0;
+/** Answers the complete lines of buf[0, end) into out from `pos`; returns the position after the
+ * replies and leaves the end of the last complete line in `consumed`. */
+function answer(buf, end, out, pos) {
   let start = 0;
   for (let nl = buf.indexOf(NL, start); nl !== -1 && nl < end; nl = buf.indexOf(NL, start)) {
     const a = buf.indexOf(SP, start + 2); // end of the key
@@ -86,21 +88,38 @@ function adopt(accepted, onChunk) {
   });
 }
 
+/** Connections with replies not yet written, and the one end-of-turn write of them. */
+let pending = [];
+function writePending() {
+  const connections = pending;
+  pending = [];
+  for (const conn of connections) conn.write();
+}
+
 const server = net.createServer(
   { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
   (accepted) => {
     accepted.on('error', () => {});
     let out = Buffer.allocUnsafe(OUT_BYTES);
+    let pos = 0;
     let rest;
+    const conn = {
+      write() {
+        socket.write(out.subarray(0, pos));
+        pos = 0;
+        // The stream keeps what the kernel did not take: then the next reply needs a new buffer.
+        if (socket.writableLength > 0) out = Buffer.allocUnsafe(OUT_BYTES);
+      },
+    };
     const socket = adopt(accepted, (chunk) => {
       const buf = rest === undefined ? chunk : Buffer.concat([rest, chunk]);
-      const written = answer(buf, buf.length, out);
+      const before = pos;
+      pos = answer(buf, buf.length, out, pos);
       // A copy: the chunk is a view of the receive buffer, which the next read reuses.
       rest = consumed < buf.length ? Buffer.from(buf.subarray(consumed)) : undefined;
-      if (written === 0) return;
-      socket.write(out.subarray(0, written));
-      // The stream keeps what the kernel did not take: then the next reply needs a new buffer.
-      if (socket.writableLength > 0) out = Buffer.allocUnsafe(OUT_BYTES);
+      if (pos === before || before > 0) return; // nothing new, or already pending
+      if (pending.length === 0) setImmediate(writePending);
+      pending.push(conn);
     });
     socket.on('error', () => {});
   },
