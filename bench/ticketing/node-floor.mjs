@@ -5,13 +5,17 @@
  * `net.createServer` socket options, the same reading set-up as the Ticketing server (server.ts
  * `#adopt`: every connection reads into one shared buffer through `onread`) and the same writing
  * (server.ts `#flushQueuedReplies`: each connection's replies from one turn of the loop in one
- * `socket.write`, after the poll phase), and replies the load generator accepts: `A key owner wait` → `A <token> owner key`
- * (the token a counter), `R key token` → `R token key`. No lock table, no state machine, no queue,
- * no timers, no validation beyond splitting lines at `\n` and fields at spaces: whatever Ticketing
- * spends beyond this is its own; what this spends is node:net's (libuv, the stream layer, V8) per
- * read and write. Only the distinct-key workloads (there is no queue for the hot key).
+ * `socket.write`, after the poll phase). Replies are what the load generator accepts:
+ * `A key owner wait` → `A <token> owner key` (the token a counter), `R key token` → `R token key`.
+ * No state machine, no timers, no validation beyond splitting lines at `\n` and fields at spaces:
+ * whatever Ticketing spends beyond this is its own; what this spends is node:net's (libuv, the
+ * stream layer, V8) per read and write.
  *
- *   node bench/ticketing/node-floor.mjs [port]   → prints `listening 127.0.0.1:<port>`
+ * Plain, it grants every acquire at once (no lock table: the distinct-key workloads). With `--fifo`
+ * it keeps, per held key, a FIFO of waiters and grants the head on each release: the least a server
+ * must do for one hot key, where a cycle is a hand-off (the hot-key workloads).
+ *
+ *   node bench/ticketing/node-floor.mjs [--fifo] [port]   → prints `listening 127.0.0.1:<port>`
  */
 import net from 'node:net';
 
@@ -20,9 +24,11 @@ const SP = 32;
 // A turn's replies for one connection: the load generator keeps at most 64 requests in flight on
 // one, far below this (no bounds checks: this is a floor, not a server).
 const OUT_BYTES = 256 * 1024;
+const fifo = process.argv.includes('--fifo');
+const port = Number(process.argv.slice(2).find((arg) => arg !== '--fifo') ?? 0);
 let token = 0;
-/** Where the unanswered (unfinished) input starts, after `answer`. */
-let consumed = 0;
+/** `--fifo`: held key → its waiters, oldest first ({ conn, owner bytes }). */
+const held = new Map();
 
 /** Writes `n` in decimal at `out[pos]`; returns the position after it. */
 function putNumber(out, pos, n) {
@@ -35,35 +41,100 @@ function putNumber(out, pos, n) {
   return pos + digits;
 }
 
-/** Answers the complete lines of buf[0, end) into out from `pos`; returns the position after the
- * replies and leaves the end of the last complete line in `consumed`. */
-function answer(buf, end, out, pos) {
-  let start = 0;
-  for (let nl = buf.indexOf(NL, start); nl !== -1 && nl < end; nl = buf.indexOf(NL, start)) {
-    const a = buf.indexOf(SP, start + 2); // end of the key
-    if (buf[start] === 0x41) {
-      // A key owner wait → A token owner key
-      const b = buf.indexOf(SP, a + 1); // end of the owner
-      out[pos++] = 0x41;
-      out[pos++] = SP;
-      pos = putNumber(out, pos, ++token);
-      out[pos++] = SP;
-      pos += buf.copy(out, pos, a + 1, b);
-      out[pos++] = SP;
-      pos += buf.copy(out, pos, start + 2, a);
-    } else {
-      // R key token → R token key
-      out[pos++] = 0x52;
-      out[pos++] = SP;
-      pos += buf.copy(out, pos, a + 1, nl);
-      out[pos++] = SP;
-      pos += buf.copy(out, pos, start + 2, a);
+/** Connections with replies not yet written, and the one end-of-turn write of them. */
+let pending = [];
+function writePending() {
+  const connections = pending;
+  pending = [];
+  for (const conn of connections) conn.write();
+}
+
+class Connection {
+  out = Buffer.allocUnsafe(OUT_BYTES);
+  pos = 0;
+  /** The unfinished line of the last read (a copy). */
+  rest = undefined;
+  socket = undefined;
+
+  /** Room for `bytes` more of reply, queuing this connection's end-of-turn write. */
+  reserve() {
+    if (this.pos === 0) {
+      if (pending.length === 0) setImmediate(writePending);
+      pending.push(this);
     }
-    out[pos++] = NL;
-    start = nl + 1;
+    return this.out;
   }
-  consumed = start;
-  return pos;
+
+  /** `A <token> owner key` for the owner at buf[ownerStart, ownerEnd) and the key at buf[keyStart, keyEnd). */
+  grant(buf, ownerStart, ownerEnd, keyStart, keyEnd) {
+    const out = this.reserve();
+    let pos = this.pos;
+    out[pos++] = 0x41;
+    out[pos++] = SP;
+    pos = putNumber(out, pos, ++token);
+    out[pos++] = SP;
+    pos += buf.copy(out, pos, ownerStart, ownerEnd);
+    out[pos++] = SP;
+    pos += buf.copy(out, pos, keyStart, keyEnd);
+    out[pos++] = NL;
+    this.pos = pos;
+  }
+
+  /** `R token key` for `R key token` at buf[start, nl). */
+  released(buf, start, keyEnd, nl) {
+    const out = this.reserve();
+    let pos = this.pos;
+    out[pos++] = 0x52;
+    out[pos++] = SP;
+    pos += buf.copy(out, pos, keyEnd + 1, nl);
+    out[pos++] = SP;
+    pos += buf.copy(out, pos, start + 2, keyEnd);
+    out[pos++] = NL;
+    this.pos = pos;
+  }
+
+  /** Answers the complete lines of `buf`; keeps the unfinished end. */
+  answer(buf) {
+    let start = 0;
+    for (let nl = buf.indexOf(NL, start); nl !== -1; nl = buf.indexOf(NL, start)) {
+      const keyEnd = buf.indexOf(SP, start + 2);
+      if (buf[start] === 0x41) {
+        // A key owner wait
+        const ownerEnd = buf.indexOf(SP, keyEnd + 1);
+        if (fifo) {
+          const key = buf.latin1Slice(start + 2, keyEnd);
+          const waiters = held.get(key);
+          if (waiters !== undefined) {
+            waiters.push({ conn: this, line: Buffer.from(buf.subarray(start, ownerEnd)) });
+            start = nl + 1;
+            continue;
+          }
+          held.set(key, []);
+        }
+        this.grant(buf, keyEnd + 1, ownerEnd, start + 2, keyEnd);
+      } else {
+        // R key token
+        this.released(buf, start, keyEnd, nl);
+        if (fifo) {
+          const key = buf.latin1Slice(start + 2, keyEnd);
+          const waiters = held.get(key);
+          const next = waiters?.shift();
+          if (next === undefined) held.delete(key);
+          else next.conn.grant(next.line, keyEnd - start + 1, next.line.length, 2, keyEnd - start);
+        }
+      }
+      start = nl + 1;
+    }
+    // A copy: the chunk is a view of the receive buffer, which the next read reuses.
+    this.rest = start < buf.length ? Buffer.from(buf.subarray(start)) : undefined;
+  }
+
+  write() {
+    this.socket.write(this.out.subarray(0, this.pos));
+    this.pos = 0;
+    // The stream keeps what the kernel did not take: then the next reply needs a new buffer.
+    if (this.socket.writableLength > 0) this.out = Buffer.allocUnsafe(OUT_BYTES);
+  }
 }
 
 /** One receive buffer for every connection, as the server has (reads are handled one at a time). */
@@ -88,43 +159,18 @@ function adopt(accepted, onChunk) {
   });
 }
 
-/** Connections with replies not yet written, and the one end-of-turn write of them. */
-let pending = [];
-function writePending() {
-  const connections = pending;
-  pending = [];
-  for (const conn of connections) conn.write();
-}
-
 const server = net.createServer(
   { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
   (accepted) => {
     accepted.on('error', () => {});
-    let out = Buffer.allocUnsafe(OUT_BYTES);
-    let pos = 0;
-    let rest;
-    const conn = {
-      write() {
-        socket.write(out.subarray(0, pos));
-        pos = 0;
-        // The stream keeps what the kernel did not take: then the next reply needs a new buffer.
-        if (socket.writableLength > 0) out = Buffer.allocUnsafe(OUT_BYTES);
-      },
-    };
-    const socket = adopt(accepted, (chunk) => {
-      const buf = rest === undefined ? chunk : Buffer.concat([rest, chunk]);
-      const before = pos;
-      pos = answer(buf, buf.length, out, pos);
-      // A copy: the chunk is a view of the receive buffer, which the next read reuses.
-      rest = consumed < buf.length ? Buffer.from(buf.subarray(consumed)) : undefined;
-      if (pos === before || before > 0) return; // nothing new, or already pending
-      if (pending.length === 0) setImmediate(writePending);
-      pending.push(conn);
-    });
-    socket.on('error', () => {});
+    const conn = new Connection();
+    conn.socket = adopt(accepted, (chunk) =>
+      conn.answer(conn.rest === undefined ? chunk : Buffer.concat([conn.rest, chunk])),
+    );
+    conn.socket.on('error', () => {});
   },
 );
-server.listen({ host: '127.0.0.1', port: Number(process.argv[2] ?? 0) }, () => {
+server.listen({ host: '127.0.0.1', port }, () => {
   const { address, port } = server.address();
   process.stdout.write(`listening ${address}:${port}\n`);
 });
