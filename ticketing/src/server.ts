@@ -232,7 +232,6 @@ export class TicketServer extends EventEmitter {
   readonly #secretDigest: Buffer | undefined;
   readonly #sweepIntervalMs: number;
   readonly #highWater: number;
-  #flushQueued = false;
   readonly #writeTimeoutMs: number;
   readonly #authTimeoutMs: number;
   readonly #idleTimeoutMs: number;
@@ -248,6 +247,8 @@ export class TicketServer extends EventEmitter {
   readonly #connections = new Map<number, Connection>();
   #nextId = 1;
   #dirty: Connection[] = [];
+  /** A write of #dirty is queued for the end of this turn of the loop (#flushQueuedReplies). */
+  #flushQueued = false;
   readonly #request = new RequestReader();
   readonly #readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
   /** While a chunk is handled: the clock and performance.now() read once for all its requests
@@ -537,8 +538,8 @@ export class TicketServer extends EventEmitter {
    * phase (as Redis writes its replies before it sleeps). Writing each connection's replies as
    * soon as its read was handled woke the peer once per connection while the server still had
    * reads to do: that cost about 0.4 µs of kernel time per cycle at 4×16 (docs/ticketing.md
-   * "Benchmark"). Memory stays bounded: a connection whose unsent replies pass the high-water
-   * mark is paused per line, as before.
+   * "Writing after the poll phase"). Memory stays bounded: a connection whose unsent replies
+   * pass the high-water mark is paused per line, as before.
    */
   readonly #flushQueuedReplies = (): void => {
     this.#flushQueued = false;
