@@ -41,27 +41,3 @@ describe.each(backends)('%s', (_name, create) => {
     expect(firedAtMs).toBeLessThan(loopMs / 4);
   });
 });
-
-// docs/bench.md "T3": on tmpfs the commit runs inline, in a turn of its own, so that an operation
-// never holds the loop for its read side and its commit together.
-test('Lease on tmpfs: an acquire and a release each let the event loop turn', async () => {
-  const lease = new Lease(freshDir('/dev/shm'));
-  await lease.release(await lease.acquire('warm', 'me'));
-  let turns = 0;
-  let ticking = true;
-  const tick = (): void => {
-    turns++;
-    if (ticking) setImmediate(tick);
-  };
-  setImmediate(tick);
-  try {
-    let before = turns;
-    const grant = await lease.acquire('s', 'me');
-    expect(turns - before).toBeGreaterThanOrEqual(1);
-    before = turns;
-    await lease.release(grant);
-    expect(turns - before).toBeGreaterThanOrEqual(1);
-  } finally {
-    ticking = false;
-  }
-});

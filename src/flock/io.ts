@@ -114,8 +114,6 @@ const RAMFS_MAGIC = 0x858458f6;
  * (fsync has nothing to flush), less than the thread hop that would carry it. */
 const inlineCommitDirs = new Set<string>();
 
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-
 /** flock errors that mean "no flock here". */
 const UNSUPPORTED = new Set(['ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS']);
 
@@ -177,13 +175,7 @@ export const fileIO: LeaseIO = {
   async commit(dir, plan) {
     const io = addon();
     try {
-      if (!inlineCommitDirs.has(dir)) return await io.commit(nativePlan(dir, plan));
-      // An inline commit runs in an event-loop turn of its own, so that an operation holds the
-      // loop for its read side or for its commit, never for both: ~40 µs a turn at p50 instead of
-      // ~110, p99 ~0.1 ms instead of ~0.3-0.4 (T3), for one loop iteration (~8 µs) per operation
-      // (docs/bench.md "T3").
-      await nextTurn();
-      return io.commitSync(nativePlan(dir, plan));
+      return inlineCommitDirs.has(dir) ? io.commitSync(nativePlan(dir, plan)) : await io.commit(nativePlan(dir, plan));
     } catch (error) {
       throw leaseError(error);
     }
