@@ -56,7 +56,7 @@ class Connection {
   rest = undefined;
   socket = undefined;
 
-  /** Room for `bytes` more of reply, queuing this connection's end-of-turn write. */
+  /** The reply buffer, with this connection queued for the end-of-turn write. */
   reserve() {
     if (this.pos === 0) {
       if (pending.length === 0) setImmediate(writePending);
