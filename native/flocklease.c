@@ -874,8 +874,6 @@ typedef struct notify_watch {
   struct notify_watch *next;
 } notify_watch;
 
-struct watch_env;
-
 // The inotify side of an environment; event-loop thread only.
 typedef struct {
   struct watch_env *owner;
