@@ -1,10 +1,11 @@
 // Operations that complete without the event loop turning (the file lease on tmpfs, MemoryLease)
 // must not starve a caller that awaits them back to back: timers and I/O still run.
-import { describe, expect, test } from 'vitest';
-import { Lease } from '../src/flock/lease.js';
+import { afterEach, describe, expect, test } from 'vitest';
+import { fileIO } from '../src/flock/io.js';
+import { kIO, Lease } from '../src/flock/lease.js';
 import { MemoryLease } from '../src/memory/memory-lease.js';
 import type { SessionLease } from '../src/port/types.js';
-import { freshDir } from './helpers/dirs.js';
+import { filesystems, freshDir } from './helpers/dirs.js';
 
 /** How late a 1 ms timer set before `loop` fired, and how long `loop` took. */
 async function timerDuring(loop: () => Promise<void>): Promise<{ firedAtMs: number; loopMs: number }> {
@@ -39,5 +40,57 @@ describe.each(backends)('%s', (_name, create) => {
       while (performance.now() < until) await lease.acquire('s1', 'poller').catch(() => {});
     });
     expect(firedAtMs).toBeLessThan(loopMs / 4);
+  });
+});
+
+// How long one operation holds the loop (T3): an operation that begins a run commits in a later
+// turn than the one that read the record; the operations of a back-to-back run do not pay that turn.
+describe.each(filesystems)('Lease on %s', (_fs, root) => {
+  let turns = 0;
+  let ticking = true;
+  const tick = (): void => {
+    turns++;
+    if (ticking) setImmediate(tick);
+  };
+  afterEach(() => {
+    ticking = false;
+  });
+  const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+  /** A Lease on `root` and, per commit, whether the loop turned since its transition read the record. */
+  function observed(): { lease: Lease; turnedBeforeCommit: boolean[] } {
+    const turnedBeforeCommit: boolean[] = [];
+    let turnAtRead = -1;
+    const lease = new Lease(freshDir(root), {
+      [kIO]: {
+        ...fileIO,
+        readRecord: (path: string) => ((turnAtRead = turns), fileIO.readRecord(path)),
+        commit: (dir: string, plan: Parameters<typeof fileIO.commit>[1]) => (
+          turnedBeforeCommit.push(turns !== turnAtRead),
+          fileIO.commit(dir, plan)
+        ),
+      },
+    } as object);
+    ticking = true;
+    setImmediate(tick);
+    return { lease, turnedBeforeCommit };
+  }
+
+  test('an operation that begins a run lets the loop turn between its read side and its commit', async () => {
+    const { lease, turnedBeforeCommit } = observed();
+    await nextTurn();
+    const grant = await lease.acquire('s1', 'me');
+    await nextTurn();
+    await lease.renew(grant);
+    await nextTurn();
+    await lease.release(grant);
+    expect(turnedBeforeCommit).toEqual([true, true, true]);
+  });
+
+  test('the later operations of a back-to-back run commit in the turn that read the record', async () => {
+    const { lease, turnedBeforeCommit } = observed();
+    await nextTurn();
+    for (let i = 0; i < 3; i++) await lease.release(await lease.acquire(`s${i}`, 'me'));
+    expect(turnedBeforeCommit).toEqual([true, false, false, false, false, false]);
   });
 });

@@ -11,7 +11,7 @@ import { publish } from '../kernel/events.js';
 import { channels } from '../port/events.js';
 import { holdLease, type HoldOptions, type LeaseHold } from '../port/hold.js';
 import { nextToken } from '../kernel/token.js';
-import { yieldIfStarving } from '../port/turn.js';
+import { yieldIfRunStarts, yieldIfStarving } from '../port/turn.js';
 import type { AcquireOptions, LeaseGrant, LeaseOptions, OperationOptions, SessionLease } from '../port/types.js';
 import {
   checkExpiry,
@@ -504,6 +504,7 @@ export class Lease implements SessionLease {
   /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
   async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
     const path = inDir(this.dir, recordName(safe));
+    await yieldIfRunStarts();
     const result = await this.#io.commit(this.dir, { ...plan, record: path, data: formatRecord(record) });
     for (const failure of result.removalErrors) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);

@@ -20,6 +20,17 @@ export function yieldIfStarving(): Promise<void> | undefined {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
+/**
+ * Before an operation's commit: one that began a run, because no operation finished since the loop
+ * last turned (a server's request, not one of a batch awaited back to back), lets the loop turn
+ * once first. It then holds the loop for its read side or for its commit, never both, which halves
+ * its longest turns (docs/bench.md, T3). The later operations of a run go straight on, for
+ * throughput, until MAX_RUN_MS.
+ */
+export function yieldIfRunStarts(): Promise<void> | undefined {
+  return runStart < 0 ? new Promise((resolve) => setImmediate(resolve)) : undefined;
+}
+
 function endRun(): void {
   runStart = -1;
 }
