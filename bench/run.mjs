@@ -22,7 +22,7 @@ import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeo
 import { chartSvg } from './lib/chart.mjs';
 import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
-import { loadAverage, machineInfo } from './lib/machine.mjs';
+import { loadAverage, machineInfo, mainThreadPinning } from './lib/machine.mjs';
 import { markdown, targets } from './lib/report.mjs';
 import { summarize } from './lib/stats.mjs';
 
@@ -98,6 +98,7 @@ const dirs = {};
 for (const [fs, root] of Object.entries(roots)) dirs[fs] = mkdtempSync(join(root, 'flocklease-bench-'));
 const machine = machineInfo(roots);
 const floor = buildFloor();
+const pinning = await mainThreadPinning();
 const results = {
   schema: 1,
   mode: quick ? 'quick' : 'full',
@@ -107,6 +108,7 @@ const results = {
   config: {
     ...config,
     floor,
+    pinnedRounds: pinning ? { cpus: pinning.cpus, figures: ['cycle', 'renew'] } : null,
     dirs: roots,
     units: 'cycle/renew/scale latency: µs; everything else: ms unless the field name says otherwise',
   },
@@ -144,6 +146,7 @@ try {
         rounds: config.cycle.rounds,
         cycles: config.cycle.cycles[fs],
         warmup: config.cycle.warmup,
+        pinning,
         log,
       }),
     ),
@@ -155,6 +158,7 @@ try {
         rounds: config.cycle.rounds,
         cycles: config.cycle.cycles[fs],
         warmup: config.cycle.warmup,
+        pinning,
         log,
       }),
     ),

@@ -3,8 +3,10 @@
 // Every implementation gets its own subdirectory of the same directory (same file system), the same
 // number of cycles over the same 4 rotating ids (as `floor dir N durable 4` does), the same warm-up,
 // and runs in interleaved rounds (A B C … then B C … A, …: the order rotates each round) so that
-// load drift on a shared machine hits all alike. The figure is the median over rounds of each
-// round's p50 (and p99); every sample is also pooled into a raw summary.
+// load drift on a shared machine hits all alike. Where it can (`pinning`, bench/lib/machine.mjs),
+// each round runs on one vCPU, every implementation and the C floor alike, the vCPU alternating
+// from round to round. The figure is the median over rounds of each round's p50 (and p99); every
+// sample is also pooled into a raw summary.
 import { join } from 'node:path';
 import { floorCycles, floorRenews } from '../lib/floor.mjs';
 import { CYCLE_IMPLS, IMPLS } from '../lib/impls.mjs';
@@ -20,7 +22,7 @@ export function rotate(list, by) {
 }
 
 /** Cycle latency (µs) per implementation on one directory: { [key]: roundsSummary }. */
-export async function cycleFigure({ dir, rounds, cycles, warmup, log }) {
+export async function cycleFigure({ dir, rounds, cycles, warmup, pinning, log }) {
   const runners = {
     'floor-durable': () => floorCycles(join(dir, 'floor-durable'), { cycles, warmup, durable: true, ids: IDS }),
     floor: () => floorCycles(join(dir, 'floor'), { cycles, warmup, durable: false, ids: IDS }),
@@ -34,11 +36,11 @@ export async function cycleFigure({ dir, rounds, cycles, warmup, log }) {
     };
     runners[key] = () => tinySamples(key, cycle, { iterations: cycles, warmup });
   }
-  return interleave(runners, rounds, log, 'cycle');
+  return interleave(runners, { rounds, pinning, log, what: 'cycle' });
 }
 
 /** Renew latency (µs): Lease and MemoryLease (the peers have no renew) and the C floor's renew. */
-export async function renewFigure({ dir, rounds, cycles, warmup, log }) {
+export async function renewFigure({ dir, rounds, cycles, warmup, pinning, log }) {
   const runners = {
     'floor-durable': () => floorRenews(join(dir, 'floor-renew'), { renews: cycles, warmup, durable: true }),
   };
@@ -51,17 +53,23 @@ export async function renewFigure({ dir, rounds, cycles, warmup, log }) {
     runners[key] = () => tinySamples(`${key} renew`, renew, { iterations: cycles, warmup });
     runners[key].done = () => lease.release(grant);
   }
-  const result = await interleave(runners, rounds, log, 'renew');
+  const result = await interleave(runners, { rounds, pinning, log, what: 'renew' });
   for (const runner of Object.values(runners)) await runner.done?.();
   return result;
 }
 
-async function interleave(runners, rounds, log, what) {
+async function interleave(runners, { rounds, pinning, log, what }) {
   const keys = Object.keys(runners);
   const samples = Object.fromEntries(keys.map((k) => [k, []]));
-  for (let r = 0; r < rounds; r++) {
-    for (const key of rotate(keys, r)) samples[key].push(await runners[key]());
-    log?.(`  ${what} round ${r + 1}/${rounds}`);
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const cpu = pinning?.cpus[r % pinning.cpus.length];
+      if (pinning) pinning.pin(cpu);
+      for (const key of rotate(keys, r)) samples[key].push(await runners[key]());
+      log?.(`  ${what} round ${r + 1}/${rounds}${pinning ? ` (vCPU ${cpu})` : ''}`);
+    }
+  } finally {
+    pinning?.unpin();
   }
   return Object.fromEntries(keys.map((k) => [k, roundsSummary(samples[k])]));
 }

@@ -1,6 +1,7 @@
 // What the numbers were measured on.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import os from 'node:os';
 
 /** The file system type of the mount `dir` is on (findmnt: "ext4"; stat -f says "ext2/ext3"). */
@@ -57,4 +58,37 @@ export function machineInfo(dirs) {
 
 export function loadAverage() {
   return os.loadavg().map((x) => Math.round(x * 100) / 100);
+}
+
+/** "0-2,5" → [0, 1, 2, 5]. */
+function cpuList(text) {
+  return text.split(',').flatMap((part) => {
+    const [from, to = from] = part.split('-').map(Number);
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  });
+}
+
+/**
+ * Pins the main thread to one vCPU at a time, so that both sides of a comparison run on the same
+ * one: this VM's vCPUs are not equally fast (docs/bench.md, "which vCPU"). A child process inherits
+ * the affinity of the thread that spawns it, so the C floor run next is pinned too; threads made
+ * before (libuv's pool, started here first) stay free, as they are for a user. `undefined` where
+ * taskset is missing or the process may use one vCPU only.
+ */
+export async function mainThreadPinning() {
+  const taskset = (...args) =>
+    execFileSync('taskset', ['-c', '-p', ...args, String(process.pid)], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+  let cpus;
+  try {
+    const out = taskset();
+    cpus = cpuList(out.slice(out.lastIndexOf(':') + 1).trim());
+  } catch {
+    return undefined;
+  }
+  if (cpus.length < 2) return undefined;
+  await stat('.'); // starts libuv's pool before any pinning
+  return { cpus, pin: (cpu) => void taskset(String(cpu)), unpin: () => void taskset(cpus.join(',')) };
 }
