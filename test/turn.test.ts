@@ -64,11 +64,14 @@ describe.each(filesystems)('Lease on %s', (_fs, root) => {
     const lease = new Lease(freshDir(root), {
       [kIO]: {
         ...fileIO,
-        readRecord: (path: string) => ((turnAtRead = turns), fileIO.readRecord(path)),
-        commit: (dir: string, plan: Parameters<typeof fileIO.commit>[1]) => (
-          turnedBeforeCommit.push(turns !== turnAtRead),
-          fileIO.commit(dir, plan)
-        ),
+        readRecord(path: string) {
+          turnAtRead = turns;
+          return fileIO.readRecord(path);
+        },
+        commit(dir: string, plan: Parameters<typeof fileIO.commit>[1]) {
+          turnedBeforeCommit.push(turns !== turnAtRead);
+          return fileIO.commit(dir, plan);
+        },
       },
     } as object);
     ticking = true;
