@@ -33,8 +33,8 @@ export const IMPLS = {
   lease: {
     label: 'flocklease Lease',
     short: 'Lease',
-    open(dir, { wait = false } = {}) {
-      const lease = new Lease(dir); // durable (the default): fsync of the record and the directory
+    open(dir, { wait = false, leaseOptions } = {}) {
+      const lease = new Lease(dir, leaseOptions); // durable (the default): fsync of the record and the directory
       return {
         lease,
         async lock(id, { wait: waitNow = wait } = {}) {
