@@ -1,5 +1,6 @@
 // Operations that complete without the event loop turning (the file lease on tmpfs, MemoryLease)
 // must not starve a caller that awaits them back to back: timers and I/O still run.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { afterEach, describe, expect, test } from 'vitest';
 import { fileIO } from '../src/flock/io.js';
 import { kIO, Lease } from '../src/flock/lease.js';
@@ -46,19 +47,21 @@ describe.each(backends)('%s', (_name, create) => {
 // How long one operation holds the loop (T3): an operation that begins a run commits in a later
 // turn than the one that read the record; the operations of a back-to-back run do not pay that turn.
 describe.each(filesystems)('Lease on %s', (_fs, root) => {
-  let turns = 0;
-  let ticking = true;
-  const tick = (): void => {
-    turns++;
-    if (ticking) setImmediate(tick);
-  };
+  const stopTicking: Array<() => void> = [];
   afterEach(() => {
-    ticking = false;
+    for (const stop of stopTicking.splice(0)) stop();
   });
-  const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
   /** A Lease on `root` and, per commit, whether the loop turned since its transition read the record. */
   function observed(): { lease: Lease; turnedBeforeCommit: boolean[] } {
+    let turns = 0;
+    let ticking = true;
+    const tick = (): void => {
+      turns++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    stopTicking.push(() => (ticking = false));
     const turnedBeforeCommit: boolean[] = [];
     let turnAtRead = -1;
     const lease = new Lease(freshDir(root), {
@@ -74,8 +77,6 @@ describe.each(filesystems)('Lease on %s', (_fs, root) => {
         },
       },
     } as object);
-    ticking = true;
-    setImmediate(tick);
     return { lease, turnedBeforeCommit };
   }
 

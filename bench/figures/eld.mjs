@@ -108,12 +108,10 @@ function markingIO() {
   return Object.fromEntries(
     Object.entries(fileIO).map(([name, call]) => [
       name,
-      typeof call === 'function'
-        ? (...args) => {
-            activity.count++;
-            return call(...args);
-          }
-        : call,
+      (...args) => {
+        activity.count++;
+        return call(...args);
+      },
     ]),
   );
 }

@@ -1,3 +1,5 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+
 /**
  * Lease operations that complete without the event loop turning (on tmpfs every step of the file
  * lease is synchronous; MemoryLease always is) would starve timers and I/O in a caller that awaits
@@ -17,7 +19,7 @@ export function yieldIfStarving(): Promise<void> | undefined {
   }
   if (now - runStart < MAX_RUN_MS) return undefined;
   // Scheduled after endRun, so the run is over by the time we resume; timers and I/O ran first.
-  return new Promise((resolve) => setImmediate(resolve));
+  return nextTurn();
 }
 
 /**
@@ -28,7 +30,7 @@ export function yieldIfStarving(): Promise<void> | undefined {
  * throughput, until MAX_RUN_MS.
  */
 export function yieldIfRunStarts(): Promise<void> | undefined {
-  return runStart < 0 ? new Promise((resolve) => setImmediate(resolve)) : undefined;
+  return runStart < 0 ? nextTurn() : undefined;
 }
 
 function endRun(): void {
