@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // flocklease benchmark harness: `npm run bench` (full, minutes) or `npm run bench:quick` (seconds).
 //
-//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD]
+//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD] [--pin MODE]
 //
 // Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
 // proper-lockfile, lockfile and the C floor (bench/floor.c): acquire+release cycle, renew,
@@ -22,6 +22,7 @@ import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeo
 import { chartSvg } from './lib/chart.mjs';
 import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
+import { Lease } from '../dist/index.js';
 import { loadAverage, machineInfo, mainThreadPinning } from './lib/machine.mjs';
 import { markdown, targets } from './lib/report.mjs';
 import { summarize } from './lib/stats.mjs';
@@ -37,6 +38,7 @@ const { values: args } = parseArgs({
     tmpfs: { type: 'string', default: '/dev/shm' },
     only: { type: 'string' },
     'wait-quiet': { type: 'string' },
+    pin: { type: 'string', default: 'main' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -49,12 +51,15 @@ if (args.help) {
   --tmpfs DIR        the tmpfs directory (default: /dev/shm)
   --only LIST        some of: ${FIGURES.join(',')}
   --wait-quiet LOAD  first wait (up to 20 minutes) for the 1-minute load average to drop below LOAD
+  --pin MODE         each cycle and renew round on one vCPU: main (default: the main thread and the C
+                     floor), all (every thread of this process), none (no pinning)
 
 example: node bench/run.mjs --only cycle,crash --wait-quiet 0.5`);
   process.exit(0);
 }
 const quick = args.quick;
 const only = args.only ? args.only.split(',') : FIGURES;
+if (!['main', 'all', 'none'].includes(args.pin)) throw new Error(`--pin: main, all or none, not ${args.pin}`);
 for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : here));
@@ -98,7 +103,10 @@ const dirs = {};
 for (const [fs, root] of Object.entries(roots)) dirs[fs] = mkdtempSync(join(root, 'flocklease-bench-'));
 const machine = machineInfo(roots);
 const floor = buildFloor();
-const pinning = await mainThreadPinning();
+const pinning = await mainThreadPinning(args.pin, async () => {
+  const lease = new Lease(join(dirs.disk, 'threads'));
+  await lease.release(await lease.acquire('start', 'bench'));
+});
 const results = {
   schema: 1,
   mode: quick ? 'quick' : 'full',
@@ -108,7 +116,7 @@ const results = {
   config: {
     ...config,
     floor,
-    pinnedRounds: pinning ? { cpus: pinning.cpus, figures: ['cycle', 'renew'] } : null,
+    pinnedRounds: pinning ? { mode: pinning.mode, cpus: pinning.cpus, figures: ['cycle', 'renew'] } : null,
     dirs: roots,
     units: 'cycle/renew/scale latency: µs; everything else: ms unless the field name says otherwise',
   },

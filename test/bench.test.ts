@@ -62,11 +62,12 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
     expect(results.load.start).toHaveLength(3);
   });
 
-  test('cycle and renew: every implementation and the C floor, on disk and tmpfs', () => {
+  test('cycle and renew: every implementation, the C floor and the Node floor, on disk and tmpfs', () => {
     for (const fs of FS) {
       for (const key of [
         'floor-durable',
         'floor',
+        'node-floor',
         'lease',
         'memory',
         'proper-lockfile',
@@ -85,7 +86,7 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
 
   test('event-loop delay, crash takeover, wake-up, contention and scale', () => {
     for (const fs of FS) {
-      for (const key of ['lease', 'memory', 'proper-lockfile', 'lockfile']) {
+      for (const key of ['lease', 'node-floor', 'memory', 'proper-lockfile', 'lockfile']) {
         const eld = results.figures.eventLoop?.[fs]?.[key] as
           { turnAddedP99Ms: number; addedP99Ms: number } | undefined;
         expect(Number.isFinite(eld?.turnAddedP99Ms), `eld ${fs} ${key}`).toBe(true);

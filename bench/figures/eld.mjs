@@ -26,13 +26,16 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileIO } from '../../dist/flock/io.js';
 import { kIO } from '../../dist/flock/lease.js';
 import { IMPLS } from '../lib/impls.mjs';
+import { nodeFloor } from '../lib/node-floor.mjs';
 import { median, round, sleep, summarize } from '../lib/stats.mjs';
 import { rotate } from './latency.mjs';
 
-export const ELD_IMPLS = ['lease', 'memory', 'proper-lockfile', 'lockfile'];
+/** The Node floor (bench/lib/node-floor.mjs) beside the implementations: the same calls, split
+ * into turns as the Lease splits them, with none of its logic. */
+const ELD_IMPLS = ['lease', 'node-floor', 'memory', 'proper-lockfile', 'lockfile'];
 
 /** Bumped by the stream whenever it starts an operation or sees one finish, and by the Lease's I/O
- * seam at every call (markingIO; see measureTurns). */
+ * seam at every call (markingIO; see measureTurns), and the Node floor's. */
 const activity = { count: 0 };
 
 /**
@@ -98,10 +101,10 @@ const idle = async (windowMs) => {
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 
 /**
- * The Lease for this figure: every call through its I/O seam also marks activity, so that a turn
- * running any step of an operation counts, not only those where the stream starts or sees the end
- * of one. An operation that begins a run spans a turn more than that (src/port/turn.ts), and on
- * disk that turn only hands the commit to the pool. The peers have no such seam: the turns that
+ * The I/O layer of the Lease and the Node floor in this figure: every call also marks activity, so
+ * that a turn running any step of an operation counts, not only those where the stream starts or
+ * sees the end of one. An operation that begins a run spans a turn more than that
+ * (src/port/turn.ts), and on disk that turn only hands the commit off the loop. The peers have no such seam: the turns that
  * run only their intermediate callbacks go uncounted (their rows are published, not judged).
  */
 function markingIO() {
@@ -139,12 +142,12 @@ function stream(impl) {
 
 /** { [key]: { addedP99Ms, addedP50Ms, addedMaxMs, baseline, stream, rounds } } (all ms). */
 export async function eldFigure({ dir, rounds, windowMs, log }) {
-  const impls = Object.fromEntries(
-    ELD_IMPLS.map((key) => [
-      key,
-      IMPLS[key].open(join(dir, `eld-${key}`), key === 'lease' ? { leaseOptions: { [kIO]: markingIO() } } : {}),
-    ]),
-  );
+  const open = (key) => {
+    const at = join(dir, `eld-${key}`);
+    if (key === 'node-floor') return nodeFloor(at, { io: markingIO(), splitTurn: true });
+    return IMPLS[key].open(at, key === 'lease' ? { leaseOptions: { [kIO]: markingIO() } } : {});
+  };
+  const impls = Object.fromEntries(ELD_IMPLS.map((key) => [key, open(key)]));
   // Warm every implementation (JIT, files) before the first window.
   for (const impl of Object.values(impls)) await stream(impl)(Math.min(200, windowMs));
   const pairs = Object.fromEntries(ELD_IMPLS.map((k) => [k, []]));

@@ -5,11 +5,13 @@
 // and runs in interleaved rounds (A B C … then B C … A, …: the order rotates each round) so that
 // load drift on a shared machine hits all alike. Where it can (`pinning`, bench/lib/machine.mjs),
 // each round runs on one vCPU, every implementation and the C floor alike, the vCPU alternating
-// from round to round. The figure is the median over rounds of each round's p50 (and p99); every
+// from round to round. The Node floor (bench/lib/node-floor.mjs) runs in this process like the
+// Lease. The figure is the median over rounds of each round's p50 (and p99); every
 // sample is also pooled into a raw summary.
 import { join } from 'node:path';
 import { floorCycles, floorRenews } from '../lib/floor.mjs';
 import { CYCLE_IMPLS, IMPLS } from '../lib/impls.mjs';
+import { nodeFloor } from '../lib/node-floor.mjs';
 import { roundsSummary } from '../lib/stats.mjs';
 import { tinySamples } from '../lib/tiny.mjs';
 
@@ -27,8 +29,8 @@ export async function cycleFigure({ dir, rounds, cycles, warmup, pinning, log })
     'floor-durable': () => floorCycles(join(dir, 'floor-durable'), { cycles, warmup, durable: true, ids: IDS }),
     floor: () => floorCycles(join(dir, 'floor'), { cycles, warmup, durable: false, ids: IDS }),
   };
-  for (const key of CYCLE_IMPLS) {
-    const impl = IMPLS[key].open(join(dir, key));
+  for (const key of ['node-floor', ...CYCLE_IMPLS]) {
+    const impl = key === 'node-floor' ? nodeFloor(join(dir, key)) : IMPLS[key].open(join(dir, key));
     let i = 0;
     const cycle = async () => {
       const release = await impl.lock(`id-${i++ % IDS}`);

@@ -12,6 +12,7 @@ const COLORS = { disk: '#3b6ea8', tmpfs: '#e08a2c' };
 const SHORT = {
   'floor-durable': ['C floor', '(durable)'],
   floor: ['C floor', '(no fsync)'],
+  'node-floor': ['Node floor', '(durable)'],
   lease: ['flocklease', 'Lease'],
   memory: ['flocklease', 'MemoryLease'],
   'proper-lockfile': ['proper-lockfile', '(default)'],

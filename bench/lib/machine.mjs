@@ -72,12 +72,15 @@ function cpuList(text) {
  * Pins the main thread to one vCPU at a time, so that both sides of a comparison run on the same
  * one: this VM's vCPUs are not equally fast (docs/bench.md, "which vCPU"). A child process inherits
  * the affinity of the thread that spawns it, so the C floor run next is pinned too; threads made
- * before (libuv's pool, started here first) stay free, as they are for a user. `undefined` where
- * taskset is missing or the process may use one vCPU only.
+ * before stay free, as they are for a user: libuv's pool, and the addon's commit thread, which
+ * `startThreads` starts (one disk commit). `mode` 'all' pins every thread of the process instead
+ * (a process confined to one vCPU); 'none' pins nothing. `undefined` where taskset is missing, the
+ * process may use one vCPU only, or mode is 'none'.
  */
-export async function mainThreadPinning() {
+export async function mainThreadPinning(mode, startThreads) {
+  if (mode === 'none') return undefined;
   const taskset = (...args) =>
-    execFileSync('taskset', ['-c', '-p', ...args, String(process.pid)], {
+    execFileSync('taskset', [...(mode === 'all' ? ['-a'] : []), '-c', '-p', ...args, String(process.pid)], {
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'ignore'],
     });
@@ -90,5 +93,6 @@ export async function mainThreadPinning() {
   }
   if (cpus.length < 2) return undefined;
   await stat('.'); // starts libuv's pool before any pinning
-  return { cpus, pin: (cpu) => void taskset(String(cpu)), unpin: () => void taskset(cpus.join(',')) };
+  await startThreads();
+  return { mode, cpus, pin: (cpu) => void taskset(String(cpu)), unpin: () => void taskset(cpus.join(',')) };
 }

@@ -1,0 +1,54 @@
+// The Node floor of the lease's operations: floor.c's cycle() made through the lease's own I/O
+// layer (fileIO: the addon's calls), in the benchmark's process, with none of the Lease's logic (no
+// gate, no record codec, no grants, no turn guard). What any Node lease built on those calls pays:
+// the runtime, the addon's crossings, and the commit off the event loop on disk (the addon's commit
+// thread) or inline on tmpfs, as the Lease does it. The cycle figure runs it beside the Lease
+// (bench/figures/latency.mjs), and so does the event-loop figure (bench/figures/eld.mjs), there
+// with the Lease's turn split (src/port/turn.ts).
+import { mkdirSync } from 'node:fs';
+import { setImmediate as turn } from 'node:timers/promises';
+import { fileIO } from '../../dist/flock/io.js';
+
+/**
+ * `lock(id)` → `release()`, as IMPLS' implementations (bench/lib/impls.mjs). `io`: the I/O layer
+ * (the event-loop figure's marks every call). `splitTurn`: let the loop turn once before each
+ * commit, as the Lease does for an operation that begins a run.
+ */
+export function nodeFloor(dir, { io = fileIO, splitTurn = false } = {}) {
+  mkdirSync(dir, { recursive: true });
+  io.prepareDir(dir); // decides, as the Lease does, whether commits run inline (tmpfs) or off the loop
+  const tokens = new Map();
+  const lockTransition = (path) => {
+    const fd = io.tryLockTransition(path);
+    if (typeof fd !== 'number') throw new Error(`node floor: ${path} is ${fd}`);
+    return fd;
+  };
+  /** One transition: lock, read the record, look at the wait queue, commit, unlock. */
+  async function transition(id, plan) {
+    const lfd = lockTransition(`${dir}/${id}.lock`);
+    io.readRecord(`${dir}/${id}.lease.json`);
+    io.readLockData(lfd);
+    if (splitTurn) await turn();
+    const result = await io.commit(dir, { record: `${dir}/${id}.lease.json`, ...plan });
+    io.unlockTransition(lfd);
+    return result;
+  }
+  return {
+    async lock(id) {
+      const token = (tokens.get(id) ?? 0) + 1;
+      tokens.set(id, token);
+      const live = `${dir}/${id}.${token}.live`;
+      const data = (owner) =>
+        `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z","session":"${id}"}`;
+      const { liveFd } = await transition(id, {
+        data: data('floor'),
+        live,
+        remove: [`${dir}/${id}.${token - 1}.live`],
+      });
+      return async () => {
+        await transition(id, { data: data(''), remove: [live] });
+        io.closeFile(liveFd);
+      };
+    },
+  };
+}
