@@ -22,7 +22,6 @@ import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeo
 import { chartSvg } from './lib/chart.mjs';
 import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
-import { Lease } from '../dist/index.js';
 import { loadAverage, machineInfo, mainThreadPinning } from './lib/machine.mjs';
 import { markdown, targets } from './lib/report.mjs';
 import { summarize } from './lib/stats.mjs';
@@ -103,10 +102,7 @@ const dirs = {};
 for (const [fs, root] of Object.entries(roots)) dirs[fs] = mkdtempSync(join(root, 'flocklease-bench-'));
 const machine = machineInfo(roots);
 const floor = buildFloor();
-const pinning = await mainThreadPinning(args.pin, async () => {
-  const lease = new Lease(join(dirs.disk, 'threads'));
-  await lease.release(await lease.acquire('start', 'bench'));
-});
+const pinning = await mainThreadPinning(args.pin);
 const results = {
   schema: 1,
   mode: quick ? 'quick' : 'full',

@@ -1,7 +1,6 @@
 // flocklease's I/O layer in C (Node-API). Why native: the lease's whole write side — create and
 // flock the new generation's .live, write the record to a temp file, fsync, rename, fsync the
-// directory, remove the predecessor's .live — runs here as ONE step off the event loop (on the
-// commit thread, below),
+// directory, remove the predecessor's .live — runs here as ONE step on a libuv worker thread,
 // instead of ~10 threadpool round trips of ~35 µs each from JS. The cheap non-blocking calls
 // (open, LOCK_NB flock, fstat, a small read) are synchronous, as the spec allows.
 //
@@ -25,7 +24,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -238,12 +236,9 @@ static napi_value undefined_value(napi_env env) {
 // environment still holds, which drops those flocks. Only the environment's own thread touches it.
 
 struct watch_env;
-struct committer;
 
 typedef struct {
   struct watch_env *watch;
-  struct committer *committer; // NULL until the first commit() (and if it cannot be started)
-  bool committer_failed;       // it could not be started: commits use libuv's pool only
   int *held;
   size_t held_count, held_capacity;
 } env_state;
@@ -509,7 +504,7 @@ typedef struct {
   const char *err_path; // points into this struct
   int removal_failed[2];
   // async plumbing
-  napi_async_work work; // on libuv's pool only; NULL on the commit thread
+  napi_async_work work;
   napi_deferred deferred;
 } commit_t;
 
@@ -679,7 +674,12 @@ static napi_value commit_error(napi_env env, commit_t *c) {
 
 // Settles the promise. If the outcome cannot be made into a value, reject with the pending
 // exception: the caller must never see a commit as successful when it cannot be told the fd.
-static void commit_settle(napi_env env, commit_t *c) {
+static void commit_complete(napi_env env, napi_status status, void *data) {
+  commit_t *c = data;
+  if (status != napi_ok && c->err == 0) {
+    c->err = ECANCELED; // the work never ran (or was cancelled): nothing changed
+    c->syscall = "commit";
+  }
   napi_value outcome = c->err == 0 ? commit_result(env, c) : commit_error(env, c);
   if (outcome == NULL) {
     napi_get_and_clear_last_exception(env, &outcome);
@@ -687,26 +687,8 @@ static void commit_settle(napi_env env, commit_t *c) {
   }
   if (c->err == 0 && outcome != NULL) NAPI_CHECK_OR(env, napi_resolve_deferred(env, c->deferred, outcome), (void)0);
   else NAPI_CHECK_OR(env, napi_reject_deferred(env, c->deferred, outcome), (void)0);
-  commit_free(c);
-}
-
-// The environment is gone before it could be told the outcome: undo a commit that failed before
-// its rename, and close a new generation's lock, as the end of its process would.
-static void commit_abandon(commit_t *c) {
-  if (c->err != 0 && !c->committed) commit_undo(c);
-  else if (c->live_fd >= 0) close(c->live_fd);
-  commit_free(c);
-}
-
-// A commit on libuv's pool is done (or was never run: status).
-static void commit_complete(napi_env env, napi_status status, void *data) {
-  commit_t *c = data;
-  if (status != napi_ok && c->err == 0) {
-    c->err = ECANCELED; // the work never ran (or was cancelled): nothing changed
-    c->syscall = "commit";
-  }
   NAPI_CHECK_OR(env, napi_delete_async_work(env, c->work), (void)0);
-  commit_settle(env, c);
+  commit_free(c);
 }
 
 // The plan's fields; NULL with an exception pending when one is missing or not a string.
@@ -736,149 +718,13 @@ static commit_t *commit_parse(napi_env env, napi_value plan) {
   return c;
 }
 
-// The commit thread. A durable commit blocks in fsync, so it runs off the event loop: on one
-// thread of the environment's own while that thread is free, else on libuv's pool (so commits of
-// several ids at once still run side by side). Why a thread of our own first: libuv hands work to
-// its idle threads in turn, so back-to-back commits each land on another thread, which last ran
-// wherever the scheduler left it, often on the other CPU; that thread's wake-up of the sleeping
-// event loop is then a cross-CPU one, which costs tens of µs per commit on a VM (docs/bench.md).
-// The same thread for every commit stays where the scheduler puts it: beside the loop.
-//
-// Lifetime: the thread is detached and frees this struct when it ends. A cleanup hook, added after
-// the threadsafe function (so it runs first: hooks run last-in, first-out), sets `stop`; the thread
-// calls the threadsafe function only under `lock` and never after `stop`, so it never touches it
-// once Node tears it down. A commit still under way then is finished and abandoned (commit_abandon):
-// the environment's end is its process's end for its leases.
-typedef struct committer {
-  pthread_mutex_t lock;
-  pthread_cond_t wake;
-  commit_t *job; // handed over, not yet taken by the thread
-  bool stop;     // the environment is being torn down
-  bool busy;     // event-loop thread only: a commit is out on the thread until it is delivered
-  napi_threadsafe_function done;
-} committer_t;
-
-static void *committer_run(void *arg) {
-  committer_t *t = arg;
-  prctl(PR_SET_NAME, "flocklease-cmt"); // for top -H and the tests (best effort)
-  pthread_mutex_lock(&t->lock);
-  for (;;) {
-    while (t->job == NULL && !t->stop) pthread_cond_wait(&t->wake, &t->lock);
-    commit_t *c = t->job;
-    t->job = NULL;
-    if (t->stop) {
-      if (c) commit_free(c); // never run: nothing to undo
-      break;
-    }
-    pthread_mutex_unlock(&t->lock);
-    commit_run(c);
-    pthread_mutex_lock(&t->lock);
-    // Queued, the commit is commit_delivered's to settle; otherwise still ours.
-    if (t->stop || napi_call_threadsafe_function(t->done, c, napi_tsfn_nonblocking) != napi_ok) commit_abandon(c);
-  }
-  pthread_mutex_unlock(&t->lock);
-  pthread_cond_destroy(&t->wake);
-  pthread_mutex_destroy(&t->lock);
-  free(t);
-  return NULL;
-}
-
-// On the event loop with a commit the thread finished; or with env NULL while Node tears the
-// threadsafe function down with a delivery still queued.
-static void commit_delivered(napi_env env, napi_value js_callback, void *context, void *data) {
-  (void)js_callback;
-  commit_t *c = data;
-  if (env == NULL) {
-    commit_abandon(c);
-    return;
-  }
-  committer_t *t = context;
-  t->busy = false;
-  NAPI_CHECK_OR(env, napi_unref_threadsafe_function(env, t->done), (void)0);
-  commit_settle(env, c);
-}
-
-static void committer_stop(committer_t *t) {
-  pthread_mutex_lock(&t->lock);
-  t->stop = true;
-  pthread_cond_signal(&t->wake);
-  pthread_mutex_unlock(&t->lock);
-}
-
-static void committer_cleanup(void *arg) { committer_stop(arg); }
-
-// The environment's commit thread, started on first use; NULL when it cannot be (then every
-// commit goes to libuv's pool). Failures here are not the caller's: they are not thrown.
-static committer_t *committer_of(napi_env env) {
-  env_state *s = state_of(env);
-  if (s == NULL || s->committer_failed) return NULL;
-  if (s->committer != NULL) return s->committer;
-  s->committer_failed = true; // until it is up
-  committer_t *t = calloc(1, sizeof *t);
-  if (!t) return NULL;
-  if (pthread_mutex_init(&t->lock, NULL) != 0) {
-    free(t);
-    return NULL;
-  }
-  if (pthread_cond_init(&t->wake, NULL) != 0) {
-    pthread_mutex_destroy(&t->lock);
-    free(t);
-    return NULL;
-  }
-  pthread_attr_t attr;
-  pthread_t thread;
-  bool started = false;
-  if (pthread_attr_init(&attr) == 0) {
-    started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-              pthread_attr_setstacksize(&attr, 64 * 1024) == 0 && pthread_create(&thread, &attr, committer_run, t) == 0;
-    pthread_attr_destroy(&attr);
-  }
-  if (!started) {
-    pthread_cond_destroy(&t->wake);
-    pthread_mutex_destroy(&t->lock);
-    free(t);
-    return NULL;
-  }
-  // From here `t` is the thread's to free, once it is stopped.
-  napi_value name;
-  if (napi_create_string_utf8(env, "flocklease.commit", NAPI_AUTO_LENGTH, &name) != napi_ok ||
-      napi_create_threadsafe_function(env, NULL, NULL, name, 0, 1, NULL, NULL, t, commit_delivered, &t->done) != napi_ok) {
-    committer_stop(t);
-    return NULL;
-  }
-  // While it has no commit out, the thread must not keep the process alive.
-  if (napi_unref_threadsafe_function(env, t->done) != napi_ok ||
-      napi_add_env_cleanup_hook(env, committer_cleanup, t) != napi_ok) {
-    (void)napi_release_threadsafe_function(t->done, napi_tsfn_abort); // nothing queued: never calls back
-    committer_stop(t);
-    return NULL;
-  }
-  s->committer = t;
-  s->committer_failed = false;
-  return t;
-}
-
-// Hands `c` to the commit thread if it is free: false when it is busy or unavailable.
-static bool committer_take(napi_env env, commit_t *c) {
-  committer_t *t = committer_of(env);
-  if (t == NULL || t->busy || napi_ref_threadsafe_function(env, t->done) != napi_ok) return false;
-  t->busy = true;
-  pthread_mutex_lock(&t->lock);
-  t->job = c;
-  pthread_cond_signal(&t->wake);
-  pthread_mutex_unlock(&t->lock);
-  return true;
-}
-
-// commit(plan) → Promise<{ liveFd, removalErrors }>, off the event loop: on the commit thread when
-// it is free, else on a libuv worker thread.
+// commit(plan) → Promise<{ liveFd, removalErrors }>, on a libuv worker thread.
 static napi_value commit_async(napi_env env, napi_callback_info info) {
   ARGS(1);
   commit_t *c = commit_parse(env, argv[0]);
   if (!c) return NULL;
   napi_value promise, name;
   NAPI_CHECK_OR(env, napi_create_promise(env, &c->deferred, &promise), commit_free(c); return NULL);
-  if (committer_take(env, c)) return promise;
   // From here the promise exists: a failure rejects it (through commit_complete's error path).
   if (napi_create_string_utf8(env, "flocklease.commit", NAPI_AUTO_LENGTH, &name) != napi_ok ||
       napi_create_async_work(env, NULL, name, commit_execute, commit_complete, c, &c->work) != napi_ok) {

@@ -72,12 +72,11 @@ function cpuList(text) {
  * Pins the main thread to one vCPU at a time, so that both sides of a comparison run on the same
  * one: this VM's vCPUs are not equally fast (docs/bench.md, "which vCPU"). A child process inherits
  * the affinity of the thread that spawns it, so the C floor run next is pinned too; threads made
- * before stay free, as they are for a user: libuv's pool, and the addon's commit thread, which
- * `startThreads` starts (one disk commit). `mode` 'all' pins every thread of the process instead
- * (a process confined to one vCPU); 'none' pins nothing. `undefined` where taskset is missing, the
- * process may use one vCPU only, or mode is 'none'.
+ * before (libuv's pool, started here first) stay free, as they are for a user. `mode` 'all' pins
+ * every thread of the process instead (a process confined to one vCPU); 'none' pins nothing.
+ * `undefined` where taskset is missing, the process may use one vCPU only, or mode is 'none'.
  */
-export async function mainThreadPinning(mode, startThreads) {
+export async function mainThreadPinning(mode) {
   if (mode === 'none') return undefined;
   const taskset = (...args) =>
     execFileSync('taskset', [...(mode === 'all' ? ['-a'] : []), '-c', '-p', ...args, String(process.pid)], {
@@ -93,6 +92,5 @@ export async function mainThreadPinning(mode, startThreads) {
   }
   if (cpus.length < 2) return undefined;
   await stat('.'); // starts libuv's pool before any pinning
-  await startThreads();
   return { mode, cpus, pin: (cpu) => void taskset(String(cpu)), unpin: () => void taskset(cpus.join(',')) };
 }

@@ -1,8 +1,8 @@
 // The Node floor of the lease's operations: floor.c's cycle() made through the lease's own I/O
 // layer (fileIO: the addon's calls), in the benchmark's process, with none of the Lease's logic (no
 // gate, no record codec, no grants, no turn guard). What any Node lease built on those calls pays:
-// the runtime, the addon's crossings, and the commit off the event loop on disk (the addon's commit
-// thread) or inline on tmpfs, as the Lease does it. The cycle figure runs it beside the Lease
+// the runtime, the addon's crossings, and the commit off the event loop on disk (libuv's pool) or
+// inline on tmpfs, as the Lease does it. The cycle figure runs it beside the Lease
 // (bench/figures/latency.mjs), and so does the event-loop figure (bench/figures/eld.mjs), there
 // with the Lease's turn split (src/port/turn.ts).
 import { mkdirSync } from 'node:fs';

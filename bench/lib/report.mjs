@@ -191,7 +191,7 @@ export function markdown(results) {
 
   if (f.cycle) {
     out.push(
-      `\n### Acquire + release cycle (µs)\n\nMedian over ${c.cycle.rounds} interleaved rounds of each round's p50 / p99; ${c.cycle.cycles.disk} (disk) / ${c.cycle.cycles.tmpfs} (tmpfs) cycles per round over 4 rotating ids after ${c.cycle.warmup} warm-up cycles.${c.pinnedRounds ? ` Each round ran on one vCPU (${c.pinnedRounds.cpus.join(', ')} in turn; ${c.pinnedRounds.mode === 'all' ? 'every thread of the process and the C floor process pinned' : "the main thread and the C floor process pinned, libuv's pool and the addon's commit thread free"}).` : ' No pinning.'} × floor = p50 ÷ the durable C floor's p50 on the same file system.\n`,
+      `\n### Acquire + release cycle (µs)\n\nMedian over ${c.cycle.rounds} interleaved rounds of each round's p50 / p99; ${c.cycle.cycles.disk} (disk) / ${c.cycle.cycles.tmpfs} (tmpfs) cycles per round over 4 rotating ids after ${c.cycle.warmup} warm-up cycles.${c.pinnedRounds ? ` Each round ran on one vCPU (${c.pinnedRounds.cpus.join(', ')} in turn; ${c.pinnedRounds.mode === 'all' ? 'every thread of the process and the C floor process pinned' : "the main thread and the C floor process pinned, libuv's pool free"}).` : ' No pinning.'} × floor = p50 ÷ the durable C floor's p50 on the same file system.\n`,
     );
     out.push(latencyTable(f, 'cycle'));
   }

@@ -1,8 +1,8 @@
 /**
  * The I/O layer: every system call a lease makes, in one place (the C side is
  * native/flocklease.c). Cheap non-blocking calls (open, a LOCK_NB flock, fstat, a small read,
- * unlink, close) are synchronous; the write side of a transition is one `commit` step that runs off
- * the event loop (the addon's commit thread, or libuv's pool while that is busy), because it fsyncs. Tests wrap this interface, or set the addon's fault
+ * unlink, close) are synchronous; the write side of a transition is one `commit` step that runs on
+ * a libuv worker thread, because it fsyncs. Tests wrap this interface, or set the addon's fault
  * points, to inject faults.
  */
 import { constants } from 'node:os';

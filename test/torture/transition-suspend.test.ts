@@ -1,6 +1,6 @@
 // A process suspended in the middle of an operation, holding the id's transition lock: it stops
 // itself at a named fault point (faults.stop(step) raises SIGSTOP just before that system call —
-// on the thread that runs the disk commit, on the main thread on tmpfs). Everyone else must
+// on a libuv worker thread for the disk commit, on the main thread on tmpfs). Everyone else must
 // time out (LeaseTimeoutError) or abort (AbortSignal) cleanly instead of hanging, and must proceed
 // once the suspended process resumes (its operation completes) or dies (the kernel drops its
 // flocks).
