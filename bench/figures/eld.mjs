@@ -104,8 +104,9 @@ const turn = () => new Promise((resolve) => setImmediate(resolve));
  * The I/O layer of the Lease and the Node floor in this figure: every call also marks activity, so
  * that a turn running any step of an operation counts, not only those where the stream starts or
  * sees the end of one. An operation that begins a run spans a turn more than that
- * (src/port/turn.ts), and on disk that turn only hands the commit off the loop. The peers have no such seam: the turns that
- * run only their intermediate callbacks go uncounted (their rows are published, not judged).
+ * (src/port/turn.ts), and on disk that turn only hands the commit to the pool. The peers have no
+ * such seam: the turns that run only their intermediate callbacks go uncounted (their rows are
+ * published, not judged).
  */
 function markingIO() {
   return Object.fromEntries(

@@ -5,9 +5,9 @@
 // and runs in interleaved rounds (A B C … then B C … A, …: the order rotates each round) so that
 // load drift on a shared machine hits all alike. Where it can (`pinning`, bench/lib/machine.mjs),
 // each round runs on one vCPU, every implementation and the C floor alike, the vCPU alternating
-// from round to round. The Node floor (bench/lib/node-floor.mjs) runs in this process like the
-// Lease. The figure is the median over rounds of each round's p50 (and p99); every
-// sample is also pooled into a raw summary.
+// from round to round. The Node floor (bench/lib/node-floor.mjs) runs in this process, as the
+// Lease does. The figure is the median over rounds of each round's p50 (and p99); every sample is
+// also pooled into a raw summary.
 import { join } from 'node:path';
 import { floorCycles, floorRenews } from '../lib/floor.mjs';
 import { CYCLE_IMPLS, IMPLS } from '../lib/impls.mjs';
