@@ -94,18 +94,20 @@ static int kill_group_members(pid_t group) {
   if (proc == NULL) fail("opendir /proc");
   pid_t self = getpid();
   int members = 0;
-  struct dirent *entry;
-  errno = 0;
-  while ((entry = readdir(proc)) != NULL) {
+  for (;;) {
+    // readdir reports an error only through errno, and the calls below may leave one there (a
+    // process that exited meanwhile: ESRCH), so errno is cleared right before each readdir.
+    errno = 0;
+    struct dirent *entry = readdir(proc);
+    if (entry == NULL) break;
     char *end;
     long pid = strtol(entry->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == self) continue;
     pid_t pgid = getpgid((pid_t)pid);
-    if (pgid < 0) continue;  // exited meanwhile (ESRCH)
+    if (pgid < 0) continue; // exited meanwhile (ESRCH)
     if (pgid != group) continue;
     members++;
     if (kill((pid_t)pid, SIGKILL) != 0 && errno != ESRCH) fail("kill");
-    errno = 0;
   }
   if (errno != 0) fail("readdir /proc");
   if (closedir(proc) != 0) fail("closedir /proc");

@@ -1,6 +1,6 @@
 // `kill -9` of `flocklease run` (issue 9, item 2): its command's whole process group dies with it,
 // and is gone before a waiting `run` starts its own command. Real processes, real /proc.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
@@ -81,6 +81,31 @@ describe('flocklease run: kill -9', () => {
     expect(members.filter(([pid, state]) => !(pid === Number(group) && state === 'Z'))).toEqual([]);
     for (const pid of recorded) expect(alive(pid), `pid ${pid}`).toBe(false);
   });
+
+  test('the supervisor kills and reaps its group, silently, while other processes come and go', () => {
+    // Its scan of /proc for the group's members once failed when a process exited between readdir
+    // and getpgid: the ESRCH stayed in errno and read as a readdir failure, so the supervisor
+    // exited (70) before it had reaped the group, and a waiter's command could start beside the
+    // killed group's unreaped zombies. Short-lived processes, several alive at any time, make scans
+    // meet one that exits (without the fix ~2 % of scans failed so here, and this test with them).
+    const churn = spawn('sh', ['-c', 'while :; do for i in 1 2 3 4 5 6 7 8; do sleep 0.001 & done; wait; done'], {
+      stdio: 'ignore',
+      detached: true,
+    });
+    try {
+      for (let i = 0; i < 60; i++) {
+        // A parent that starts the supervisor and exits: the supervisor's cue to end the group.
+        const parent = spawnSync(
+          'sh',
+          ['-c', `"$0" --parent-pid $$ -- sh -c 'sleep 1000 & sleep 1000 & wait' & sleep 0.03`, supervisorPath()],
+          { encoding: 'utf8', timeout: 10_000 },
+        );
+        expect({ status: parent.status, stderr: parent.stderr }).toEqual({ status: 0, stderr: '' });
+      }
+    } finally {
+      process.kill(-churn.pid!, 'SIGKILL');
+    }
+  }, 60_000);
 
   test('if the supervisor itself is SIGKILLed, run SIGKILLs the group before it releases', async () => {
     const dir = freshDir();
