@@ -24,9 +24,7 @@
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileIO } from '../../dist/flock/io.js';
-import { kIO } from '../../dist/flock/lease.js';
 import { IMPLS } from '../lib/impls.mjs';
-import { nodeFloor } from '../lib/node-floor.mjs';
 import { median, round, sleep, summarize } from '../lib/stats.mjs';
 import { rotate } from './latency.mjs';
 
@@ -143,12 +141,13 @@ function stream(impl) {
 
 /** { [key]: { addedP99Ms, addedP50Ms, addedMaxMs, baseline, stream, rounds } } (all ms). */
 export async function eldFigure({ dir, rounds, windowMs, log }) {
-  const open = (key) => {
-    const at = join(dir, `eld-${key}`);
-    if (key === 'node-floor') return nodeFloor(at, { io: markingIO(), splitTurn: true });
-    return IMPLS[key].open(at, key === 'lease' ? { leaseOptions: { [kIO]: markingIO() } } : {});
-  };
-  const impls = Object.fromEntries(ELD_IMPLS.map((key) => [key, open(key)]));
+  const seamed = new Set(['lease', 'node-floor']); // the ones with an I/O layer to mark
+  const impls = Object.fromEntries(
+    ELD_IMPLS.map((key) => [
+      key,
+      IMPLS[key].open(join(dir, `eld-${key}`), seamed.has(key) ? { io: markingIO(), splitTurn: true } : {}),
+    ]),
+  );
   // Warm every implementation (JIT, files) before the first window.
   for (const impl of Object.values(impls)) await stream(impl)(Math.min(200, windowMs));
   const pairs = Object.fromEntries(ELD_IMPLS.map((k) => [k, []]));

@@ -11,7 +11,6 @@
 import { join } from 'node:path';
 import { floorCycles, floorRenews } from '../lib/floor.mjs';
 import { CYCLE_IMPLS, IMPLS } from '../lib/impls.mjs';
-import { nodeFloor } from '../lib/node-floor.mjs';
 import { roundsSummary } from '../lib/stats.mjs';
 import { tinySamples } from '../lib/tiny.mjs';
 
@@ -29,8 +28,8 @@ export async function cycleFigure({ dir, rounds, cycles, warmup, pinning, log })
     'floor-durable': () => floorCycles(join(dir, 'floor-durable'), { cycles, warmup, durable: true, ids: IDS }),
     floor: () => floorCycles(join(dir, 'floor'), { cycles, warmup, durable: false, ids: IDS }),
   };
-  for (const key of ['node-floor', ...CYCLE_IMPLS]) {
-    const impl = key === 'node-floor' ? nodeFloor(join(dir, key)) : IMPLS[key].open(join(dir, key));
+  for (const key of CYCLE_IMPLS) {
+    const impl = IMPLS[key].open(join(dir, key));
     let i = 0;
     const cycle = async () => {
       const release = await impl.lock(`id-${i++ % IDS}`);

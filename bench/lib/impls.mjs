@@ -1,18 +1,22 @@
 // The implementations compared, behind one small interface so every figure drives them alike:
 //
-//   const impl = IMPLS[key].open(dir, { wait, pollMs, staleMs })
+//   const impl = IMPLS[key].open(dir, { wait, pollMs, staleMs, io, splitTurn })
 //   const release = await impl.lock(id)      // acquire (waiting if `wait`); resolves when held
 //   await release()                          // and let it go
 //
 // `wait` makes lock() wait for a holder instead of failing: flocklease's waiting acquire (woken by
 // the kernel), proper-lockfile's `retries` (a poll every `pollMs`), lockfile's `wait` +
 // `pollPeriod`. `staleMs` is the peers' staleness threshold (how they detect a crashed holder);
-// flocklease needs none (the kernel drops a dead holder's flock).
+// flocklease needs none (the kernel drops a dead holder's flock). `io` (the Lease and the Node
+// floor) replaces the lease's I/O layer, `splitTurn` (the Node floor) lets the loop turn before
+// each commit, as the Lease does for an operation that begins a run: the event-loop figure's.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { kIO } from '../../dist/flock/lease.js';
 import { Lease, MemoryLease } from '../../dist/index.js';
+import { nodeFloor } from './node-floor.mjs';
 
 const require = createRequire(import.meta.url);
 const properLockfile = require('proper-lockfile');
@@ -33,8 +37,8 @@ export const IMPLS = {
   lease: {
     label: 'flocklease Lease',
     short: 'Lease',
-    open(dir, { wait = false, leaseOptions } = {}) {
-      const lease = new Lease(dir, leaseOptions); // durable (the default): fsync of the record and the directory
+    open(dir, { wait = false, io } = {}) {
+      const lease = new Lease(dir, io ? { [kIO]: io } : undefined); // durable (the default): fsync of the record and the directory
       return {
         lease,
         async lock(id, { wait: waitNow = wait } = {}) {
@@ -43,6 +47,11 @@ export const IMPLS = {
         },
       };
     },
+  },
+  'node-floor': {
+    label: "Node floor: the C floor's calls through the addon, durable",
+    short: 'Node floor',
+    open: (dir, { io, splitTurn } = {}) => nodeFloor(dir, { io, splitTurn }),
   },
   memory: {
     label: 'flocklease MemoryLease',
@@ -118,6 +127,13 @@ function openProperLockfile(dir, { wait = false, pollMs = DEFAULT_POLL_MS, stale
 }
 
 /** The keys of the implementations that run in the cycle table, in table order. */
-export const CYCLE_IMPLS = ['lease', 'memory', 'proper-lockfile', 'proper-lockfile-norealpath', 'lockfile'];
+export const CYCLE_IMPLS = [
+  'node-floor',
+  'lease',
+  'memory',
+  'proper-lockfile',
+  'proper-lockfile-norealpath',
+  'lockfile',
+];
 /** The implementations that work across processes (crash takeover, wake-up, contention). */
 export const CROSS_PROCESS_IMPLS = ['lease', 'proper-lockfile', 'lockfile'];

@@ -10,9 +10,9 @@ import { setImmediate as turn } from 'node:timers/promises';
 import { fileIO } from '../../dist/flock/io.js';
 
 /**
- * `lock(id)` → `release()`, as IMPLS' implementations (bench/lib/impls.mjs). `io`: the I/O layer
- * (the event-loop figure's marks every call). `splitTurn`: let the loop turn once before each
- * commit, as the Lease does for an operation that begins a run.
+ * `lock(id)` → `release()`: IMPLS['node-floor'] (bench/lib/impls.mjs). `io`: the I/O layer (the
+ * event-loop figure's marks every call). `splitTurn`: let the loop turn once before each commit,
+ * as the Lease does for an operation that begins a run.
  */
 export function nodeFloor(dir, { io = fileIO, splitTurn = false } = {}) {
   mkdirSync(dir, { recursive: true });

@@ -10,7 +10,6 @@ const LABELS = {
   'floor-handoff': 'C floor: fair hand-off, the same durable commit',
   'node-floor-fair': 'Node floor, fair (FIFO hand-off), durable',
   'node-floor-handoff': 'Node floor: the same fair hand-off in Node',
-  'node-floor': "Node floor: the C floor's calls through the addon, durable",
   floor: 'C floor, not durable',
   ...Object.fromEntries(Object.entries(IMPLS).map(([k, v]) => [k, v.label])),
 };
