@@ -5,6 +5,7 @@ import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
 import {
   expiresAtMs,
   formatRecord,
+  formatUtcMs,
   isExpired,
   parseRecord,
   parseRfc3339,
@@ -12,6 +13,7 @@ import {
   RecordFormatError,
 } from '../src/flock/record.js';
 import { MAX_TOKEN, nextToken } from '../src/kernel/token.js';
+import { MAX_EXPIRY_MS } from '../src/port/validate.js';
 
 interface Vectors {
   safeID: Array<{ id: string; safeID: string }>;
@@ -170,6 +172,46 @@ describe('RFC 3339', () => {
     ' 2026-11-29T10:15:30Z',
   ])('refuses %j', (text) => {
     expect(parseRfc3339(text)).toBeUndefined();
+  });
+});
+
+describe('UTC formatting (the writer side)', () => {
+  const edges = [
+    0,
+    1,
+    999,
+    86_399_999,
+    86_400_000,
+    Date.UTC(1972, 1, 29, 12),
+    Date.UTC(2000, 1, 29, 23, 59, 59, 999),
+    Date.UTC(2100, 2, 1),
+    Date.UTC(2026, 11, 31, 23, 59, 59, 999),
+    MAX_EXPIRY_MS,
+  ];
+
+  test('writes what Date#toISOString writes, for edges and 20 000 random instants up to year 9999', () => {
+    let seed = 12_345;
+    const random = (): number => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+    const instants = [...edges];
+    for (let i = 0; i < 20_000; i++) instants.push(Math.floor(random() * MAX_EXPIRY_MS));
+    for (const ms of instants) expect(formatUtcMs(ms)).toBe(new Date(ms).toISOString());
+  });
+
+  test('a fractional millisecond is truncated, as Date truncates it', () => {
+    expect(formatUtcMs(1_764_500_000_123.9)).toBe(new Date(1_764_500_000_123.9).toISOString());
+    expect(formatUtcMs(1_764_500_000_123.9)).toBe('2025-11-30T10:53:20.123Z');
+  });
+
+  test('instants outside 1970–9999 still format (through Date)', () => {
+    expect(formatUtcMs(-1)).toBe('1969-12-31T23:59:59.999Z');
+    expect(formatUtcMs(-62_135_596_800_000)).toBe('0001-01-01T00:00:00.000Z');
+  });
+
+  test('a record written reads back to the same instant', () => {
+    for (const expiryMs of edges) {
+      const record = parseRecord(bytes(formatRecord({ owner: 'a', token: 7n, expiryMs, session: 's' })));
+      expect(record).toEqual({ owner: 'a', token: 7n, expiryMs, session: 's' });
+    }
   });
 });
 

@@ -5,15 +5,19 @@
 // processes the CPU is what bounds the throughput, so this says where the Lease's contention
 // throughput goes. Imports the built package (dist/).
 //
-//   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8]
+//   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8] [warm-up seconds=1]
+//
+// Each process runs few cycles a second here, so V8 keeps optimizing functions for many seconds
+// (TurboFan was ~20 % of all CPU samples 3.5 s in): a long warm-up (20) measures warm processes.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', role] = process.argv.slice(2);
-const WARMUP_MS = 1000;
+const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', role] =
+  process.argv.slice(2);
+const WARMUP_MS = Number(warmupArg) * 1000;
 
 if (role === 'lease') {
   // One contender: after the warm-up, counts its cycles and its CPU over `seconds`.
@@ -50,7 +54,9 @@ if (role === 'lease') {
   )}`;
   const systems = {
     lease: async (dir) =>
-      JSON.parse((await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, 'lease'])).out),
+      JSON.parse(
+        (await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, warmupArg, 'lease'])).out,
+      ),
     'node floor': async (dir) => {
       const floor = join(here, '..', 'agents', 'node-floor.mjs');
       const { out, err } = await run([

@@ -4,6 +4,8 @@
  * id, for the CLI). Readers accept records without it and ignore unknown fields.
  */
 import { MAX_TOKEN } from '../kernel/token.js';
+import type { LeaseHolder } from '../port/errors.js';
+import { MAX_EXPIRY_MS } from '../port/validate.js';
 import { JsonNumber, parseJson } from './json.js';
 
 export interface LeaseRecord {
@@ -98,6 +100,11 @@ export function expiresAtMs(record: LeaseRecord): number {
   return record.expiryNanos === undefined ? record.expiryMs : record.expiryMs + 1;
 }
 
+/** Who the record names, as errors and events report it. */
+export function holderOf(record: LeaseRecord): LeaseHolder {
+  return Object.freeze({ owner: record.owner, token: record.token, expiry: new Date(record.expiryMs) });
+}
+
 /** Is the lease past its recorded expiry at `nowMs`? The one home of that comparison. */
 export function isExpired(record: LeaseRecord, nowMs: number): boolean {
   return expiresAtMs(record) <= nowMs;
@@ -112,10 +119,49 @@ export function formatRecord(record: LeaseRecord): string {
 /** UTC with milliseconds, as this port always wrote; a read instant finer than that (a Go
  * record's) keeps its nanoseconds, trailing zeros trimmed as Go does. */
 function formatExpiry(record: LeaseRecord): string {
-  const iso = new Date(record.expiryMs).toISOString();
+  const iso = formatUtcMs(record.expiryMs);
   if (record.expiryNanos === undefined) return iso;
   const nanos = String(record.expiryNanos).padStart(6, '0').replace(/0+$/, '');
   return `${iso.slice(0, -1)}${nanos}Z`;
+}
+
+const TWO_DIGITS = Array.from({ length: 100 }, (_, i) => String(i).padStart(2, '0'));
+const MS_PER_DAY = 86_400_000;
+
+/**
+ * `new Date(ms).toISOString()`, by arithmetic: it runs for every record written, and the Date
+ * (allocation and its formatter) was most of formatRecord's time. Years 1970–9999 (every expiry
+ * this port writes from a sane clock); anything else goes to Date.
+ */
+export function formatUtcMs(ms: number): string {
+  if (!(ms >= 0 && ms <= MAX_EXPIRY_MS)) return new Date(ms).toISOString();
+  const whole = Math.trunc(ms);
+  const days = Math.floor(whole / MS_PER_DAY);
+  let rest = whole - days * MS_PER_DAY;
+  const { year, month, day } = civilFromDays(days);
+  const hour = Math.floor(rest / 3_600_000);
+  rest -= hour * 3_600_000;
+  const minute = Math.floor(rest / 60_000);
+  rest -= minute * 60_000;
+  const second = Math.floor(rest / 1_000);
+  const millis = rest - second * 1_000;
+  const frac = millis < 10 ? `00${millis}` : millis < 100 ? `0${millis}` : `${millis}`;
+  return `${year}-${TWO_DIGITS[month]}-${TWO_DIGITS[day]}T${TWO_DIGITS[hour]}:${TWO_DIGITS[minute]}:${TWO_DIGITS[second]}.${frac}Z`;
+}
+
+/** The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's civil_from_days). */
+function civilFromDays(days: number): { year: number; month: number; day: number } {
+  const z = days + 719_468;
+  const era = Math.floor(z / 146_097);
+  const dayOfEra = z - era * 146_097;
+  const yearOfEra = Math.floor(
+    (dayOfEra - Math.floor(dayOfEra / 1_460) + Math.floor(dayOfEra / 36_524) - Math.floor(dayOfEra / 146_096)) / 365,
+  );
+  const dayOfYear = dayOfEra - (365 * yearOfEra + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100));
+  const mp = Math.floor((5 * dayOfYear + 2) / 153);
+  const day = dayOfYear - Math.floor((153 * mp + 2) / 5) + 1;
+  const month = mp < 10 ? mp + 3 : mp - 9;
+  return { year: yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day };
 }
 
 /** Epoch ms of an RFC 3339 time in any form Go writes (nanoseconds, zone offsets), truncated to

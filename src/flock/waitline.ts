@@ -3,11 +3,12 @@
  * refused waiting acquire queues, and who a release hands the lease to. The queue is the content
  * of the id's `.lock` file (see queue.ts), so every method runs under that transition lock.
  */
-import { LeaseHeldError, type LeaseHolder } from '../port/errors.js';
+import { LeaseHeldError } from '../port/errors.js';
 import { nextToken } from '../kernel/token.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
 import type { LeaseIO } from './io.js';
 import { inDir, waitName } from './layout.js';
+import { holderOf, type LeaseRecord } from './record.js';
 import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
 
 /** A waiting acquire's place in the id's queue, once it has one. */
@@ -86,9 +87,10 @@ export class WaitLine {
   /**
    * A takeable lease: `undefined` if this transition may take it (queued waiters go first, in
    * arrival order; the caller's own place is given up), else the refusal naming the waiter it is
-   * reserved for. `holder` is what the record says (expired, released), as in any refusal.
+   * reserved for. `record` is what the refusal names as the holder (expired, released), as in any
+   * refusal.
    */
-  claim(tx: TransitionContext, holder: LeaseHolder | undefined): Refused | undefined {
+  claim(tx: TransitionContext, record: LeaseRecord | undefined): Refused | undefined {
     const queue = parseQueue(this.#io.readLockData(tx.lockFd));
     if (queue.waiters.length > 0) {
       const original = formatQueue(queue);
@@ -98,7 +100,7 @@ export class WaitLine {
           new LeaseHeldError(
             `lease ${JSON.stringify(tx.sessionId)} is free but reserved for a queued waiter (ticket ${ahead})`,
             tx.sessionId,
-            holder,
+            record && holderOf(record),
           );
         const watch = this.waitPath(tx.safe, ahead);
         return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, { queue, original });
