@@ -63,7 +63,7 @@ for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : here));
 
-/** Counts per mode. The full run takes ~10 minutes; the quick one ~30 s. */
+/** Counts per mode. The full run takes ~12 minutes; the quick one ~30 s. */
 const config = quick
   ? {
       cycle: { rounds: 2, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
