@@ -87,13 +87,23 @@ static void reap(pid_t command, int *command_status, int *command_done) {
   }
 }
 
+// A failure while ending the command: reported once, and the caller tries again until its
+// deadline. Exiting at once, as fail() does, would close the kept `.live` (release the lease)
+// while the command's processes may still be alive.
+static int retry_after(const char *what) {
+  static int reported;
+  if (!reported) fprintf(stderr, "flocklease-supervisor: %s: %s (trying again)\n", what, strerror(errno));
+  reported = 1;
+  return -1;
+}
+
 // SIGKILLs every process of process group `group` other than this one; returns how many exist
-// (zombies included: they are gone once reaped).
+// (zombies included: they are gone once reaped), or -1 when the scan failed (some may be left).
 static int kill_group_members(pid_t group) {
   DIR *proc = opendir("/proc");
-  if (proc == NULL) fail("opendir /proc");
+  if (proc == NULL) return retry_after("opendir /proc");
   pid_t self = getpid();
-  int members = 0;
+  int members = 0, failed = 0;
   for (;;) {
     // readdir reports an error only through errno, and the calls below may leave one there (a
     // process that exited meanwhile: ESRCH), so errno is cleared right before each readdir.
@@ -107,31 +117,36 @@ static int kill_group_members(pid_t group) {
     if (pgid < 0) continue; // exited meanwhile (ESRCH)
     if (pgid != group) continue;
     members++;
-    if (kill((pid_t)pid, SIGKILL) != 0 && errno != ESRCH) fail("kill");
+    if (kill((pid_t)pid, SIGKILL) != 0 && errno != ESRCH) failed = retry_after("kill");
   }
-  if (errno != 0) fail("readdir /proc");
-  if (closedir(proc) != 0) fail("closedir /proc");
-  return members;
+  if (errno != 0) failed = retry_after("readdir /proc");
+  closedir(proc); // read-only: a failing close loses nothing
+  return failed ? -1 : members;
 }
 
 // The parent died: kill what we supervise, wait (bounded) until it is gone, then exit — closing
-// the kept `.live` descriptor last.
+// the kept `.live` descriptor last. A failing kill or scan is retried until the deadline.
 static void on_parent_death(int foreground, pid_t command, int command_done) {
   int status = 0, done = command_done;
   long deadline = now_ms() + REAP_LIMIT_MS;
   for (;;) {
-    int left;
+    int left; // processes still there; -1: not known (the kill or the scan failed)
     if (foreground) {
-      if (!done && kill(command, SIGKILL) != 0 && errno != ESRCH) fail("kill");
       left = !done;
+      if (!done && kill(command, SIGKILL) != 0 && errno != ESRCH) left = retry_after("kill");
     } else {
       left = kill_group_members(getpgrp());
     }
     reap(command, &status, &done);
     if (left == 0) break;
     if (now_ms() > deadline) {
-      fprintf(stderr, "flocklease-supervisor: %d process(es) of the command survived SIGKILL for %d ms\n", left,
-              REAP_LIMIT_MS);
+      if (left < 0) {
+        fprintf(stderr, "flocklease-supervisor: could not make sure the command's processes were gone within %d ms\n",
+                REAP_LIMIT_MS);
+      } else {
+        fprintf(stderr, "flocklease-supervisor: %d process(es) of the command survived SIGKILL for %d ms\n", left,
+                REAP_LIMIT_MS);
+      }
       break;
     }
     struct timespec pause = {0, 2 * 1000 * 1000};

@@ -3,7 +3,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, test } from 'vitest';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, onTestFinished, test } from 'vitest';
 import { inspectLeaseDir } from '../../src/flock/operator/index.js';
 import { supervisorPath } from '../../src/native.js';
 import { freshDir } from '../helpers/dirs.js';
@@ -106,6 +107,55 @@ describe('flocklease run: kill -9', () => {
       process.kill(-churn.pid!, 'SIGKILL');
     }
   }, 60_000);
+
+  test('a failing /proc scan is retried: the supervisor still kills and reaps the group before it exits', async () => {
+    // Faulted at the libc boundary: the first 20 opendir("/proc") calls fail with ENFILE. Exiting
+    // on the first, as the supervisor once did, would leave the command running without the lease.
+    const dir = freshDir();
+    const shim = join(dir, 'failing-opendir.so');
+    const source = fileURLToPath(new URL('./fixtures/failing-opendir.c', import.meta.url));
+    const built = spawnSync(process.env.CC || 'cc', ['-shared', '-fPIC', '-o', shim, source, '-ldl'], {
+      encoding: 'utf8',
+    });
+    expect(built.stderr).toBe('');
+    const pids = join(dir, 'pids');
+    const errors = join(dir, 'stderr');
+    // A parent that starts the supervisor, waits for the command's sleeper, and exits.
+    const parent = spawnSync(
+      'sh',
+      [
+        '-c',
+        `"$0" --parent-pid $$ -- sh -c 'sleep 1000 & echo $! > "$1"; wait' sh "$1" 2> "$2" &
+         echo $! > "$1.supervisor"; while [ ! -s "$1" ]; do sleep 0.01; done`,
+        supervisorPath(),
+        pids,
+        errors,
+      ],
+      // stdio ignored: the command's processes would otherwise hold spawnSync's pipes open.
+      { stdio: 'ignore', timeout: 10_000, env: { ...process.env, LD_PRELOAD: shim, FAIL_OPENDIR_PROC: '20' } },
+    );
+    expect(parent.status).toBe(0);
+    const supervisor = Number(fs.readFileSync(`${pids}.supervisor`, 'utf8'));
+    const sleeper = Number(fs.readFileSync(pids, 'utf8'));
+    onTestFinished(() => {
+      if (alive(sleeper)) process.kill(sleeper, 'SIGKILL'); // only if the supervisor left it behind
+    });
+    // Exited: gone, or a zombie waiting for init to reap it.
+    const exited = (): true | undefined => {
+      try {
+        const stat = fs.readFileSync(`/proc/${supervisor}/stat`, 'latin1');
+        return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z') ? true : undefined;
+      } catch {
+        return true;
+      }
+    };
+    await until(exited, 'the supervisor to exit', 12_000);
+    // Killed and reaped by the supervisor (its subreaper) before it exited: no process, no zombie.
+    expect(fs.existsSync(`/proc/${sleeper}`)).toBe(false);
+    expect(fs.readFileSync(errors, 'utf8')).toBe(
+      'flocklease-supervisor: opendir /proc: Too many open files in system (trying again)\n',
+    );
+  });
 
   test('if the supervisor itself is SIGKILLed, run SIGKILLs the group before it releases', async () => {
     const dir = freshDir();
