@@ -26,7 +26,8 @@
 //     record still named us, so nobody took over in between); a renew that returned after it (a
 //     reclaim after a suspension, or a renew that was slow to return) opens a NEW segment at its
 //     `at` — the gap in between is not counted, which can only hide a violation, never invent one;
-//   - a release ends it at the release's `begin` (the tombstone is written after that);
+//   - a release ends it at the release's `begin` (the tombstone or hand-off is written after that),
+//     also one cut short by a kill (the worker logs `releasing` before it calls release);
 //   - a death ends it at the kill time the parent logged BEFORE sending SIGKILL (the kernel drops
 //     the flock only after that), or at the worker's own `exit` event (logged before it exits).
 // A suspended (SIGSTOPped) holder stays a holder until its expiry: suspension ends nothing.
@@ -218,6 +219,12 @@ export function check(history) {
           const last = gen.segments[gen.segments.length - 1];
           if (e.begin >= last[1]) figures.reclaims++;
           extend(gen, e, e.expiry);
+          break;
+        }
+        case 'releasing': {
+          // The holder stops here, whether the release then completes, fails or is cut short.
+          const gen = current.get(e.id);
+          if (gen !== undefined) for (const s of gen.segments) s[1] = Math.min(s[1], e.begin);
           break;
         }
         case 'release':

@@ -236,6 +236,18 @@ describe('legal histories pass', () => {
   });
 });
 
+test('a release cut short by a kill after its hand-off: the holder ends where it began to release', () => {
+  // The soak once met this: the release handed the lease to a waiter, and the releaser was killed
+  // before it could log `release`, so it counted as a holder until the kill.
+  const releasing: WorkerEvent = { ev: 'releasing', id: 's', token: '10', begin: 200, at: 200 };
+  const handedOver = acquire('s', 20, 150, 205, 505);
+  const cut = history({ [A]: [acquire('s', 10, 0, 1, 300), releasing], [B]: [handedOver] }, [kill(A, 210)]);
+  expect(check(cut).violations).toEqual([]);
+  // Without that line it is what it looks like: a holder alive until 210, a successor at 205.
+  const unannounced = history({ [A]: [acquire('s', 10, 0, 1, 300)], [B]: [handedOver] }, [kill(A, 210)]);
+  expect(only(unannounced).properties).toEqual(['P1']);
+});
+
 describe('each property: a history that breaks it is caught', () => {
   test('P1: a successor granted while the holder was alive, unexpired and unreleased', () => {
     const r = only(history({ [A]: [acquire('s', 10, 0, 1, 300)], [B]: [acquire('s', 20, 90, 100, 400)] }));

@@ -190,6 +190,9 @@ async function hold(grant) {
 
 async function release(grant) {
   const begin = Date.now();
+  // Logged before the call: a kill after the release committed (a hand-off's waiter may already
+  // hold the lease) but before the `release` line would otherwise leave this holder unended.
+  log({ ev: 'releasing', id: grant.sessionId, token: String(grant.token), begin, at: begin });
   try {
     await lease.release(grant);
     log({ ev: 'release', id: grant.sessionId, token: String(grant.token), begin, at: Date.now() });
