@@ -430,6 +430,7 @@ export class Lease implements SessionLease {
               deadline: request.deadline ?? performance.now() + this.transitionTimeoutMs,
               signal,
               tryLock: (p) => this.#tryLockTransition(p),
+              firstTry: first,
             });
       try {
         this.#retryPending(safe, request.operation === 'acquire');

@@ -24,6 +24,8 @@ export interface TransitionLockRequest {
   readonly signal?: AbortSignal | undefined;
   /** Tries the lock once; defaults to `io.tryLockTransition` (the Lease also recreates its dir). */
   readonly tryLock?: ((path: string) => number | 'busy' | 'replaced') | undefined;
+  /** The outcome of a try the caller already made (the Lease's synchronous first one): not repeated. */
+  readonly firstTry?: 'busy' | 'replaced' | undefined;
 }
 
 /**
@@ -36,7 +38,7 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
   const { io, path, signal, deadline } = request;
   const tryLock = request.tryLock ?? ((p: string) => io.tryLockTransition(p));
   for (let tries = 0; ; tries++) {
-    const fd = tryLock(path);
+    const fd = tries === 0 && request.firstTry !== undefined ? request.firstTry : tryLock(path);
     if (typeof fd === 'number') return fd;
     if (fd === 'replaced') continue; // the lock file was pruned under us: lock the new one
     const left = deadline - performance.now();
