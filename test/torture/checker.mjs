@@ -224,7 +224,7 @@ export function check(history) {
         case 'releasing': {
           // The holder stops here, whether the release then completes, fails or is cut short.
           const gen = current.get(e.id);
-          if (gen !== undefined) for (const s of gen.segments) s[1] = Math.min(s[1], e.begin);
+          if (gen !== undefined) endBy(gen, e.begin);
           break;
         }
         case 'release':
@@ -235,7 +235,7 @@ export function check(history) {
             figures.transitions++;
           }
           if (gen === undefined) break;
-          for (const s of gen.segments) s[1] = Math.min(s[1], e.begin);
+          endBy(gen, e.begin);
           gen.status = e.ev === 'release' ? 'ended' : 'abandoned';
           if (e.ev === 'release') current.delete(e.id);
           break;
@@ -272,7 +272,7 @@ export function check(history) {
     if (dies !== undefined) {
       for (const gen of gens.values()) {
         if (gen.pid !== pid) continue;
-        for (const s of gen.segments) s[1] = Math.min(s[1], dies);
+        endBy(gen, dies);
       }
     }
   }
@@ -443,6 +443,11 @@ function extend(gen, e, expiry) {
   const last = gen.segments[gen.segments.length - 1];
   if (last !== undefined && e.at <= last[1]) last[1] = Math.max(last[1], expiry);
   else gen.segments.push([e.at, expiry]);
+}
+
+/** The generation is a holder no later than `t` (a release began, or its process died). */
+function endBy(gen, t) {
+  for (const s of gen.segments) s[1] = Math.min(s[1], t);
 }
 
 /** Was the generation a holder at time t? */
