@@ -1047,8 +1047,10 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
       at += sizeof *event + event->len;
     }
   }
-  // Unlink the finished watches first, deliver after: a dispatcher may add watches.
-  uint32_t ids[NOTIFY_BATCH];
+  // Unlink the finished watches first, deliver after: a dispatcher may add watches. Their
+  // descriptors and inotify watches go only after delivering, off the waiter's path to its grant
+  // (a watch the dispatcher added meanwhile on the same inode shares the wd, so it is kept).
+  notify_watch *done[NOTIFY_BATCH];
   int errs[NOTIFY_BATCH], ndone = 0;
   for (notify_watch **link = &n->watches; *link && ndone < NOTIFY_BATCH;) {
     notify_watch *w = *link;
@@ -1060,11 +1062,11 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
       continue;
     }
     *link = w->next;
-    ids[ndone] = w->id;
+    done[ndone] = w;
     errs[ndone++] = err;
-    notify_forget(n, w);
   }
-  for (int i = 0; i < ndone; i++) notify_deliver(n, ids[i], errs[i]);
+  for (int i = 0; i < ndone; i++) notify_deliver(n, done[i]->id, errs[i]);
+  for (int i = 0; i < ndone; i++) notify_forget(n, done[i]);
 }
 
 // The close callback of a handle whose set-up failed: nothing else refers to it.

@@ -7,8 +7,8 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, test } from 'vitest';
-import { faults } from '../src/flock/io.js';
-import { Lease } from '../src/flock/lease.js';
+import { faults, fileIO } from '../src/flock/io.js';
+import { kIO, Lease } from '../src/flock/lease.js';
 import { MemoryLease } from '../src/memory/memory-lease.js';
 import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
 import type { LeaseGrant } from '../src/port/types.js';
@@ -232,6 +232,47 @@ describe('waiting acquire', () => {
       await lease.release(await waiters[i]!);
     }
     expect(order).toEqual(['w1', 'w2', 'w3']);
+  });
+
+  test('a hand-off that wakes a waiter while another operation of its process on the id is under way waits its turn', async () => {
+    const dir = freshDir();
+    const holder = new Lease(dir); // its own open files: another process, as far as flock can tell
+    const held = await holder.acquire('s1', 'holder');
+    const lockPath = leaseFiles(dir, 's1').lock;
+    const order: string[] = [];
+    let blocker: number | string | undefined;
+    let other: Promise<unknown> | undefined;
+    let armed = true;
+    const lease: Lease = new Lease(dir, {
+      [kIO]: {
+        ...fileIO,
+        watchUnlock: (path: string, report: (errno: number) => void) =>
+          fileIO.watchUnlock(path, (errno) => {
+            if (armed) {
+              // The release has just handed the lease over. Before the waiter runs, this process
+              // starts another operation on the id, held up by someone else's transition lock.
+              armed = false;
+              blocker = fileIO.tryLockTransition(lockPath);
+              other = lease.acquire('s1', 'other').finally(() => order.push('other'));
+            }
+            report(errno);
+          }),
+      },
+    } as object);
+    const waiting = lease.acquire('s1', 'waiter', { waitMs: 10_000 }).finally(() => order.push('waiter'));
+    await until(() => waitFiles(dir).length === 1, 'the waiter queued');
+    await holder.release(held);
+    await until(() => other !== undefined, 'the hand-off seen');
+    expect(blocker).toBeTypeOf('number');
+    await sleep(100);
+    expect(order).toEqual([]); // the waiter does not go past the operation ahead of it
+    fileIO.unlockTransition(blocker as number);
+    await expect(other).rejects.toMatchObject({ code: 'ELEASEHELD', holder: { owner: 'waiter' } });
+    const grant = await waiting;
+    expect(order).toEqual(['other', 'waiter']);
+    expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'waiter', token: grant.token });
+    await lease.release(grant);
+    expect(waitFiles(dir)).toEqual([]);
   });
 
   test('MemoryLease waits the same way: in order, woken by release, bounded by waitMs', async () => {

@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, expect, test } from 'vitest';
 import { faults, fileIO } from '../src/flock/io.js';
+import { waitForUnlock } from '../src/flock/watch.js';
 import { freshDir } from './helpers/dirs.js';
 import { openFdCount } from './helpers/lease-files.js';
 
@@ -138,5 +139,53 @@ test('many watches of one inode under different paths each report', async () => 
     expect(watches.map((w) => w.started)).toEqual([true, true]);
     await holder.release();
     expect(await within(Promise.all(watches.map((w) => w.when)), 5_000)).toEqual([0, 0]);
+  });
+});
+
+test('a watch started from the report of another on the same inode is still woken by inotify', async () => {
+  await whileHeld('f.live', async (holder, path) => {
+    // The pool threads stalled: only inotify can report in time. A watch's inotify side is dropped
+    // after its report is delivered, and a watch the report adds on that inode shares its wd.
+    faults.stall('watch.flock', 10_000, 2);
+    let second!: ReturnType<typeof watch>;
+    let ours: number | undefined;
+    let added!: () => void;
+    const secondAdded = new Promise<void>((resolve) => (added = resolve));
+    const first = fileIO.watchUnlock(path, () => {
+      ours = fileIO.lockFile(path); // as the next holder would, from within the report
+      second = watch(path);
+      added();
+      setTimeout(() => fileIO.closeFile(ours!), 50);
+    });
+    expect(first).toBe(true);
+    await holder.release();
+    expect(await within(secondAdded, 5_000)).toBeUndefined();
+    expect(ours).toBeTypeOf('number');
+    expect(second.started).toBe(true);
+    expect(await within(second.when, 5_000)).toBe(0);
+  });
+});
+
+test('waitForUnlock ends on a waker, on an abort (with its reason), and at once for an aborted signal', async () => {
+  await whileHeld('g.live', async (_holder, path) => {
+    const wakers = new Set<() => void>();
+    const woken = waitForUnlock(fileIO, path, 10_000, undefined, wakers);
+    expect(wakers.size).toBe(1);
+    for (const wake of wakers) wake();
+    expect(await within(woken, 1_000)).toBeUndefined();
+    expect(wakers.size).toBe(0); // a waker removes itself
+
+    const controller = new AbortController();
+    const aborted = waitForUnlock(fileIO, path, 10_000, controller.signal, wakers);
+    const reason = new Error('stop');
+    controller.abort(reason);
+    await expect(within(aborted, 1_000)).rejects.toBe(reason);
+    expect(wakers.size).toBe(0);
+
+    const early = new Error('already');
+    await expect(within(waitForUnlock(fileIO, path, 10_000, AbortSignal.abort(early), wakers), 1_000)).rejects.toBe(
+      early,
+    );
+    expect(wakers.size).toBe(0);
   });
 });

@@ -70,9 +70,6 @@ type LeaseState =
   | 'held' // unexpired, and its holder (here, or another live process) keeps it
   | 'crashed'; // unexpired, but nobody holds its .live
 
-/** A waiting acquire's hand-off, taken under the transition lock or (see #adoptHandOff) without it. */
-type HandOffContext = Omit<TransitionContext, 'lockFd' | 'place'> & { readonly place: Place };
-
 type TakeoverReason = Extract<LeaseState, 'free' | 'released' | 'expired' | 'crashed'>;
 
 /** The operations that run under the transition lock. */
@@ -124,12 +121,24 @@ export class Lease implements SessionLease {
    * Acquires the lease for `owner`, or throws LeaseHeldError. With `waitMs`, waits (in arrival
    * order with other waiters) for the holder to release, die or expire.
    */
-  async acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
-    checkSessionId(sessionId);
-    checkOwner(owner);
-    const signal = operationSignal(options);
-    const waitMs = resolveWaitMs(options?.waitMs);
+  acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
+    // Not an async function: returning the waiting acquire's promise from one would cost the
+    // woken waiter two more promise hops before its caller has the grant.
+    let signal: AbortSignal | undefined;
+    let waitMs: number;
+    try {
+      checkSessionId(sessionId);
+      checkOwner(owner);
+      signal = operationSignal(options);
+      waitMs = resolveWaitMs(options?.waitMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     if (waitMs > 0) return this.#acquireWaiting(sessionId, owner, waitMs, signal);
+    return this.#acquireOnce(sessionId, owner, signal);
+  }
+
+  async #acquireOnce(sessionId: string, owner: string, signal: AbortSignal | undefined): Promise<LeaseGrant> {
     const request = { operation: 'acquire', sessionId, signal } as const;
     const attempt = await this.#transition(request, (tx) => this.#attempt(tx, owner));
     if ('grant' in attempt) return attempt.grant;
@@ -265,8 +274,14 @@ export class Lease implements SessionLease {
     const record = this.#readRecord(safe);
     const state = this.#stateOf(tx, owner, record);
     switch (state) {
-      case 'handed-over':
-        return this.#adopt(tx as HandOffContext, owner, record!);
+      case 'handed-over': {
+        this.#adopt(safe, tx.place!, owner, record!);
+        if (!isExpired(record!, now))
+          return { grant: this.#handedOver(sessionId, owner, record!.token, record!.expiryMs) };
+        // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
+        await this.#commit(safe, { owner, token: record!.token, expiryMs, session: sessionId });
+        return { grant: this.#handedOver(sessionId, owner, record!.token, expiryMs) };
+      }
       case 'refresh': {
         await this.#commit(safe, { owner, token: record!.token, expiryMs, session: sessionId });
         const grant = grantOf(sessionId, owner, record!.token, expiryMs);
@@ -307,24 +322,22 @@ export class Lease implements SessionLease {
     return this.#io.probeLive(this.#livePath(tx.safe, record.token)) ? 'held' : 'crashed';
   }
 
-  /** A release handed us the lease while we waited: our .wait file is its .live. */
-  async #adopt(ctx: HandOffContext, owner: string, record: LeaseRecord): Promise<Attempt> {
-    const { safe, sessionId, now, place } = ctx;
+  /** A release handed us the lease while we waited (under the transition lock, or see
+   * #adoptHandOff): our .wait file is its .live, now held as ours. */
+  #adopt(safe: string, place: Place, owner: string, record: LeaseRecord): void {
     const predecessor = this.#held.get(safe);
     if (predecessor !== undefined) this.#dropGeneration(safe, predecessor);
     this.#held.set(safe, { token: record.token, owner, fd: place.fd! });
     place.fd = undefined;
     place.ticket = undefined;
-    let expiryMs = record.expiryMs;
-    if (isExpired(record, now)) {
-      // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
-      expiryMs = now + this.ttlMs;
-      await this.#commit(safe, { owner, token: record.token, expiryMs, session: sessionId });
-    }
-    const grant = grantOf(sessionId, owner, record.token, expiryMs);
+  }
+
+  /** The grant of an adopted hand-off, announced. */
+  #handedOver(sessionId: string, owner: string, token: bigint, expiryMs: number): LeaseGrant {
+    const grant = grantOf(sessionId, owner, token, expiryMs);
     publish(channels.acquire, () => ({ lease: this, grant, refreshed: false }));
     publish(channels.takeover, () => ({ lease: this, grant, reason: 'handoff' as const }));
-    return { grant };
+    return grant;
   }
 
   async #acquireWaiting(
@@ -348,12 +361,13 @@ export class Lease implements SessionLease {
         if (left <= 0) throw attempt.refusal();
         const started = performance.now();
         await this.#waitForChange(safe, attempt, left, signal);
-        const adopted = await this.#adoptHandOff(sessionId, owner, place, signal);
+        const adopted = this.#adoptHandOff(sessionId, safe, owner, place);
         if (adopted !== undefined) return adopted;
         idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
         lastWatch = attempt.watch;
       }
     } finally {
+      if (this.#wakers.get(safe)?.size === 0) this.#wakers.delete(safe);
       if (place.fd !== undefined) {
         this.#line.leave(safe, place);
         this.#wake(safe); // whoever queued behind us may be first now
@@ -364,44 +378,34 @@ export class Lease implements SessionLease {
   /**
    * The fast path after a wake-up: if a release handed us the lease, take it without the transition
    * lock — the record is replaced atomically, and our own flock on the handed-over file is what
-   * keeps everyone else off an unexpired lease. (Expired, or anything else: the locked path.)
+   * keeps everyone else off an unexpired lease. Synchronous, since it is the woken waiter's path to
+   * its grant. Expired, another operation of this process on the id under way, or anything else:
+   * `undefined`, and the locked path decides.
    */
-  async #adoptHandOff(
-    sessionId: string,
-    owner: string,
-    place: Place,
-    signal: AbortSignal | undefined,
-  ): Promise<LeaseGrant | undefined> {
+  #adoptHandOff(sessionId: string, safe: string, owner: string, place: Place): LeaseGrant | undefined {
     if (place.fd === undefined) return undefined;
-    const safe = safeID(sessionId);
-    const leave = this.#gate.tryEnter(safe) ?? (await this.#gate.enter(safe, signal));
+    const leave = this.#gate.tryEnter(safe);
+    if (leave === undefined) return undefined;
     try {
       const record = this.#readRecord(safe);
       const now = readClock(this.#clock);
-      if (place.fd === undefined || record?.owner !== owner || isExpired(record, now)) return undefined;
+      if (record?.owner !== owner || isExpired(record, now)) return undefined;
       if (!this.#io.sameFile(place.fd, this.#livePath(safe, record.token))) return undefined;
-      const attempt = await this.#adopt({ sessionId, safe, now, place }, owner, record);
-      return 'grant' in attempt ? attempt.grant : undefined;
+      this.#adopt(safe, place, owner, record);
+      return this.#handedOver(sessionId, owner, record.token, record.expiryMs);
     } finally {
       leave();
     }
   }
 
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
-   * the lease, the wait runs out, or `signal` aborts (which rejects). */
-  async #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
-    const wakers = this.#wakers.get(safe) ?? new Set();
-    this.#wakers.set(safe, wakers);
-    let wake!: () => void;
-    const woken = new Promise<void>((resolve) => (wake = resolve));
-    wakers.add(wake);
+   * the lease, the wait runs out, or `signal` aborts (which rejects). The waiting acquire drops the
+   * id's emptied wakers set when it ends. */
+  #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
+    let wakers = this.#wakers.get(safe);
+    if (wakers === undefined) this.#wakers.set(safe, (wakers = new Set()));
     const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
-    try {
-      await waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, woken);
-    } finally {
-      wakers.delete(wake);
-      if (wakers.size === 0) this.#wakers.delete(safe);
-    }
+    return waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, wakers);
   }
 
   /** Wakes this process's waiting acquires on `safe` to look again. */

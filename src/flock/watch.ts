@@ -18,35 +18,41 @@ export interface WaitRound {
 }
 
 /**
- * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass,
- * `wake` resolves, or `signal` aborts (which rejects with its reason). One plain timer per wait.
+ * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
+ * function in `wakers` is called (it adds and removes its own), or `signal` aborts (which rejects
+ * with its reason). One plain timer per wait.
+ *
+ * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
+ * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
+ * docs/bench.md, "The seventh round"). The watch settles the wait directly, and the wait's
+ * teardown runs right there.
  */
-export async function waitForUnlock(
+export function waitForUnlock(
   io: LeaseIO,
   path: string | undefined,
   ms: number,
   signal: AbortSignal | undefined,
-  wake?: Promise<void>,
+  wakers?: Set<() => void>,
 ): Promise<void> {
-  const round: WaitRound = { over: false };
-  let timer: NodeJS.Timeout | undefined;
-  let onAbort: (() => void) | undefined;
-  const timeUp = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, timerDelay(ms));
-    onAbort = resolve;
-    signal?.addEventListener('abort', onAbort, { once: true });
+  if (signal?.aborted) return Promise.reject(signal.reason);
+  return new Promise<void>((resolve, reject) => {
+    const round: WaitRound = { over: false };
+    // First, so that if it throws (rejecting this promise) nothing is left set up.
+    const unlocked = path === undefined ? undefined : whenUnlocked(io, path, round);
+    const settle = (): void => {
+      if (round.over) return;
+      round.over = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', settle);
+      wakers?.delete(settle);
+      if (signal?.aborted) reject(signal.reason);
+      else resolve();
+    };
+    const timer = setTimeout(settle, timerDelay(ms));
+    signal?.addEventListener('abort', settle, { once: true });
+    wakers?.add(settle);
+    void unlocked?.then(settle);
   });
-  const events = [timeUp];
-  if (wake !== undefined) events.push(wake);
-  if (path !== undefined) events.push(whenUnlocked(io, path, round));
-  try {
-    await Promise.race(events);
-    signal?.throwIfAborted();
-  } finally {
-    round.over = true;
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort!);
-  }
 }
 
 /**
