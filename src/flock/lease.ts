@@ -310,16 +310,20 @@ export class Lease implements SessionLease {
   /** What an acquire by `owner` finds under the transition lock. */
   #stateOf(tx: TransitionContext, owner: string, record: LeaseRecord | undefined): LeaseState {
     if (record === undefined) return 'free';
-    const fd = tx.place?.fd;
-    if (fd !== undefined && record.owner === owner && this.#io.sameFile(fd, this.#livePath(tx.safe, record.token))) {
-      return 'handed-over';
-    }
+    if (this.#handedTo(tx.safe, tx.place, owner, record)) return 'handed-over';
     if (record.owner === '') return 'released';
     if (isExpired(record, tx.now)) return 'expired';
     // This process holds the live generation: only its own owner may refresh it.
     if (this.#held.get(tx.safe)?.token === record.token) return record.owner === owner ? 'refresh' : 'held';
     // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
     return this.#io.probeLive(this.#livePath(tx.safe, record.token)) ? 'held' : 'crashed';
+  }
+
+  /** Whether a release handed `record`'s generation to this waiting `place`: its owner, and our
+   * flocked .wait file renamed to its .live. */
+  #handedTo(safe: string, place: Place | undefined, owner: string, record: LeaseRecord): boolean {
+    const fd = place?.fd;
+    return fd !== undefined && record.owner === owner && this.#io.sameFile(fd, this.#livePath(safe, record.token));
   }
 
   /** A release handed us the lease while we waited (under the transition lock, or see
@@ -389,8 +393,9 @@ export class Lease implements SessionLease {
     try {
       const record = this.#readRecord(safe);
       const now = readClock(this.#clock);
-      if (record?.owner !== owner || isExpired(record, now)) return undefined;
-      if (!this.#io.sameFile(place.fd, this.#livePath(safe, record.token))) return undefined;
+      if (record === undefined || isExpired(record, now) || !this.#handedTo(safe, place, owner, record)) {
+        return undefined;
+      }
       this.#adopt(safe, place, owner, record);
       return this.#handedOver(sessionId, owner, record.token, record.expiryMs);
     } finally {
