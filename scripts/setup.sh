@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs from Debian what the tests need and a fresh machine lacks, and nothing else:
-#   prebuild  gcc-aarch64-linux-gnu, musl-tools, musl-dev:arm64: `npm pack` cross-builds the
-#             prebuilt binaries with them (scripts/prebuild.mjs; the tarball test packs)
+#   prebuild  gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, musl-tools, musl-dev:arm64: `npm pack`
+#             cross-builds the prebuilt binaries with them (scripts/prebuild.mjs; the tarball test packs)
 #   etcd      etcd-server (3.4): the Ticketing cluster tests, demo and benchmark
 #   redis     redis-server: the Ticketing benchmark's Redis side (its quick run is a test)
 # `sh scripts/setup.sh` installs all three; `sh scripts/setup.sh etcd` only that one.
@@ -17,6 +17,8 @@ for component in $components; do
   case $component in
     prebuild)
       command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
+      # Its C library headers are only a recommendation of the compiler's package (not installed).
+      [ -e /usr/aarch64-linux-gnu/include/stdio.h ] || need="$need libc6-dev-arm64-cross"
       command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
       # Both halves of musl-dev:arm64: a removed package can leave the library link behind.
       [ -e /usr/lib/aarch64-linux-musl/libc.so ] && [ -e /usr/include/aarch64-linux-musl/stdio.h ] ||
