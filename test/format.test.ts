@@ -101,6 +101,7 @@ describe('record (golden vectors)', () => {
     ...vectors.records.map((r) => r.text),
     formatRecord({ owner: 'quote " backslash \\ é \u0001 \u2028', token: MAX_TOKEN, expiryMs: 0, session: '../x' }),
     '{"owner":"a\\u00e9\\n","token":0,"expiry":"0001-01-01T00:00:00.000000001-23:59"}',
+    '{"owner":"wörker ☃ \u2028","token":5,"expiry":"2026-11-29T09:00:00.000Z","session":"s/1 é"}',
   ])('the fast path and the general reader agree on %s', (text) => {
     expect(parseRecord(bytes(text))).toEqual(parseRecord(bytes(text.replace(/^\{/, '{ '))));
   });

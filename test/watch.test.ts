@@ -174,6 +174,11 @@ test('waitForUnlock ends on a waker, on an abort (with its reason), and at once 
     for (const wake of wakers) wake();
     expect(await within(woken, 1_000)).toBeUndefined();
     expect(wakers.size).toBe(0); // a waker removes itself
+    // Its timer is cleared just after (setImmediate), so it keeps nobody's process alive.
+    const timeouts = (): number => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
+    const before = timeouts();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timeouts()).toBe(before - 1);
 
     const controller = new AbortController();
     const aborted = waitForUnlock(fileIO, path, 10_000, controller.signal, wakers);

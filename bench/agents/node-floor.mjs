@@ -16,6 +16,11 @@ const io = fileIO;
 const now = () => process.hrtime.bigint();
 // A wait that never ends early: whenUnlocked's round only stops a polling fallback.
 const forever = { over: false };
+/** Resolves once nobody holds `path` exclusively. */
+const unlocked = (path) =>
+  new Promise((resolve) => {
+    if (!whenUnlocked(io, path, forever, resolve)) resolve();
+  });
 const lockPath = `${dir}/fair.lock`;
 const recordPath = `${dir}/fair.lease.json`;
 
@@ -28,7 +33,7 @@ async function waitTransition() {
   for (;;) {
     const fd = io.tryLockTransition(lockPath);
     if (typeof fd === 'number') return fd;
-    if (fd === 'busy') await whenUnlocked(io, lockPath, forever);
+    if (fd === 'busy') await unlocked(lockPath);
   }
 }
 
@@ -46,7 +51,7 @@ async function fairCycle(token, holdMs) {
   if (mfd === undefined) throw new Error(`${mine} is locked`);
   io.unlockTransition(lfd);
   // The one ahead lets go of its ticket file when it releases (or is gone already).
-  if (ticket > 1) await whenUnlocked(io, `${dir}/fair.${ticket - 1}.wait`, forever);
+  if (ticket > 1) await unlocked(`${dir}/fair.${ticket - 1}.wait`);
   // The release committed the record naming us before it woke us: read it without the transition
   // lock, as the Lease's hand-off does (waiting for that lock would be a second wake-up).
   io.readRecord(recordPath);

@@ -59,13 +59,20 @@ function parseOwnLayout(text: string): LeaseRecord | undefined {
   let owner: string;
   let session: string | undefined;
   try {
-    owner = JSON.parse(m[1]!) as string;
-    session = m[4] === undefined ? undefined : (JSON.parse(m[4]) as string);
+    owner = jsonString(m[1]!);
+    session = m[4] === undefined ? undefined : jsonString(m[4]);
   } catch {
     return undefined; // a bad escape
   }
   if (instant.nanos === 0) return { owner, token, expiryMs: instant.ms, session };
   return { owner, token, expiryMs: instant.ms, expiryNanos: instant.nanos, session };
+}
+
+/** A JSON string that STRING matched: without a backslash it is its text between the quotes (the
+ * pattern already ruled out raw control characters and bare quotes), which skips JSON.parse on the
+ * woken waiter's cold path (see docs/bench.md, "The eighth round"). */
+function jsonString(quoted: string): string {
+  return quoted.includes('\\') ? (JSON.parse(quoted) as string) : quoted.slice(1, -1);
 }
 
 function parseAnyLayout(text: string): LeaseRecord {

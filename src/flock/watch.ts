@@ -8,7 +8,8 @@ import type { LeaseIO } from './io.js';
 
 const MAX_WATCHES = 64;
 const POLL_MS = 10;
-const watches = new Map<string, Promise<void>>();
+/** Each watched file's one addon watch, and the callbacks of everyone waiting on it. */
+const watches = new Map<string, Set<() => void>>();
 
 /** One wait of a caller; `over` once it stopped waiting (ends a polling fallback). A plain flag,
  * not an AbortSignal: a waiting acquire makes one per round, and an AbortController's abort (its
@@ -19,13 +20,14 @@ export interface WaitRound {
 
 /**
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
- * function in `wakers` is called (it adds and removes its own), or `signal` aborts (which rejects
- * with its reason). One plain timer per wait.
+ * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
+ * reason). One plain timer per wait.
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
- * docs/bench.md, "The seventh round"). The watch settles the wait directly, and the wait's
- * teardown runs right there.
+ * docs/bench.md, "The seventh round" and "The eighth round"). The watch's report settles the wait
+ * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) runs
+ * after the woken code, on setImmediate.
  */
 export function waitForUnlock(
   io: LeaseIO,
@@ -37,43 +39,52 @@ export function waitForUnlock(
   if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise<void>((resolve, reject) => {
     const round: WaitRound = { over: false };
-    // First, so that if it throws (rejecting this promise) nothing is left set up.
-    const unlocked = path === undefined ? undefined : whenUnlocked(io, path, round);
+    const tidy = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', settle);
+      if (path !== undefined) watches.get(path)?.delete(settle);
+    };
     const settle = (): void => {
       if (round.over) return;
       round.over = true;
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', settle);
-      wakers?.delete(settle);
+      wakers?.delete(settle); // now: the waiting acquire drops the id's set once it is empty
       if (signal?.aborted) reject(signal.reason);
       else resolve();
+      setImmediate(tidy);
     };
+    // First, so that if it throws (rejecting this promise) nothing is left set up.
+    if (path !== undefined && !whenUnlocked(io, path, round, settle)) {
+      resolve();
+      return;
+    }
     const timer = setTimeout(settle, timerDelay(ms));
     signal?.addEventListener('abort', settle, { once: true });
     wakers?.add(settle);
-    void unlocked?.then(settle);
   });
 }
 
 /**
- * Resolves once nobody holds `path` exclusively (released, or its holder died), or at once if it
- * does not exist or nobody holds it. `round` only stops a polling fallback; an addon watch's
- * result is simply not awaited.
+ * Calls `unlocked` once nobody holds `path` exclusively (released, or its holder died), from the
+ * watch's report itself, with no promise in between; `false` (and no call) if it does not exist or
+ * nobody holds it now. `round` only stops a polling fallback.
  */
-export function whenUnlocked(io: LeaseIO, path: string, round: WaitRound): Promise<void> {
+export function whenUnlocked(io: LeaseIO, path: string, round: WaitRound, unlocked: () => void): boolean {
   const shared = watches.get(path);
-  if (shared !== undefined) return shared;
-  if (watches.size >= MAX_WATCHES) return pollUnlocked(io, path, round);
-  let started = false;
-  const watch = new Promise<void>((resolve) => {
-    started = io.watchUnlock(path, () => {
-      watches.delete(path);
-      resolve();
-    });
-    if (!started) resolve();
+  if (shared !== undefined) {
+    shared.add(unlocked);
+    return true;
+  }
+  if (watches.size >= MAX_WATCHES) {
+    void pollUnlocked(io, path, round).then(unlocked);
+    return true;
+  }
+  const waiting = new Set([unlocked]);
+  const started = io.watchUnlock(path, () => {
+    watches.delete(path);
+    for (const callback of waiting) callback();
   });
-  if (started) watches.set(path, watch);
-  return watch;
+  if (started) watches.set(path, waiting);
+  return started;
 }
 
 /** Never rejects: an error or the round's end just ends the wait (the caller re-checks the lease). */
