@@ -81,7 +81,7 @@ const config = quick
       crash: { samples: { lease: 40, peers: 12 }, peersOn: ['disk', 'tmpfs'] },
       wake: { rounds: 6, samples: { lease: 96, peers: 15 } },
       contention: { rounds: 4, processes: 8, warmupMs: 1000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
-      scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 3, disk: 2 } },
+      scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 5, disk: 5 } },
     };
 config.peers = peerSettings();
 

@@ -7,6 +7,16 @@ import { median, round } from '../lib/stats.mjs';
 
 const SCALE = join(dirname(fileURLToPath(import.meta.url)), '..', 'agents', 'scale.mjs');
 
+/**
+ * Held-count effect: at N ÷ at 1 within each round, the median over rounds. "At 1" is the mean of
+ * the round's measurements before (fresh directory) and after (same directory, back to 1 held),
+ * which cancels drift along the round and the directory's growth, which are not the held count;
+ * taking each ratio within its round keeps one round's slow disk from meeting another's fast one.
+ */
+function heldCountRatio(op, at1) {
+  return round(median(op.atN.rounds.map((r, i) => r.p50 / at1(op, i))));
+}
+
 export function scaleFigure({ dir, ids, iterations, warmup, rounds }) {
   return new Promise((resolve, reject) => {
     execFile(
@@ -19,13 +29,10 @@ export function scaleFigure({ dir, ids, iterations, warmup, rounds }) {
         const med = (field) => round(median(raw.memory.map((m) => m[field])));
         resolve({
           ids: raw.ids,
-          // Held-count effect: at N ÷ at 1, where "at 1" is the mean of the measurements before
-          // (fresh directory) and after (same directory, back to 1 held): this cancels drift along
-          // the round and the directory's growth, which are not the held count.
-          renewRatio: round(raw.renew.atN.p50 / ((raw.renew.at1.p50 + raw.renew.at1After.p50) / 2)),
-          cycleRatio: round(raw.cycle.atN.p50 / ((raw.cycle.at1.p50 + raw.cycle.at1After.p50) / 2)),
-          renewRatioFresh: round(raw.renew.atN.p50 / raw.renew.at1.p50),
-          cycleRatioFresh: round(raw.cycle.atN.p50 / raw.cycle.at1.p50),
+          renewRatio: heldCountRatio(raw.renew, (s, i) => (s.at1.rounds[i].p50 + s.at1After.rounds[i].p50) / 2),
+          cycleRatio: heldCountRatio(raw.cycle, (s, i) => (s.at1.rounds[i].p50 + s.at1After.rounds[i].p50) / 2),
+          renewRatioFresh: heldCountRatio(raw.renew, (s, i) => s.at1.rounds[i].p50),
+          cycleRatioFresh: heldCountRatio(raw.cycle, (s, i) => s.at1.rounds[i].p50),
           heapPerLeaseBytes: med('heapPerLeaseBytes'),
           heapPerLeaseWithoutGrantsBytes: med('heapPerLeaseWithoutGrantsBytes'),
           fdsPerLease: med('fdsPerLease'),

@@ -319,7 +319,7 @@ export function markdown(results) {
   }
   if (f.scale) {
     out.push(
-      `\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds; ${c.scale.rounds.tmpfs} round(s) on tmpfs, ${c.scale.rounds.disk} on disk): with 1 id held in a fresh directory (before), with all held, and with 1 held again after releasing the rest (after; the directory keeps every id's files). Ratio = all ÷ the mean of before and after. Heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`,
+      `\n### Scale: ids held by one process (Lease)\n\nLatency p50 in µs (median over rounds; ${c.scale.rounds.tmpfs} round(s) on tmpfs, ${c.scale.rounds.disk} on disk): with 1 id held in a fresh directory (before), with all held, and with 1 held again after releasing the rest (after; the directory keeps every id's files). Ratio = all ÷ the mean of before and after, within each round; the median over rounds. Heap after gc, with the caller's grants kept and without; fds from /proc/self/fd.\n`,
     );
     const rows = FS.filter((fs) => f.scale[fs]).map((fs) => {
       const s = f.scale[fs];
