@@ -278,9 +278,11 @@ static uint64_t fair_cycle(uint64_t token, uint64_t hold_ns, uint64_t *released)
   lfd = wait_transition(lock);
   write_contended_record(record, release_commits, token + 1); // a hand-off commit, or a tombstone
   unlink(mine);
-  close(mfd); // wakes the next in line
-  close(lfd);
+  // Timed as it lets go, before the close that wakes the next in line: the woken process may run
+  // on this CPU first, and a stamp after the close would then wait for it.
   if (released) *released = now_ns();
+  close(mfd);
+  close(lfd);
   return acquired;
 }
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // flocklease benchmark harness: `npm run bench` (full, minutes) or `npm run bench:quick` (seconds).
 //
-//   node bench/run.mjs [--quick] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD] [--pin MODE]
+//   node bench/run.mjs [--quick] [--busy] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD] [--pin MODE]
 //
 // Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
 // proper-lockfile, lockfile and the C floor (bench/floor.c): acquire+release cycle, renew,
 // event-loop delay, crash takeover, wake-up after release, contention (8 processes) and scale
 // (10 000 held ids). Prints a markdown table; writes results.json, results.md and chart.svg to the
-// output directory (full run: bench/; quick: bench/out/, which git ignores). Imports the BUILT
+// output directory (full run: bench/; busy: bench/busy/; quick: bench/out/, which git ignores). Imports the BUILT
 // package (dist/): `npm run build` first (the npm scripts do). See docs/bench.md.
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -32,6 +33,7 @@ const FIGURES = ['cycle', 'renew', 'eventLoop', 'scale', 'crash', 'wake', 'conte
 const { values: args } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
+    busy: { type: 'boolean', default: false },
     out: { type: 'string' },
     disk: { type: 'string', default: os.tmpdir() },
     tmpfs: { type: 'string', default: '/dev/shm' },
@@ -45,7 +47,9 @@ if (args.help) {
   console.log(`usage: node bench/run.mjs [options]   (npm run bench builds first)
 
   --quick            seconds, tiny counts, every figure still exercised; writes bench/out/
-  --out DIR          where results.json, results.md and chart.svg go (default: bench/)
+  --busy             keep every CPU 70 % busy throughout (stress-ng, from Debian) and judge the ratio
+                     targets loosened by 20 %; writes bench/busy/ (npm run bench:busy)
+  --out DIR          where results.json, results.md and chart.svg go (default: bench/, see above)
   --disk DIR         the disk directory (default: the OS temp dir)
   --tmpfs DIR        the tmpfs directory (default: /dev/shm)
   --only LIST        some of: ${FIGURES.join(',')}
@@ -61,7 +65,7 @@ const only = args.only ? args.only.split(',') : FIGURES;
 if (!['main', 'all', 'none'].includes(args.pin)) throw new Error(`--pin: main, all or none, not ${args.pin}`);
 for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
-const outDir = resolve(args.out ?? (quick ? join(here, 'out') : here));
+const outDir = resolve(args.out ?? (quick ? join(here, 'out') : args.busy ? join(here, 'busy') : here));
 
 /** Counts per mode. The full run takes ~12 minutes; the quick one ~30 s. */
 const config = quick
@@ -96,6 +100,21 @@ if (args['wait-quiet'] !== undefined) {
   }
 }
 
+// --busy: every CPU kept 70 % busy by stress-ng for the whole run, to emulate a slower, shared
+// machine (issue 12); stopped when the run ends, however it ends.
+const BUSY_ARGS = ['--cpu', String(os.availableParallelism()), '--cpu-load', '70'];
+let stress;
+if (args.busy) {
+  if (spawnSync('stress-ng', ['--version'], { stdio: 'ignore' }).error)
+    throw new Error('--busy needs stress-ng on the PATH (Debian: apt-get install stress-ng)');
+  stress = spawn('stress-ng', BUSY_ARGS, { stdio: 'ignore' });
+  stress.unref(); // the run ends when its figures do
+  const stop = () => stress.kill('SIGINT');
+  process.on('exit', stop);
+  for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130));
+  await new Promise((resolve) => setTimeout(resolve, 3000)); // its workers up to load
+}
+
 const started = Date.now();
 const log = (line) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s] ${line}\n`);
 
@@ -108,6 +127,7 @@ const pinning = await mainThreadPinning(args.pin);
 const results = {
   schema: 1,
   mode: quick ? 'quick' : 'full',
+  busy: stress ? { command: `stress-ng ${BUSY_ARGS.join(' ')}` } : null,
   startedAt: new Date(started).toISOString(),
   machine,
   load: { start: loadAverage(), figures: {} },
@@ -207,12 +227,12 @@ try {
       const raw = { lease: [], leaseFromCall: [], 'floor-handoff': [], 'node-floor-handoff': [] };
       const runners = {
         lease: async (r) => {
-          const { fromResolved, fromCall } = await wakeUp({
+          const { fromLetGo, fromCall } = await wakeUp({
             key: 'lease',
             dir: join(dir, `wake-${r}`),
             samples: perRound,
           });
-          raw.lease.push(...fromResolved);
+          raw.lease.push(...fromLetGo);
           raw.leaseFromCall.push(...fromCall);
         },
       };
@@ -231,8 +251,8 @@ try {
       }
       const out = { lease: { ...summarize(raw.lease), fromReleaseCall: summarize(raw.leaseFromCall) } };
       for (const key of CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease')) {
-        const { fromResolved, fromCall } = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers });
-        out[key] = { ...summarize(fromResolved), fromReleaseCall: summarize(fromCall) };
+        const { fromLetGo, fromCall } = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers });
+        out[key] = { ...summarize(fromLetGo), fromReleaseCall: summarize(fromCall) };
       }
       for (const key of ['floor-handoff', 'node-floor-handoff']) out[key] = summarize(raw[key]);
       log(`  wake-up: ${rounds} rounds`);
@@ -256,7 +276,7 @@ try {
 results.load.end = loadAverage();
 results.finishedAt = new Date().toISOString();
 results.durationS = Math.round((Date.now() - started) / 100) / 10;
-results.targets = targets(results.figures);
+results.targets = targets(results.figures, { busy: args.busy });
 
 const report = markdown(results);
 mkdirSync(outDir, { recursive: true });

@@ -2,19 +2,35 @@
 // lines on stdin; each command answers JSON lines on stdout:
 //   {"op":"open","impl":"lease","dir":"…","wait":true,"pollMs":100,"staleMs":2000} → {"ok":true}
 //   {"op":"lock","id":"x"}   → {"ack":true,"at":…} as it calls lock(), then {"ok":true,"at":…} once held
-//   {"op":"release"}         → {"ok":true,"startedAt":…,"at":…} once released
+//   {"op":"release","quietMs":20} → {"ok":true,"startedAt":…,"letGoAt":…,"at":…} once released
+//                            (and `quietMs` later: the reply wakes the parent, which would compete
+//                            for a CPU with the waiter this release woke)
 // `at` times are sharedNow() (CLOCK_MONOTONIC, ms): comparable with the parent's and other agents'.
+// `letGoAt` (the Lease only) is when its release let go: just before it closed its `.live` file,
+// the close that wakes a waiter. Taken through the Lease's I/O seam, before the system call, so a
+// woken waiter that takes this CPU first cannot delay it (see bench/figures/takeover.mjs).
 import { createInterface } from 'node:readline';
+import { fileIO } from '../../dist/flock/io.js';
 import { IMPLS } from '../lib/impls.mjs';
 import { sharedNow } from '../lib/stats.mjs';
 
 const reply = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 let impl;
 let release;
+let letGoAt;
+
+/** fileIO, stamping the first descriptor close of each release (its `.live` generation lock). */
+const stampingIO = {
+  ...fileIO,
+  closeFile(fd) {
+    letGoAt ??= sharedNow();
+    fileIO.closeFile(fd);
+  },
+};
 
 const ops = {
   open({ impl: key, dir, wait, pollMs, staleMs }) {
-    impl = IMPLS[key].open(dir, { wait, pollMs, staleMs });
+    impl = IMPLS[key].open(dir, { wait, pollMs, staleMs, io: key === 'lease' ? stampingIO : undefined });
     return {};
   },
   async lock({ id }) {
@@ -22,11 +38,14 @@ const ops = {
     release = await impl.lock(id);
     return { at: sharedNow() };
   },
-  async release() {
+  async release({ quietMs = 0 }) {
     const startedAt = sharedNow();
+    letGoAt = undefined;
     await release();
     release = undefined;
-    return { startedAt, at: sharedNow() };
+    const at = sharedNow();
+    if (quietMs > 0) await new Promise((resolve) => setTimeout(resolve, quietMs));
+    return { startedAt, letGoAt, at };
   },
 };
 

@@ -60,9 +60,10 @@ async function fairCycle(token, holdMs) {
   lfd = await waitTransition();
   await io.commit(dir, { record: recordPath, data: recordOf(`p${process.pid}`, token + 1n) }); // the hand-off commit
   io.removeFile(mine);
+  const released = now(); // as it lets go: see floor.c's fair_cycle
   io.closeFile(mfd); // wakes the next in line
   io.unlockTransition(lfd);
-  return { acquired, released: now() };
+  return { acquired, released };
 }
 
 // The addon's watches do not keep a process alive (a Lease's waits have a timer too): this does.

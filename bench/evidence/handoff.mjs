@@ -76,7 +76,8 @@ if (role === 'waiter') {
       add('B: A closes its .live → B watch reported', reported - closed);
       add('B: watch reported → B reads the record', read - reported);
       add('B: record read → B acquire resolved', resolved - read);
-      add('A release resolved → B acquire resolved (T8)', resolved - steps.at(-1)[1]);
+      add('A closes its .live → B acquire resolved (T8)', resolved - closed);
+      add('A release resolved → B acquire resolved', resolved - steps.at(-1)[1]);
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   } finally {

@@ -68,16 +68,14 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  * The C hand-off: two processes taking turns first come first served, each holding the lease
  * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
  * Lease is). As in the lease, the release commits the record naming the next in line and the
- * woken acquirer only reads it. Each sample is one process's release returning → the other's
- * acquire done, in ms. `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
+ * woken acquirer only reads it. Each sample is one process letting go → the other's acquire done,
+ * in ms. `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
   const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
   // An acquisition is a hand-off when the other process held the lease since this one last did;
-  // it starts at the release of that hold. A waiter that reads the record without the transition
-  // lock (the Node floor, like the Lease) may have it before the releaser has unlocked and read its
-  // clock: such a hand-off is negative, and stays paired with its release.
+  // it starts when that hold let go (timed just before the waking close), so it is never negative.
   const handOffs = [];
   const lastBefore = (times, t) => times.findLastIndex((x) => x < t);
   for (const [who, mine] of runs.entries()) {
@@ -86,7 +84,9 @@ export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c
       const held = lastBefore(other.acquiredNs, t);
       const own = lastBefore(mine.acquiredNs, t);
       if (held >= 0 && (own < 0 || other.acquiredNs[held] > mine.acquiredNs[own])) {
-        handOffs.push((t - other.releasedNs[held]) / 1e6);
+        const handOff = (t - other.releasedNs[held]) / 1e6;
+        if (!(handOff > 0)) throw new Error(`${runtime} floor: a hand-off of ${handOff} ms`);
+        handOffs.push(handOff);
       }
     }
   }

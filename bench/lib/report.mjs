@@ -1,4 +1,4 @@
-// The markdown report (every figure, ratios to the floor, T1–T7 verdicts) and the targets.
+// The markdown report (every figure, ratios to the floor, T1–T8 verdicts) and the targets.
 import { IMPLS } from './impls.mjs';
 import { median, round } from './stats.mjs';
 
@@ -55,11 +55,21 @@ export function pairedRatio(f, figure, fs, a, b) {
 }
 const spread = (paired) => `rounds ${fmt(paired.low)}–${fmt(paired.high)}×`;
 
-/** The T1–T8 verdicts from a results object's figures. */
-export function targets(figures) {
+/**
+ * How far a run with the CPUs made busy (`--busy`) may loosen each ratio target (issue 12): a
+ * "≤ x" ratio is met at ≤ 1.2·x, a "≥ x" one at ≥ x ÷ 1.2. Targets in milliseconds or bytes (T3, T5,
+ * T7's heap) are not ratios and do not loosen.
+ */
+export const BUSY_LOOSENING = 1.2;
+
+/** The T1–T8 verdicts from a results object's figures; `busy`: judged with the loosening above. */
+export function targets(figures, { busy = false } = {}) {
   const f = figures;
   const cycle = (fs, key) => get(f, 'cycle', fs, key, 'p50');
   const list = [];
+  const k = busy ? BUSY_LOOSENING : 1;
+  // A ratio target as written, and as loosened in a busy run.
+  const atMost = (x) => (busy ? `≤ ${x}× (busy: ≤ ${fmt(x * k)}×)` : `≤ ${x}×`);
   const add = (id, figure, measured, target, met, detail) =>
     list.push({
       id,
@@ -76,8 +86,8 @@ export function targets(figures) {
     'T1',
     'disk, durable cycle p50: Lease ÷ durable C floor, per round',
     t1.ratio,
-    '≤ 1.3×',
-    t1.ratio <= 1.3,
+    atMost(1.3),
+    t1.ratio <= 1.3 * k,
     `${spread(t1)}; medians over rounds: Lease ${fmt(cycle('disk', 'lease'))} µs, floor ${fmt(cycle('disk', 'floor-durable'))} µs; the Node floor ${ratio(paired('disk', 'node-floor', 'floor-durable').ratio)} the C floor, the Lease ${ratio(paired('disk', 'lease', 'node-floor').ratio)} the Node floor`,
   );
 
@@ -86,8 +96,8 @@ export function targets(figures) {
     'T2',
     'tmpfs cycle p50: Lease ÷ C floor, per round',
     t2.ratio,
-    '≤ 2.5×',
-    t2.ratio <= 2.5,
+    atMost(2.5),
+    t2.ratio <= 2.5 * k,
     `${spread(t2)}; Lease ${fmt(cycle('tmpfs', 'lease'))} µs, floor ${fmt(cycle('tmpfs', 'floor-durable'))} µs (same calls; ${ratio(paired('tmpfs', 'lease', 'floor').ratio)} the floor without its no-op fsyncs; the Node floor ${ratio(paired('tmpfs', 'node-floor', 'floor-durable').ratio)})`,
   );
 
@@ -107,8 +117,8 @@ export function targets(figures) {
     'T4',
     'tmpfs cycle p50: proper-lockfile (default) ÷ Lease, per round',
     t4.ratio,
-    '≥ 2× faster',
-    t4.ratio >= 2,
+    busy ? `≥ 2× faster (busy: ≥ ${fmt(2 / k)}×)` : '≥ 2× faster',
+    t4.ratio >= 2 / k,
     `${spread(t4)}; proper-lockfile ${fmt(cycle('tmpfs', 'proper-lockfile'))} µs, Lease ${fmt(cycle('tmpfs', 'lease'))} µs`,
   );
 
@@ -133,8 +143,8 @@ export function targets(figures) {
     'T6',
     'contention, 8 processes, tmpfs: throughput ÷ fair C floor; max wait ÷ mean',
     share,
-    '≥ 0.5 and max/mean ≤ 10',
-    share >= 0.5 && lease6?.maxOverMean <= 10,
+    busy ? `≥ 0.5 and max/mean ≤ 10 (busy: ≥ ${fmt(0.5 / k)} and ≤ ${fmt(10 * k)})` : '≥ 0.5 and max/mean ≤ 10',
+    share >= 0.5 / k && lease6?.maxOverMean <= 10 * k,
     lease6 && floor6
       ? `throughput ${fmt(lease6.throughput)}/s vs fair floor ${fmt(floor6.throughput)}/s (${fmt(100 * share)} %; ` +
           `unfair C floor ${fmt(unfair6?.throughput)}/s; the Node floor ${fmt(node6?.throughput)}/s, ` +
@@ -150,8 +160,8 @@ export function targets(figures) {
     'T7',
     `${fmt(scale[0]?.ids ?? 10000)} held ids: op latency ÷ at 1 id (worst); heap per held lease`,
     scale.length ? worstRatio : undefined,
-    '≤ 1.2× and ≤ 1 KB',
-    worstRatio <= 1.2 && worstHeap <= 1024,
+    busy ? `≤ 1.2× (busy: ≤ ${fmt(1.2 * k)}×) and ≤ 1 KB` : '≤ 1.2× and ≤ 1 KB',
+    worstRatio <= 1.2 * k && worstHeap <= 1024,
     scale.length
       ? `${FS.filter((fs) => get(f, 'scale', fs))
           .map(
@@ -167,15 +177,15 @@ export function targets(figures) {
   const t8 = Math.max(...handOff.filter((x) => !Number.isNaN(x)));
   add(
     'T8',
-    'hand-off p50, release returned in A → acquire resolved in B: Lease ÷ C hand-off (worst of disk, tmpfs)',
+    'hand-off p50, A lets go (its waking close) → acquire resolved in B: Lease ÷ C hand-off (worst of disk, tmpfs)',
     handOff.some((x) => Number.isNaN(x)) ? undefined : t8,
-    '≤ 3×',
-    t8 <= 3,
+    atMost(3),
+    t8 <= 3 * k,
     FS.map((fs) => {
       const [lease, c, node] = ['lease', 'floor-handoff', 'node-floor-handoff'].map((k) =>
         get(f, 'wake', fs, k, 'p50'),
       );
-      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C)`;
+      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C; the Lease ${ratio(lease / node)} it)`;
     }).join('; '),
   );
   return list;
@@ -203,6 +213,10 @@ export function markdown(results) {
   out.push(
     `**${results.mode === 'quick' ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)' : 'Full run'}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`,
   );
+  if (results.busy)
+    out.push(
+      `\nBusy run: \`${results.busy.command}\` kept the CPUs busy throughout. Ratio targets are judged loosened by ${Math.round(100 * (BUSY_LOOSENING - 1))} % (T3, T5 and T7's heap are not ratios and are not loosened).`,
+    );
 
   if (f.cycle) {
     out.push(
@@ -270,7 +284,7 @@ export function markdown(results) {
   }
   if (f.wake) {
     out.push(
-      `\n### Wake-up after a release (ms): the holder's release() resolved → the waiter's acquire resolved (another process)\n\nThe Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds; the peers after them.\n`,
+      `\n### Wake-up after a release (ms): the holder let go → the waiter's acquire resolved (another process)\n\nThe holder lets go just before the close that wakes the waiter (the Lease: of its \`.live\` file; the peers, which poll: their release resolved). The Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds; the peers after them.\n`,
     );
     const keys = Object.keys(f.wake.tmpfs ?? f.wake.disk ?? {});
     out.push(
