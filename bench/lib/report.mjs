@@ -182,8 +182,8 @@ export function targets(figures, { busy = false } = {}) {
     atMost(3),
     t8 <= 3 * k,
     FS.map((fs) => {
-      const [lease, c, node] = ['lease', 'floor-handoff', 'node-floor-handoff'].map((k) =>
-        get(f, 'wake', fs, k, 'p50'),
+      const [lease, c, node] = ['lease', 'floor-handoff', 'node-floor-handoff'].map((key) =>
+        get(f, 'wake', fs, key, 'p50'),
       );
       return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C; the Lease ${ratio(lease / node)} it)`;
     }).join('; '),
