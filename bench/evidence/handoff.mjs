@@ -1,9 +1,10 @@
 // Where a hand-off's time goes, step by step, as the wake-up figure meets it: a holder process
 // releases after 30 ms idle while a waiter process is asleep in its waiting acquire. Every
 // LeaseIO call of the release is timed (the Lease built with an instrumented copy of fileIO through
-// the internal kIO hook), and so are the waiter's watch report, its first record read after it and
-// its acquire resolving. Times are CLOCK_MONOTONIC (process.hrtime), shared by both processes;
-// medians over the samples, µs. Imports the built package (dist/).
+// the internal kIO hook; the waking close also with the process's CPU time during it), and so are
+// the waiter's watch report, its first record read after it and its acquire resolving. Times are
+// CLOCK_MONOTONIC (process.hrtime), shared by both processes; medians over the samples, µs. Imports
+// the built package (dist/).
 //
 //   node bench/evidence/handoff.mjs [dir=/dev/shm] [samples=40]
 import { fork } from 'node:child_process';
@@ -15,14 +16,21 @@ import { fileIO } from '../../dist/flock/io.js';
 const [base = '/dev/shm', samplesArg = '40', role, childDir] = process.argv.slice(2);
 const now = () => Number(process.hrtime.bigint()) / 1000;
 
-/** fileIO with each call's start and end pushed to `trace.steps` while `trace.on`. */
+/** fileIO with each call's start and end pushed to `trace.steps` while `trace.on`; the waking close
+ * also leaves the process's CPU time during it in `trace.closeCpu` (wall time minus that is time off
+ * the CPU). */
 function tracedIO(trace) {
   const traced = {};
   for (const [name, call] of Object.entries(fileIO)) {
     traced[name] = (...args) => {
       if (!trace.on) return call(...args);
+      const cpu = name === 'closeFile' ? process.cpuUsage() : undefined;
       trace.steps.push([`${name}<`, now()]);
       const result = call(...args);
+      if (cpu !== undefined) {
+        const { user, system } = process.cpuUsage(cpu);
+        trace.closeCpu = user + system;
+      }
       if (typeof result?.then === 'function') {
         return result.then((value) => (trace.steps.push([`${name}>`, now()]), value));
       }
@@ -73,6 +81,7 @@ if (role === 'waiter') {
       for (let j = 1; j < steps.length; j++)
         add(`A: ${steps[j - 1][0]} → ${steps[j][0]}`, steps[j][1] - steps[j - 1][1]);
       const closed = steps.find(([name]) => name === 'closeFile<')?.[1];
+      add("A: closeFile, the process's CPU time (process.cpuUsage)", trace.closeCpu);
       add('B: A closes its .live → B watch reported', reported - closed);
       add('B: watch reported → B reads the record', read - reported);
       add('B: record read → B acquire resolved', resolved - read);

@@ -4,6 +4,8 @@
 // crash takeover directly: a holder process is SIGKILLed while another spins on acquire, and the
 // time from the kill to the survivor's successful acquire is recorded. Prints a line per round
 // and the totals; exits 1 if the checker found any violation (the run directory is kept then).
+// Workers start all through the run and import dist/ as they do: rebuilding it meanwhile (npm run
+// build, or npm run lint, whose npm pack rebuilds) makes one fail to load, counted as a violation.
 //
 // Options: --seconds 600  --workers 8  --ids 4  --ttl 300  --round 60  --probes 10
 //          --dirs <disk>,<tmpfs>  (default: the OS temp dir and /dev/shm)
