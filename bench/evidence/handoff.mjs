@@ -29,7 +29,7 @@ function tracedIO(trace) {
       const result = call(...args);
       if (cpu !== undefined) {
         const { user, system } = process.cpuUsage(cpu);
-        trace.closeCpu = user + system;
+        trace.closeCpu ??= user + system; // the first close: the one that wakes the waiter
       }
       if (typeof result?.then === 'function') {
         return result.then((value) => (trace.steps.push([`${name}>`, now()]), value));
@@ -72,6 +72,7 @@ if (role === 'waiter') {
       await next();
       await new Promise((resolve) => setTimeout(resolve, 30)); // the waiter is asleep by now
       trace.steps = [['release called', now()]];
+      trace.closeCpu = undefined;
       trace.on = true;
       await lease.release(grant);
       trace.steps.push(['release resolved', now()]);
