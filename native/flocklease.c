@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <node_api.h>
 #include <pthread.h>
 #include <signal.h>
@@ -352,7 +353,9 @@ out:
   return result;
 }
 
-// readRecord(path) → Buffer, or undefined when there is no record.
+// readRecord(path) → the file's text when it is all ASCII (the lease's own records: the woken
+// waiter then skips a Buffer and a decoder, see docs/bench.md, "The ninth round"), else a Buffer
+// of its bytes (decoded, and validated as UTF-8, in JavaScript); undefined when there is no record.
 static napi_value read_record(napi_env env, napi_callback_info info) {
   PATH_ARGS(1, 0, "open");
   int fault_errno, err;
@@ -377,20 +380,25 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
     goto close_out;
   }
   for (;;) {
-    ssize_t n = STEP("read.read", read(fd, buffer + length, capacity - length));
+    size_t wanted = capacity - length;
+    ssize_t n = STEP("read.read", read(fd, buffer + length, wanted));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw_errno(env, errno, "read", path);
       goto close_out;
     }
-    if (n == 0) break;
     length += (size_t)n;
     if (length == capacity) {
       throw_errno(env, EFBIG, "read", path);
       goto close_out;
     }
+    // A regular file on a local file system reads short only at its end: no second read for the 0.
+    if ((size_t)n < wanted) break;
   }
-  NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, buffer, NULL, &result), result = NULL);
+  bool ascii = true;
+  for (size_t i = 0; i < length && ascii; i++) ascii = (unsigned char)buffer[i] < 0x80;
+  if (ascii) NAPI_CHECK_OR(env, napi_create_string_latin1(env, buffer, length, &result), result = NULL);
+  else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, buffer, NULL, &result), result = NULL);
 close_out:
   close(fd);
 out:
@@ -1046,6 +1054,9 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
       else woken[nwoken++] = event->wd;
       at += sizeof *event + event->len;
     }
+    // Room left for the largest event: the queue was empty, and reading again would only say so
+    // (one system call less on a hand-off; an event queued since makes the poll report again).
+    if (sizeof buffer - (size_t)length >= sizeof(struct inotify_event) + NAME_MAX + 1) break;
   }
   // Unlink the finished watches first, deliver after: a dispatcher may add watches. Their
   // descriptors and inotify watches go only after delivering, off the waiter's path to its grant

@@ -106,6 +106,11 @@ describe('record (golden vectors)', () => {
     expect(parseRecord(bytes(text))).toEqual(parseRecord(bytes(text.replace(/^\{/, '{ '))));
   });
 
+  // The I/O layer hands over an ASCII record as text (nothing to decode), any other as bytes.
+  test.each(vectors.records)('reads the record $written_by alike from its text and its bytes', ({ text }) => {
+    expect(parseRecord(text)).toEqual(parseRecord(bytes(text)));
+  });
+
   test.each([
     '{"owner":"a\\x","token":1,"expiry":"2026-11-29T09:00:00.000Z"}',
     '{"owner":"a","token":18446744073709551616,"expiry":"2026-11-29T09:00:00.000Z"}',

@@ -456,6 +456,22 @@ describe('bad input: a typed error, nothing on disk changed', () => {
     expect(snapshot(dir)).toEqual({ ...before, [`${leaseFiles(dir, 's1').safe}.lock`]: '' });
   });
 
+  test.each([
+    ['is too big for a lease file', (path: string) => fs.writeFileSync(path, 'x'.repeat(64 * 1024 + 1))],
+    ['is not a regular file', (path: string) => fs.mkdirSync(path)],
+  ])('a record that %s: ELEASECORRUPT naming it, nothing changed', async (problem, plant) => {
+    fs.mkdirSync(dir, { recursive: true });
+    const { record } = leaseFiles(dir, 's1');
+    plant(record);
+    const before = snapshot(dir);
+    await expect(lease().acquire('s1', 'alice')).rejects.toMatchObject({
+      code: 'ELEASECORRUPT',
+      path: record,
+      message: `${record} ${problem}`,
+    });
+    expect(snapshot(dir)).toEqual({ ...before, [`${leaseFiles(dir, 's1').safe}.lock`]: '' });
+  });
+
   test('a lease dir that is a file: ENOTDIR, the file untouched', async () => {
     const file = join(freshDir(), 'file');
     fs.writeFileSync(file, 'data');
@@ -664,6 +680,28 @@ describe('the addon: every system call a named fault point, every argument check
     expect(error).toMatchObject({ code: 'EIO', syscall });
     expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'alice', token: holder.token });
     expect(await isFlocked(leaseFiles(dir, 's1').live(holder.token))).toBe(true);
+  });
+
+  test("readRecord: an ASCII record's text, any other record's bytes; both read the same", async () => {
+    const ascii = await lease().acquire('s1', 'alice');
+    const other = await lease().acquire('s2', 'wörker ☃');
+    const text = fileIO.readRecord(leaseFiles(dir, 's1').record);
+    const bytes = fileIO.readRecord(leaseFiles(dir, 's2').record);
+    expect(typeof text).toBe('string');
+    expect(text).toBe(fs.readFileSync(leaseFiles(dir, 's1').record, 'latin1'));
+    expect(bytes).toBeInstanceOf(Uint8Array);
+    expect(Buffer.from(bytes as Uint8Array)).toEqual(fs.readFileSync(leaseFiles(dir, 's2').record));
+    expect(fileIO.readRecord(join(dir, 'none.lease.json'))).toBeUndefined();
+    // Another Lease reads both from disk alone, and names each holder.
+    for (const [id, grant] of [
+      ['s1', ascii],
+      ['s2', other],
+    ] as const) {
+      const error = await lease()
+        .acquire(id, 'bob')
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'ELEASEHELD', holder: { owner: grant.owner, token: grant.token } });
+    }
   });
 
   test('a bad descriptor is a TypeError, not a stat of whatever fd -1 would be', () => {

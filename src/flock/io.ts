@@ -49,8 +49,9 @@ export interface LeaseIO {
   tryLockTransition(path: string): number | 'busy' | 'replaced';
   /** Releases the transition lock (closing drops the flock). */
   unlockTransition(fd: number): void;
-  /** The record's bytes, or `undefined` when there is none. */
-  readRecord(path: string): Uint8Array | undefined;
+  /** The record's content, or `undefined` when there is none: its text when it is all ASCII (as the
+   * lease writes it: nothing to decode), else its bytes (decoded as UTF-8 by the reader). */
+  readRecord(path: string): string | Uint8Array | undefined;
   /** Is this generation's liveness lock held by some process? (a shared LOCK_NB probe) */
   probeLive(path: string): boolean;
   /** Performs the write side of a transition (see CommitPlan). */
@@ -78,7 +79,7 @@ export interface LeaseIO {
 
 interface NativeIO {
   lockTransition(path: string): number;
-  readRecord(path: string): Buffer | undefined;
+  readRecord(path: string): string | Buffer | undefined;
   probeLive(path: string): boolean;
   closeFd(fd: number): void;
   removeFile(path: string): void;

@@ -26,10 +26,13 @@ export const MAX_QUEUE_TEXT = 48 * 1024;
 
 const UTF8 = new TextDecoder();
 
-export function parseQueue(bytes: Uint8Array | undefined): WaitQueue {
-  if (bytes === undefined) return { waiters: [], freeSince: 0 };
+export function parseQueue(content: string | Uint8Array | undefined): WaitQueue {
+  if (content === undefined) return { waiters: [], freeSince: 0 };
   try {
-    const value = JSON.parse(UTF8.decode(bytes)) as { waiters?: unknown; freeSince?: unknown };
+    const value = JSON.parse(typeof content === 'string' ? content : UTF8.decode(content)) as {
+      waiters?: unknown;
+      freeSince?: unknown;
+    };
     const waiters = Array.isArray(value.waiters) ? value.waiters.flatMap(toWaiter) : [];
     return {
       waiters,

@@ -38,12 +38,16 @@ const OWN_LAYOUT = new RegExp(
     String.raw`"expiry":"([0-9Tt:.+\-Zz]{20,40})"(?:,"session":(${STRING}))?\}$`,
 );
 
-export function parseRecord(bytes: Uint8Array): LeaseRecord {
+/** A record from its bytes, or from its text when it was all ASCII (see LeaseIO.readRecord). */
+export function parseRecord(content: string | Uint8Array): LeaseRecord {
   let text: string;
-  try {
-    text = UTF8.decode(bytes);
-  } catch {
-    throw new RecordFormatError('record is not valid UTF-8');
+  if (typeof content === 'string') text = content;
+  else {
+    try {
+      text = UTF8.decode(content);
+    } catch {
+      throw new RecordFormatError('record is not valid UTF-8');
+    }
   }
   return parseOwnLayout(text) ?? parseAnyLayout(text);
 }

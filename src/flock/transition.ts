@@ -65,10 +65,10 @@ function yieldToLoop(signal: AbortSignal | undefined): Promise<void> {
  * error its `cause` is the RecordFormatError saying what is wrong.
  */
 export function readRecordAt(io: LeaseIO, path: string): LeaseRecord | undefined {
-  const bytes = io.readRecord(path); // already a LeaseCorruptError for a file that is not a record
-  if (bytes === undefined) return undefined;
+  const content = io.readRecord(path); // already a LeaseCorruptError for a file that is not a record
+  if (content === undefined) return undefined;
   try {
-    return parseRecord(bytes);
+    return parseRecord(content);
   } catch (error) {
     if (!(error instanceof RecordFormatError)) throw error;
     const message = `${path}: ${error.message}; nothing was changed (see \`flocklease repair\`)`;
