@@ -73,7 +73,7 @@ const config = quick
       cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
       eventLoop: { rounds: 1, windowMs: 150 },
       crash: { samples: { lease: 2, peers: 1 }, peersOn: ['tmpfs'] },
-      wake: { rounds: 1, samples: { lease: 4, peers: 2 } },
+      wake: { rounds: 1, warmup: 2, samples: { lease: 4, peers: 2 } },
       contention: { rounds: 1, processes: 8, warmupMs: 200, durationMs: 500, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 300, iterations: 50, warmup: 10, rounds: { tmpfs: 1, disk: 1 } },
     }
@@ -83,7 +83,9 @@ const config = quick
       cycle: { rounds: { disk: 14, tmpfs: 7 }, cycles: { disk: 500, tmpfs: 2000 }, warmup: 200 },
       eventLoop: { rounds: 5, windowMs: 600 },
       crash: { samples: { lease: 40, peers: 12 }, peersOn: ['disk', 'tmpfs'] },
-      wake: { rounds: 6, samples: { lease: 96, peers: 15 } },
+      // Each round's processes are fresh: their first hand-offs run cold code (V8 has not compiled the
+      // woken path yet), so `warmup` hand-offs a round on every side are set apart, as the cycle's are.
+      wake: { rounds: 6, warmup: 8, samples: { lease: 96, peers: 15 } },
       contention: { rounds: 4, processes: 8, warmupMs: 1000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 5, disk: 5 } },
     };
@@ -222,18 +224,21 @@ try {
     perFs(async (fs, dir) => {
       // The Lease's hand-off, the C hand-off making the same durable commit (its waiter asleep as
       // long as the Lease's) and the Node floor's alternate in rounds, the order rotating; peers after.
-      const { rounds, samples } = config.wake;
+      // Every side's first `warmup` hand-offs in a round are kept apart (`first`), not judged.
+      const { rounds, samples, warmup } = config.wake;
       const perRound = Math.ceil(samples.lease / rounds);
       const raw = { lease: [], leaseFromCall: [], 'floor-handoff': [], 'node-floor-handoff': [] };
+      const first = { lease: [], 'floor-handoff': [], 'node-floor-handoff': [] };
       const runners = {
         lease: async (r) => {
           const { fromLetGo, fromCall } = await wakeUp({
             key: 'lease',
             dir: join(dir, `wake-${r}`),
-            samples: perRound,
+            samples: warmup + perRound,
           });
-          raw.lease.push(...fromLetGo);
-          raw.leaseFromCall.push(...fromCall);
+          first.lease.push(...fromLetGo.slice(0, warmup));
+          raw.lease.push(...fromLetGo.slice(warmup));
+          raw.leaseFromCall.push(...fromCall.slice(warmup));
         },
       };
       // The two floors' hand-offs: the same protocol, in C and in Node.
@@ -242,19 +247,32 @@ try {
         ['node-floor-handoff', 'node'],
       ]) {
         runners[key] = async (r) => {
-          const options = { cycles: perRound / 2 + 1, durable: true, holdMs: 40, runtime };
-          raw[key].push(...(await floorHandOffs(join(dir, `wake-${key}-${r}`), options)));
+          const options = { cycles: Math.ceil((warmup + perRound) / 2) + 1, durable: true, holdMs: 40, runtime };
+          const handOffs = await floorHandOffs(join(dir, `wake-${key}-${r}`), options);
+          first[key].push(...handOffs.slice(0, warmup));
+          raw[key].push(...handOffs.slice(warmup));
         };
       }
       for (let r = 0; r < rounds; r++) {
         for (const key of rotate(Object.keys(runners), r)) await runners[key](r);
       }
-      const out = { lease: { ...summarize(raw.lease), fromReleaseCall: summarize(raw.leaseFromCall) } };
+      const out = {
+        lease: {
+          ...summarize(raw.lease),
+          fromReleaseCall: summarize(raw.leaseFromCall),
+          first: summarize(first.lease),
+        },
+      };
       for (const key of CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease')) {
-        const { fromLetGo, fromCall } = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers });
-        out[key] = { ...summarize(fromLetGo), fromReleaseCall: summarize(fromCall) };
+        const wake = await wakeUp({ key, dir: join(dir, 'wake'), samples: warmup + samples.peers });
+        out[key] = {
+          ...summarize(wake.fromLetGo.slice(warmup)),
+          fromReleaseCall: summarize(wake.fromCall.slice(warmup)),
+          first: summarize(wake.fromLetGo.slice(0, warmup)),
+        };
       }
-      for (const key of ['floor-handoff', 'node-floor-handoff']) out[key] = summarize(raw[key]);
+      for (const key of ['floor-handoff', 'node-floor-handoff'])
+        out[key] = { ...summarize(raw[key]), first: summarize(first[key]) };
       log(`  wake-up: ${rounds} rounds`);
       return out;
     }),

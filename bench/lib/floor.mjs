@@ -69,14 +69,15 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  * `holdMs` before releasing (so the other is asleep in the kernel when it is woken, as a waiting
  * Lease is). As in the lease, the release commits the record naming the next in line and the
  * woken acquirer only reads it. Each sample is one process letting go → the other's acquire done,
- * in ms. `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
+ * in ms, in the order they happened (a caller can set the first ones apart as warm-up).
+ * `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
   const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
   // An acquisition is a hand-off when the other process held the lease since this one last did;
   // it starts when that hold let go (timed just before the waking close), so it is never negative.
-  const handOffs = [];
+  const handOffs = []; // [acquired at, hand-off ms]
   const lastBefore = (times, t) => times.findLastIndex((x) => x < t);
   for (const [who, mine] of runs.entries()) {
     const other = runs[1 - who];
@@ -86,11 +87,11 @@ export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c
       if (held >= 0 && (own < 0 || other.acquiredNs[held] > mine.acquiredNs[own])) {
         const handOff = (t - other.releasedNs[held]) / 1e6;
         if (!(handOff > 0)) throw new Error(`${runtime} floor: a hand-off of ${handOff} ms`);
-        handOffs.push(handOff);
+        handOffs.push([t, handOff]);
       }
     }
   }
-  return handOffs;
+  return handOffs.sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([, handOff]) => handOff);
 }
 
 function lineReader(child) {

@@ -182,10 +182,14 @@ export function targets(figures, { busy = false } = {}) {
     atMost(3),
     t8 <= 3 * k,
     FS.map((fs) => {
-      const [lease, c, node] = ['lease', 'floor-handoff', 'node-floor-handoff'].map((key) =>
-        get(f, 'wake', fs, key, 'p50'),
-      );
-      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C; the Lease ${ratio(lease / node)} it)`;
+      const keys = ['lease', 'floor-handoff', 'node-floor-handoff'];
+      const [lease, c, node] = keys.map((key) => get(f, 'wake', fs, key, 'p50'));
+      const [leaseFirst, cFirst, nodeFirst] = keys.map((key) => get(f, 'wake', fs, key, 'first', 'p50'));
+      const warmUp =
+        leaseFirst === undefined
+          ? ''
+          : `; the warm-up hand-offs ${fmt(leaseFirst)} / ${fmt(cFirst)} / ${fmt(nodeFirst)} ms (${ratio(leaseFirst / cFirst)})`;
+      return `${fs}: Lease ${fmt(lease)} ms, C ${fmt(c)} ms, Node floor ${fmt(node)} ms (${ratio(node / c)} C; the Lease ${ratio(lease / node)} it)${warmUp}`;
     }).join('; '),
   );
   return list;
@@ -284,21 +288,21 @@ export function markdown(results) {
   }
   if (f.wake) {
     out.push(
-      `\n### Wake-up after a release (ms): the holder let go → the waiter's acquire resolved (another process)\n\nThe holder lets go just before the close that wakes the waiter (the Lease: of its \`.live\` file; the peers, which poll: their release resolved). The Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds; the peers after them.\n`,
+      `\n### Wake-up after a release (ms): the holder let go → the waiter's acquire resolved (another process)\n\nThe holder lets go just before the close that wakes the waiter (the Lease: of its \`.live\` file; the peers, which poll: their release resolved). The Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds of fresh processes; the peers after them.${c.wake.warmup ? ` Each side's first ${c.wake.warmup} hand-offs a round are warm-up, not in p50 / p99 / n: their p50 is the *first* column (V8 has not compiled the woken path yet).` : ''}\n`,
     );
     const keys = Object.keys(f.wake.tmpfs ?? f.wake.disk ?? {});
     out.push(
       table(
         [
           'implementation',
-          ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`]),
+          ...FS.flatMap((fs) => [`${fs} p50`, `${fs} p99`, `${fs} n`, `${fs} first`]),
           'tmpfs p50 from the release call',
         ],
         keys.map((k) => [
           label(k),
           ...FS.flatMap((fs) => {
             const s = get(f, 'wake', fs, k);
-            return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n)];
+            return [fmt(s?.p50), fmt(s?.p99), fmt(s?.n), fmt(s?.first?.p50)];
           }),
           fmt(get(f, 'wake', 'tmpfs', k, 'fromReleaseCall', 'p50')),
         ]),
