@@ -67,7 +67,7 @@ for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : args.busy ? join(here, 'busy') : here));
 
-/** Counts per mode. The full run takes ~14 minutes (busy: ~16); the quick one ~30 s. */
+/** Counts per mode. The full run takes ~15 minutes (busy: ~18); the quick one ~30 s. */
 const config = quick
   ? {
       cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
