@@ -57,6 +57,11 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void pause_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  while (ns && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
 static void die(const char *what) {
   perror(what);
   exit(1);
@@ -271,10 +276,7 @@ static uint64_t fair_cycle(uint64_t token, uint64_t hold_ns, uint64_t *released)
   if (!release_commits) write_contended_record(record, 1, token);
   close(lfd);
   uint64_t acquired = now_ns();
-  if (hold_ns) {
-    struct timespec ts = {(time_t)(hold_ns / 1000000000u), (long)(hold_ns % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-  }
+  pause_ns(hold_ns);
   lfd = wait_transition(lock);
   write_contended_record(record, release_commits, token + 1); // a hand-off commit, or a tombstone
   unlink(mine);
@@ -327,9 +329,13 @@ int main(int argc, char **argv) {
     durable = atoi(argv[4]);
     release_commits = 1;
     uint64_t hold_ns = (uint64_t)(atof(argv[5]) * 1e6), token = (uint64_t)getpid() << 32;
+    uint64_t quiet_ns = argc > 6 ? (uint64_t)(atof(argv[6]) * 1e6) : 0;
     uint64_t *acquired = calloc((size_t)cycles, sizeof *acquired), *released = calloc((size_t)cycles, sizeof *released);
     if (!acquired || !released) die("calloc");
-    for (int i = 0; i < cycles; i++) acquired[i] = fair_cycle(++token, hold_ns, &released[i]);
+    for (int i = 0; i < cycles; i++) {
+      acquired[i] = fair_cycle(++token, hold_ns, &released[i]);
+      pause_ns(quiet_ns); // idle after letting go, as the Lease's holder is: see takeover.mjs
+    }
     printf("{\"acquiredNs\":[");
     for (int i = 0; i < cycles; i++) printf("%s%llu", i ? "," : "", (unsigned long long)acquired[i]);
     printf("],\"releasedNs\":[");

@@ -247,7 +247,10 @@ try {
         ['node-floor-handoff', 'node'],
       ]) {
         runners[key] = async (r) => {
-          const options = { cycles: Math.ceil((warmup + perRound) / 2) + 1, durable: true, holdMs: 40, runtime };
+          // Each releaser idles 20 ms after letting go, as the Lease's holder does (its answer to the
+          // harness waits 20 ms): what a releaser does next must not be in the other's hand-off.
+          const cycles = Math.ceil((warmup + perRound) / 2) + 1;
+          const options = { cycles, durable: true, holdMs: 40, quietMs: 20, runtime };
           const handOffs = await floorHandOffs(join(dir, `wake-${key}-${r}`), options);
           first[key].push(...handOffs.slice(0, warmup));
           raw[key].push(...handOffs.slice(warmup));

@@ -6,12 +6,12 @@
 // for a hand-off: the event loop's wake-up, the addon's calls and the durable commit (a pool
 // thread on disk, inline on tmpfs, as the Lease does). Same command line and output as bench/out/floor:
 //   node node-floor.mjs <dir> --contend-fair <seconds> <durable> [warmup seconds]  → {"waitsNs":[…],"cycles":n}
-//   node node-floor.mjs <dir> --handoff <cycles> <durable> <hold ms>  → {"acquiredNs":[…],"releasedNs":[…]}
+//   node node-floor.mjs <dir> --handoff <cycles> <durable> <hold ms> [quiet ms]  → {"acquiredNs":[…],"releasedNs":[…]}
 import { mkdirSync } from 'node:fs';
 import { fileIO } from '../../dist/flock/io.js';
 import { whenUnlocked } from '../../dist/flock/watch.js';
 
-const [dir, mode, countArg, durableArg, extra] = process.argv.slice(2);
+const [dir, mode, countArg, durableArg, extra, quietArg] = process.argv.slice(2);
 const io = fileIO;
 const now = () => process.hrtime.bigint();
 // A wait that never ends early: whenUnlocked's round only stops a polling fallback.
@@ -85,6 +85,8 @@ if (mode === '--contend-fair') {
     const cycle = await fairCycle(++token, Number(extra));
     acquired.push(cycle.acquired);
     released.push(cycle.released);
+    // Idle after letting go, as the Lease's holder is (see bench/figures/takeover.mjs).
+    if (quietArg !== undefined) await new Promise((resolve) => setTimeout(resolve, Number(quietArg)));
   }
   process.stdout.write(`{"acquiredNs":[${acquired.join(',')}],"releasedNs":[${released.join(',')}]}\n`);
 } else {

@@ -72,8 +72,8 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  * in ms, in the order they happened (a caller can set the first ones apart as warm-up).
  * `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
  */
-export async function floorHandOffs(dir, { cycles, durable, holdMs, runtime = 'c' }) {
-  const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs)];
+export async function floorHandOffs(dir, { cycles, durable, holdMs, quietMs = 0, runtime = 'c' }) {
+  const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs), String(quietMs)];
   const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
   // An acquisition is a hand-off when the other process held the lease since this one last did;
   // it starts when that hold let go (timed just before the waking close), so it is never negative.
