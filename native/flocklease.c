@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <node_api.h>
 #include <pthread.h>
@@ -353,56 +354,75 @@ out:
   return result;
 }
 
+// Reads the record at `path` into *content (malloc'd, *length bytes): 0, or the errno (ENOENT: no
+// record; EFBIG: too big for one; FTYPE_ERROR: not a regular file) with *syscall naming the call.
+// `step` prefixes its fault points ("<step>.open", "<step>.read").
+static int read_record_file(const char *path, const char *step, char **content, size_t *length, const char **syscall) {
+  int fault_errno, err;
+  char point[32];
+  struct stat st;
+  snprintf(point, sizeof point, "%s.open", step);
+  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, point, &st, &err, syscall);
+  if (fd < 0) return err;
+  *syscall = "read";
+  char *buffer = NULL;
+  size_t capacity = (size_t)st.st_size + 1, got = 0; // +1: notice a file that grew
+  if (st.st_size > MAX_RECORD_BYTES) {
+    err = EFBIG;
+    goto fail;
+  }
+  if (!(buffer = malloc(capacity))) {
+    err = ENOMEM;
+    goto fail;
+  }
+  snprintf(point, sizeof point, "%s.read", step);
+  for (;;) {
+    size_t wanted = capacity - got;
+    ssize_t n = STEP(point, read(fd, buffer + got, wanted));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = errno;
+      goto fail;
+    }
+    got += (size_t)n;
+    if (got == capacity) {
+      err = EFBIG;
+      goto fail;
+    }
+    // A regular file on a local file system reads short only at its end: no second read for the 0.
+    if ((size_t)n < wanted) break;
+  }
+  close(fd);
+  *content = buffer;
+  *length = got;
+  return 0;
+fail:
+  free(buffer);
+  close(fd);
+  return err;
+}
+
 // readRecord(path) → the file's text when it is all ASCII (the lease's own records: the woken
 // waiter then skips a Buffer and a decoder, see docs/bench.md, "The ninth round"), else a Buffer
 // of its bytes (decoded, and validated as UTF-8, in JavaScript); undefined when there is no record.
 static napi_value read_record(napi_env env, napi_callback_info info) {
   PATH_ARGS(1, 0, "open");
-  int fault_errno, err;
-  const char *call;
   napi_value result = NULL;
-  char *buffer = NULL;
-  struct stat st;
-  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "read.open", &st, &err, &call);
-  if (fd < 0) {
-    if (err == ENOENT) result = undefined_value(env);
-    else throw_errno(env, err, call, path);
-    goto out;
+  char *content = NULL;
+  size_t length;
+  const char *call;
+  int err = read_record_file(path, "read", &content, &length, &call);
+  if (err == 0) {
+    bool ascii = true;
+    for (size_t i = 0; i < length && ascii; i++) ascii = (unsigned char)content[i] < 0x80;
+    if (ascii) NAPI_CHECK_OR(env, napi_create_string_latin1(env, content, length, &result), result = NULL);
+    else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, content, NULL, &result), result = NULL);
+  } else if (err == ENOENT && strcmp(call, "open") == 0) {
+    result = undefined_value(env);
+  } else {
+    throw_errno(env, err, call, path);
   }
-  if (st.st_size > MAX_RECORD_BYTES) {
-    throw_errno(env, EFBIG, "read", path);
-    goto close_out;
-  }
-  size_t capacity = (size_t)st.st_size + 1, length = 0; // +1: notice a file that grew
-  buffer = malloc(capacity);
-  if (!buffer) {
-    throw_errno(env, ENOMEM, "read", path);
-    goto close_out;
-  }
-  for (;;) {
-    size_t wanted = capacity - length;
-    ssize_t n = STEP("read.read", read(fd, buffer + length, wanted));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw_errno(env, errno, "read", path);
-      goto close_out;
-    }
-    length += (size_t)n;
-    if (length == capacity) {
-      throw_errno(env, EFBIG, "read", path);
-      goto close_out;
-    }
-    // A regular file on a local file system reads short only at its end: no second read for the 0.
-    if ((size_t)n < wanted) break;
-  }
-  bool ascii = true;
-  for (size_t i = 0; i < length && ascii; i++) ascii = (unsigned char)buffer[i] < 0x80;
-  if (ascii) NAPI_CHECK_OR(env, napi_create_string_latin1(env, buffer, length, &result), result = NULL);
-  else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, buffer, NULL, &result), result = NULL);
-close_out:
-  close(fd);
-out:
-  free(buffer);
+  free(content);
   free(path);
   return result;
 }
@@ -844,11 +864,15 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id) → false when there is nothing to wait for (no such file, or nobody holds
-// an exclusive flock on it), else true, and later the environment's dispatcher (set by watchInit)
-// is called with (id, errno or 0) once nobody holds it: its holder released it or died. A watch
-// cannot be cancelled; it ends when the lock it watches ends, so callers share one watch per file
-// (see watch.ts). The dispatcher ignores an id it has already been called with.
+// watchUnlock(path, id[, probe]) → false when there is nothing to wait for
+// (no such file, or nobody holds an exclusive flock on it), else true, and later the environment's
+// dispatcher (set by watchInit) is called with (id, errno or 0) once nobody holds it: its holder
+// released it or died. A watch cannot be cancelled; it ends when the lock it watches ends, so
+// callers share one watch per file (see watch.ts). The dispatcher ignores an id it has already been
+// called with. A waiting acquire passes its hand-off probe (the record and the layout it expects
+// there, its flocked .wait, how the id's .live files are named): if the release handed it the lease,
+// the inotify side's report is (id, 0, token, expiry), so the woken waiter makes no call of its own
+// and parses almost nothing (handoff_check).
 //
 // Two watchers, and the first to report wins:
 // - inotify, read by the event loop's own epoll (a uv_poll handle): the holder's close (or its
@@ -860,8 +884,8 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   so it waits beside every inotify watch (and alone when inotify cannot watch: no instance or
 //   watch left for this user). It reports a release the probe missed, and it wakes the event loop
 //   through a threadsafe function (a second wake-up), usually to find the watch already reported;
-//   when it reports first, the watch's inotify side is dropped. Pool threads are reused: a wait
-//   costs no thread creation.
+//   when it reports first, it delivers through the watch's inotify side (with its hand-off probe's
+//   answer), which is then done. Pool threads are reused: a wait costs no thread creation.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
@@ -873,14 +897,25 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 
 #define MAX_WATCH_THREADS 64
 
+// What a waiting acquire asks its watch to find out as the lock is let go, before JavaScript runs:
+// whether the release handed it the lease (see handoff_check).
+typedef struct {
+  char *record;                    // the id's record
+  char *before, *between, *after;  // its layout for this waiter: before, token, between, expiry, after
+  char *live_prefix, *live_suffix; // a generation's .live: the prefix, its token in decimal, the suffix
+  int wait_fd;                     // the waiter's flocked .wait file (JavaScript's: never closed here)
+} handoff_probe;
+
 // One path watched through inotify: its own descriptor to probe the lock with (a probe by fd
 // opens nothing, so it queues no event of its own).
-typedef struct notify_watch {
+typedef struct notify_watch notify_watch;
+struct notify_watch {
   int wd;
   int fd;
   uint32_t id;
+  handoff_probe *handoff; // NULL when nobody asked
   struct notify_watch *next;
-} notify_watch;
+};
 
 // The inotify side of an environment; event-loop thread only.
 typedef struct {
@@ -896,6 +931,8 @@ typedef struct {
 
 typedef struct watch_env {
   napi_threadsafe_function tsfn;
+  napi_env env;
+  napi_ref drain; // runs what the reports left to tidy up, once they and their microtasks have run
   int closed;   // the environment is being torn down: deliver nothing more
   int inflight; // deliveries in progress
   int refs;     // the environment's, plus one per queued request
@@ -923,6 +960,7 @@ static void watch_env_unref(watch_env *e) {
 
 static void watch_env_cleanup(void *arg) {
   watch_env *e = arg;
+  napi_delete_reference(e->env, e->drain);
   pthread_mutex_lock(&watch_lock);
   e->closed = 1;
   while (e->inflight > 0) pthread_cond_wait(&watch_drained, &watch_lock);
@@ -931,7 +969,24 @@ static void watch_env_cleanup(void *arg) {
 }
 
 // Runs on the JS thread with the finished request (which it frees), or with env NULL at teardown.
-static void notify_drop(notify_env *n, uint32_t id);
+static notify_watch *notify_unlink(notify_env *n, uint32_t id);
+static void notify_deliver(notify_env *n, notify_watch *w, int err);
+static void notify_forget(notify_env *n, notify_watch *w);
+
+// Calls the environment's drain (see watchInit): after a batch of reports, outside any JS.
+static void watch_drain(watch_env *e, napi_async_context async) {
+  napi_env env = e->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value drain, global;
+  if (napi_get_reference_value(env, e->drain, &drain) != napi_ok || napi_get_global(env, &global) != napi_ok ||
+      (async ? napi_make_callback(env, async, global, drain, 0, NULL, NULL)
+             : napi_call_function(env, global, drain, 0, NULL, NULL)) != napi_ok) {
+    napi_value exception;
+    if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) napi_fatal_exception(env, exception);
+  }
+  napi_close_handle_scope(env, scope);
+}
 
 static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
   watch_request *r = data;
@@ -940,13 +995,22 @@ static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, v
   free(r);
   if (env == NULL || dispatcher == NULL) return; // the environment is shutting down
   watch_env *e = context;
-  if (e->notify != NULL) notify_drop(e->notify, id); // reported here first: its inotify side is done
+  // Reported here first: the watch's inotify side, if it has one, delivers it (with its hand-off
+  // probe's answer, which the lock being free makes worth asking) and is done.
+  notify_watch *w = e->notify == NULL ? NULL : notify_unlink(e->notify, id);
+  if (w != NULL) {
+    notify_deliver(e->notify, w, err);
+    notify_forget(e->notify, w);
+    watch_drain(e, NULL);
+    return;
+  }
   napi_value args[2], global;
   // No JS caller to throw to: a failure leaves the exception to Node's uncaught handling.
   NAPI_CHECK_OR(env, napi_create_uint32(env, id, &args[0]), return);
   NAPI_CHECK_OR(env, napi_create_int32(env, err, &args[1]), return);
   NAPI_CHECK_OR(env, napi_get_global(env, &global), return);
   NAPI_CHECK_OR(env, napi_call_function(env, global, dispatcher, 2, args, NULL), return);
+  watch_drain(e, NULL);
 }
 
 static void *watch_worker(void *arg) {
@@ -985,22 +1049,86 @@ static void *watch_worker(void *arg) {
   return NULL;
 }
 
+static void handoff_free(handoff_probe *p) {
+  if (p == NULL) return;
+  free(p->record);
+  free(p->before);
+  free(p->between);
+  free(p->after);
+  free(p->live_prefix);
+  free(p->live_suffix);
+  free(p);
+}
+
+// Whether the release that let the lock go handed the lease to the probe's waiter: the record is
+// exactly the layout the waiter was given (its own owner and session: the hand-off record the
+// releaser writes for it), and its token names a .live that is the waiter's own flocked .wait inode
+// (a hand-off renames it so). The lease's own check, made here so that the woken JavaScript has its
+// answer at once. Then the token is *token and the expiry's text is *expiry (malloc'd); or false:
+// anything else is left to the lease's locked path, which reads and reports it properly.
+static bool handoff_check(const handoff_probe *p, uint64_t *token, char **expiry) {
+  const char *call;
+  char *content = NULL;
+  size_t length;
+  if (read_record_file(p->record, "handoff", &content, &length, &call) != 0) return false;
+  const char *at = content, *end = content + length;
+  size_t before = strlen(p->before), between = strlen(p->between), after = strlen(p->after);
+  bool handed = false;
+  if ((size_t)(end - at) < before || memcmp(at, p->before, before) != 0) goto out;
+  at += before;
+  uint64_t value = 0;
+  const char *digits = at;
+  for (; at < end && *at >= '0' && *at <= '9'; at++) {
+    unsigned d = (unsigned)(*at - '0');
+    // As the lease writes it: no leading zero, at most 2^64-1.
+    if ((at - digits == 1 && value == 0) || value > (UINT64_MAX - d) / 10) goto out;
+    value = value * 10 + d;
+  }
+  if (at == digits || (size_t)(end - at) < between || memcmp(at, p->between, between) != 0) goto out;
+  at += between;
+  // The expiry runs to the quote that `after` begins with; JavaScript parses it.
+  const char *quote = memchr(at, '"', (size_t)(end - at));
+  if (quote == NULL || (size_t)(end - quote) != after || memcmp(quote, p->after, after) != 0) goto out;
+  char live[PATH_MAX];
+  struct stat mine, named;
+  int fault_errno;
+  if (snprintf(live, sizeof live, "%s%" PRIu64 "%s", p->live_prefix, value, p->live_suffix) >= (int)sizeof live ||
+      STEP("handoff.fstat", fstat(p->wait_fd, &mine)) != 0 || STEP("handoff.lstat", lstat(live, &named)) != 0 ||
+      mine.st_ino != named.st_ino || mine.st_dev != named.st_dev || !(*expiry = strndup(at, (size_t)(quote - at))))
+    goto out;
+  *token = value;
+  handed = true;
+out:
+  free(content);
+  return handed;
+}
+
 // Calls the dispatcher from the event loop (not from inside JS): as a callback, so that promises
-// it settles run their reactions before the loop goes on.
-static void notify_deliver(notify_env *n, uint32_t id, int err) {
+// it settles run their reactions before the loop goes on. (id, errno), and for a watch whose
+// release handed its waiter the lease, (id, 0, its token, its expiry's text).
+static void notify_deliver(notify_env *n, notify_watch *w, int err) {
   napi_env env = n->env;
+  char *expiry = NULL;
+  uint64_t token = 0;
+  bool handed = err == 0 && w->handoff != NULL && handoff_check(w->handoff, &token, &expiry);
   napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value dispatcher, global, args[2];
+  if (napi_open_handle_scope(env, &scope) != napi_ok) {
+    free(expiry);
+    return;
+  }
+  napi_value dispatcher, global, args[4];
   // No JS caller to throw to: a failure becomes an uncaught exception.
   if (napi_get_reference_value(env, n->dispatcher, &dispatcher) != napi_ok ||
-      napi_get_global(env, &global) != napi_ok || napi_create_uint32(env, id, &args[0]) != napi_ok ||
+      napi_get_global(env, &global) != napi_ok || napi_create_uint32(env, w->id, &args[0]) != napi_ok ||
       napi_create_int32(env, err, &args[1]) != napi_ok ||
-      napi_make_callback(env, n->async, global, dispatcher, 2, args, NULL) != napi_ok) {
+      (handed && (napi_create_bigint_uint64(env, token, &args[2]) != napi_ok ||
+                  napi_create_string_utf8(env, expiry, NAPI_AUTO_LENGTH, &args[3]) != napi_ok)) ||
+      napi_make_callback(env, n->async, global, dispatcher, handed ? 4 : 2, args, NULL) != napi_ok) {
     napi_value exception;
     if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) napi_fatal_exception(env, exception);
   }
   napi_close_handle_scope(env, scope);
+  free(expiry);
 }
 
 // Probes a watched file's lock through its own fd: 0 when nobody holds it exclusively (our shared
@@ -1016,23 +1144,23 @@ static int notify_probe(int fd) {
 // one inode share one).
 static void notify_forget(notify_env *n, notify_watch *w) {
   close(w->fd);
+  handoff_free(w->handoff);
   bool shared = false;
   for (notify_watch *other = n->watches; other; other = other->next) shared |= other->wd == w->wd;
   if (!shared) inotify_rm_watch(n->fd, w->wd);
   free(w);
 }
 
-// Drops the inotify side of the watch `id`, which its pool thread has reported.
-static void notify_drop(notify_env *n, uint32_t id) {
-  for (notify_watch **link = &n->watches; *link;) {
+// The inotify side of the watch `id`, taken out of the list (its pool thread has reported), or NULL.
+static notify_watch *notify_unlink(notify_env *n, uint32_t id) {
+  for (notify_watch **link = &n->watches; *link; link = &(*link)->next) {
     notify_watch *w = *link;
-    if (w->id != id) {
-      link = &w->next;
-      continue;
+    if (w->id == id) {
+      *link = w->next;
+      return w;
     }
-    *link = w->next;
-    notify_forget(n, w);
   }
+  return NULL;
 }
 
 #define NOTIFY_BATCH 64
@@ -1076,8 +1204,9 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
     done[ndone] = w;
     errs[ndone++] = err;
   }
-  for (int i = 0; i < ndone; i++) notify_deliver(n, done[i]->id, errs[i]);
+  for (int i = 0; i < ndone; i++) notify_deliver(n, done[i], errs[i]);
   for (int i = 0; i < ndone; i++) notify_forget(n, done[i]);
+  if (ndone > 0) watch_drain(n->owner, n->async);
 }
 
 // The close callback of a handle whose set-up failed: nothing else refers to it.
@@ -1099,6 +1228,7 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
     notify_watch *w = n->watches;
     n->watches = w->next;
     close(w->fd);
+    handoff_free(w->handoff);
     free(w);
   }
   n->owner->notify = NULL;
@@ -1151,7 +1281,7 @@ fail:
 
 // Adds an inotify watch for the file open as `fd` (the inode we opened, not whatever the path names
 // by now). 1: watching; 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched).
-static int notify_add(notify_env *n, int fd, uint32_t id) {
+static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff) {
   char self[32];
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
   int wd = inotify_add_watch(n->fd, self, IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
@@ -1167,27 +1297,33 @@ static int notify_add(notify_env *n, int fd, uint32_t id) {
   *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
   // Released before the watch was in place: no event will come.
   if (notify_probe(fd) != EWOULDBLOCK) {
-    notify_forget(n, w);
+    notify_forget(n, w); // not the probe: the caller still owns it
     return 0;
   }
+  w->handoff = handoff;
   n->watches = w;
   return 1;
 }
 
-// watchInit(dispatcher): this environment's (id, errno) callback for finished watches.
+// watchInit(dispatcher, drain): this environment's (id, errno) callback for finished watches, and
+// what the addon calls after each batch of reports, once they (and their microtasks) have run.
 static napi_value watch_init(napi_env env, napi_callback_info info) {
-  ARGS(1);
+  ARGS(2);
   env_state *s = state_of(env);
   if (s == NULL) return throw_errno(env, ENOMEM, "watchInit", NULL);
   if (s->watch != NULL) return NULL;
   watch_env *e = calloc(1, sizeof *e);
   if (!e) return throw_errno(env, ENOMEM, "watchInit", NULL);
   e->refs = 1;
+  e->env = env;
+  NAPI_CHECK_OR(env, napi_create_reference(env, argv[1], 1, &e->drain), free(e); return NULL);
   napi_value name;
-  NAPI_CHECK_OR(env, napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name), free(e); return NULL);
+  NAPI_CHECK_OR(env, napi_create_string_utf8(env, "flocklease.watch", NAPI_AUTO_LENGTH, &name),
+                napi_delete_reference(env, e->drain);
+                free(e); return NULL);
   napi_status created =
       napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, e, watch_dispatch, &e->tsfn);
-  NAPI_CHECK_OR(env, created, free(e); return NULL);
+  NAPI_CHECK_OR(env, created, napi_delete_reference(env, e->drain); free(e); return NULL);
   // Pending watches must not keep the process alive. From here `e` is shared with the
   // threadsafe function, so a failure below is reported but `e` is not freed.
   NAPI_CHECK(env, napi_unref_threadsafe_function(env, e->tsfn));
@@ -1230,8 +1366,44 @@ static bool watch_queue(watch_env *e, int fd, uint32_t id) {
   return true;
 }
 
+// watchUnlock's optional probe, { record, fd, livePrefix, liveSuffix, before, between, after }, in
+// *out. false with an exception pending if it is malformed.
+static bool handoff_arg(napi_env env, napi_value object, handoff_probe **out) {
+  handoff_probe *p = calloc(1, sizeof *p);
+  if (!p) {
+    throw_errno(env, ENOMEM, "watchUnlock", NULL);
+    return false;
+  }
+  struct {
+    const char *name;
+    char **field;
+  } strings[] = {{"record", &p->record}, {"livePrefix", &p->live_prefix}, {"liveSuffix", &p->live_suffix},
+                 {"before", &p->before}, {"between", &p->between},        {"after", &p->after}};
+  napi_value fd;
+  bool ok = napi_get_named_property(env, object, "fd", &fd) == napi_ok && get_fd(env, fd, &p->wait_fd);
+  for (size_t i = 0; ok && i < sizeof strings / sizeof strings[0]; i++) {
+    ok = get_optional_string(env, object, strings[i].name, strings[i].field);
+    if (ok && *strings[i].field == NULL) {
+      napi_throw_type_error(env, NULL, "watchUnlock: a hand-off probe's fields are strings");
+      ok = false;
+    }
+  }
+  if (!ok) {
+    handoff_free(p);
+    return false;
+  }
+  *out = p;
+  return true;
+}
+
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
-  ARGS(2);
+  size_t argc = 3;
+  napi_value argv[3];
+  NAPI_CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc < 2) {
+    napi_throw_type_error(env, NULL, "missing argument");
+    return NULL;
+  }
   env_state *s = state_of(env);
   watch_env *e = s == NULL ? NULL : s->watch;
   if (e == NULL) {
@@ -1243,8 +1415,15 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "expected a watch id");
     return NULL;
   }
+  handoff_probe *handoff = NULL;
+  napi_valuetype probe_type = napi_undefined;
+  if (argc == 3) NAPI_CHECK(env, napi_typeof(env, argv[2], &probe_type));
+  if (probe_type != napi_undefined && !handoff_arg(env, argv[2], &handoff)) return NULL;
   char *path = get_string(env, argv[0], "open");
-  if (!path) return NULL;
+  if (!path) {
+    handoff_free(handoff);
+    return NULL;
+  }
   napi_value result = NULL;
   int err, fault_errno;
   const char *call;
@@ -1261,7 +1440,8 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     char self[32];
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-    watching = own < 0 ? -1 : notify_add(e->notify, own, id);
+    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff);
+    if (watching == 1) handoff = NULL; // the watch's now
     if (watching < 0 && own >= 0) close(own);
     if (watching == 0) {
       close(fd);
@@ -1279,6 +1459,7 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
   }
   result = bool_value(env, true);
 out:
+  handoff_free(handoff); // no inotify side to ask it: the pool thread reports (id, errno) only
   free(path);
   return result;
 }

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, test } from 'vitest';
-import { faults, fileIO } from '../src/flock/io.js';
+import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
 import { kIO, Lease } from '../src/flock/lease.js';
 import { MemoryLease } from '../src/memory/memory-lease.js';
 import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
@@ -246,17 +246,21 @@ describe('waiting acquire', () => {
     const lease: Lease = new Lease(dir, {
       [kIO]: {
         ...fileIO,
-        watchUnlock: (path: string, report: (errno: number) => void) =>
-          fileIO.watchUnlock(path, (errno) => {
-            if (armed) {
-              // The release has just handed the lease over. Before the waiter runs, this process
-              // starts another operation on the id, held up by someone else's transition lock.
-              armed = false;
-              blocker = fileIO.tryLockTransition(lockPath);
-              other = lease.acquire('s1', 'other').finally(() => order.push('other'));
-            }
-            report(errno);
-          }),
+        watchUnlock: ((path, report, probe) =>
+          fileIO.watchUnlock(
+            path,
+            (errno, token, expiry) => {
+              if (armed) {
+                // The release has just handed the lease over. Before the waiter runs, this process
+                // starts another operation on the id, held up by someone else's transition lock.
+                armed = false;
+                blocker = fileIO.tryLockTransition(lockPath);
+                other = lease.acquire('s1', 'other').finally(() => order.push('other'));
+              }
+              return report(errno, token, expiry);
+            },
+            probe,
+          )) satisfies LeaseIO['watchUnlock'],
       },
     } as object);
     const waiting = lease.acquire('s1', 'waiter', { waitMs: 10_000 }).finally(() => order.push('waiter'));

@@ -30,7 +30,13 @@ export class KeyedGate {
 
   /** `leave` at once when nobody is in or queued for `key`, else `undefined` (then `enter`). */
   tryEnter(key: string): (() => void) | undefined {
-    return this.#last.has(key) ? undefined : this.#join(key);
+    return this.isFree(key) ? this.#join(key) : undefined;
+  }
+
+  /** Nobody is in or queued for `key`: enough for a section that never yields to the event loop,
+   * which nobody can enter before it ends. */
+  isFree(key: string): boolean {
+    return !this.#last.has(key);
   }
 
   /** Resolves to `leave` once every earlier entrant for `key` has left. */

@@ -9,6 +9,7 @@ import { constants } from 'node:os';
 import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
 import { makeLeaseDir } from './mkdir.js';
+import type { RecordLayout } from './record.js';
 
 /** The write side of one transition. */
 export interface CommitPlan {
@@ -73,9 +74,34 @@ export interface LeaseIO {
    * or died): woken by the kernel in the event loop itself (inotify), with a thread blocked in
    * flock as the exact fallback. `false` (and no call) when there is nothing to wait for: no such
    * file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it watches.
+   * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
+   * `onUnlocked(0, token, expiry)` (see HandOffProbe).
    */
-  watchUnlock(path: string, onUnlocked: (errno: number) => void): boolean;
+  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe): boolean;
 }
+
+/**
+ * What a waiting acquire asks its watch to find out as the lock is let go, before its JavaScript
+ * runs: whether the release handed it the lease, i.e. the record is the hand-off record written for
+ * it (`before`, a token, `between`, an expiry, `after`: see recordLayout) and that token names a
+ * `.live` that is the waiter's own flocked `.wait` (a hand-off renames it so; see Lease.#handedTo).
+ * Asked by the addon in the watch's report, so the woken waiter's path to its grant makes no call
+ * of its own and parses only the expiry.
+ */
+export interface HandOffProbe extends RecordLayout {
+  /** The id's record. */
+  readonly record: string;
+  /** The waiter's flocked `.wait` file. */
+  readonly fd: number;
+  /** A generation's `.live` is `livePrefix`, its token in decimal, `liveSuffix` (see layout.ts). */
+  readonly livePrefix: string;
+  readonly liveSuffix: string;
+}
+
+/** A watch's report: its errno, and for a probe that found a hand-off the record's token and the
+ * text of its expiry. It may return what only tidies up, run once the report's microtasks have run
+ * (after the woken code's own). */
+export type UnlockReport = (errno: number, token?: bigint, expiry?: string) => (() => void) | undefined | void;
 
 interface NativeIO {
   lockTransition(path: string): number;
@@ -90,8 +116,8 @@ interface NativeIO {
   sameFile(fd: number, path: string): boolean;
   readLockData(fd: number): Buffer | undefined;
   writeLockData(fd: number, text: string): void;
-  watchInit(dispatch: (id: number, errno: number) => void): void;
-  watchUnlock(path: string, id: number): boolean;
+  watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
+  watchUnlock(path: string, id: number, probe?: HandOffProbe): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
@@ -209,21 +235,29 @@ export const fileIO: LeaseIO = {
 
   writeLockData: (fd, text) => addon().writeLockData(fd, text),
 
-  watchUnlock(path, onUnlocked) {
+  watchUnlock(path, onUnlocked, probe) {
     const io = addon();
     if (watchCallbacks === undefined) {
-      const callbacks = new Map<number, (errno: number) => void>();
-      io.watchInit((id, errno) => {
-        const callback = callbacks.get(id);
-        callbacks.delete(id);
-        callback?.(errno);
-      });
+      const callbacks = new Map<number, UnlockReport>();
+      const later: (() => void)[] = [];
+      io.watchInit(
+        (id, errno, token, expiry) => {
+          const callback = callbacks.get(id);
+          callbacks.delete(id);
+          const after = callback?.(errno, token, expiry);
+          if (typeof after === 'function') later.push(after);
+        },
+        // Called by the addon once a batch of reports and their microtasks have run.
+        () => {
+          for (const after of later.splice(0)) after();
+        },
+      );
       watchCallbacks = callbacks;
     }
     const id = (nextWatchId = (nextWatchId + 1) >>> 0);
     let watching: boolean;
     try {
-      watching = io.watchUnlock(path, id);
+      watching = io.watchUnlock(path, id, probe);
     } catch (error) {
       throw leaseError(error);
     }
@@ -234,7 +268,7 @@ export const fileIO: LeaseIO = {
 
 /** Pending watches by id; the addon reports (id, errno) through one dispatcher, and may report an
  * id twice (its inotify side and its pool thread race): the second report finds nothing. */
-let watchCallbacks: Map<number, (errno: number) => void> | undefined;
+let watchCallbacks: Map<number, UnlockReport> | undefined;
 let nextWatchId = 0;
 
 /**

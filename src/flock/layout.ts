@@ -36,7 +36,10 @@ export function safeID(id: string): string {
 export const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
 
 export const lockName = (safe: string): string => `${safe}.lock`;
-export const liveName = (safe: string, token: bigint): string => `${safe}.${token}.live`;
+export const liveName = (safe: string, token: bigint): string => `${livePrefix(safe)}${token}${LIVE_SUFFIX}`;
+/** A `.live` name is this prefix, the generation's token in decimal, and LIVE_SUFFIX. */
+export const livePrefix = (safe: string): string => `${safe}.`;
+export const LIVE_SUFFIX = '.live';
 export const recordName = (safe: string): string => `${safe}.lease.json`;
 export const waitName = (safe: string, ticket: number): string => `${safe}.${ticket}.wait`;
 

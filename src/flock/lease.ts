@@ -28,12 +28,20 @@ import {
 } from '../port/validate.js';
 import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
-import { fileIO, type CommitError, type CommitPlan, type CommitResult, type LeaseIO } from './io.js';
-import { inDir, liveName, lockName, recordName, safeID } from './layout.js';
-import { expiresAtMs, formatRecord, holderOf, isExpired, type LeaseRecord } from './record.js';
+import { fileIO, type CommitError, type CommitPlan, type CommitResult, type HandOffProbe, type LeaseIO } from './io.js';
+import { inDir, LIVE_SUFFIX, liveName, livePrefix, lockName, recordName, safeID } from './layout.js';
+import {
+  expiresAtMs,
+  formatRecord,
+  holderOf,
+  isExpired,
+  parseRfc3339Instant,
+  recordLayout,
+  type LeaseRecord,
+} from './record.js';
 import { lockTransition, readRecordAt } from './transition.js';
 import { WaitLine, type HandOff, type Place, type Refused, type TransitionContext } from './waitline.js';
-import { waitForUnlock } from './watch.js';
+import { waitForUnlock, type HandOffWatch } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
   /** How long an operation waits for another process's transition (one operation, normally
@@ -320,7 +328,7 @@ export class Lease implements SessionLease {
   }
 
   /** Whether a release handed `record`'s generation to this waiting `place`: its owner, and our
-   * flocked .wait file renamed to its .live. */
+   * flocked .wait file renamed to its .live. (The watch's probe asks the same: see HandOffProbe.) */
   #handedTo(safe: string, place: Place | undefined, owner: string, record: LeaseRecord): boolean {
     const fd = place?.fd;
     return fd !== undefined && record.owner === owner && this.#io.sameFile(fd, this.#livePath(safe, record.token));
@@ -344,15 +352,36 @@ export class Lease implements SessionLease {
     return grant;
   }
 
-  async #acquireWaiting(
+  /** A waiting acquire. Its promise is resolved by whichever comes first: the loop, or (one promise
+   * hop sooner: the woken waiter's path to its grant) a hand-off taken in the watch's report. */
+  #acquireWaiting(
     sessionId: string,
     owner: string,
     waitMs: number,
     signal: AbortSignal | undefined,
   ): Promise<LeaseGrant> {
+    return new Promise((resolve, reject) => {
+      this.#waitInLine(sessionId, owner, waitMs, signal, resolve).then(resolve, reject);
+    });
+  }
+
+  async #waitInLine(
+    sessionId: string,
+    owner: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    handedOver: (grant: LeaseGrant) => void,
+  ): Promise<LeaseGrant> {
     const deadline = performance.now() + waitMs;
     const safe = safeID(sessionId);
     const place: Place = { owner };
+    // Where the watch looks for a hand-off to us, and what it expects there (see HandOffProbe).
+    const expected: Omit<HandOffProbe, 'fd'> = {
+      record: inDir(this.dir, recordName(safe)),
+      livePrefix: inDir(this.dir, livePrefix(safe)),
+      liveSuffix: LIVE_SUFFIX,
+      ...recordLayout(owner, sessionId), // the hand-off record a release writes for us
+    };
     try {
       for (let idleRounds = 0, lastWatch: string | undefined; ;) {
         const attempt = await this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
@@ -364,7 +393,9 @@ export class Lease implements SessionLease {
         const left = deadline - performance.now();
         if (left <= 0) throw attempt.refusal();
         const started = performance.now();
-        await this.#waitForChange(safe, attempt, left, signal);
+        const handOff = this.#handOffWatch(sessionId, safe, place, expected, handedOver);
+        const taken = await this.#waitForChange(safe, attempt, left, signal, handOff);
+        if (taken !== undefined) return taken;
         const adopted = this.#adoptHandOff(sessionId, safe, owner, place);
         if (adopted !== undefined) return adopted;
         idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
@@ -379,38 +410,74 @@ export class Lease implements SessionLease {
     }
   }
 
+  /** What the watch of a queued `place` asks in its report (see HandOffProbe), and how a hand-off it
+   * finds is taken there and then; `undefined` for a waiter with no place in the line. */
+  #handOffWatch(
+    sessionId: string,
+    safe: string,
+    place: Place,
+    expected: Omit<HandOffProbe, 'fd'>,
+    handedOver: (grant: LeaseGrant) => void,
+  ): HandOffWatch<LeaseGrant> | undefined {
+    const fd = place.fd;
+    if (fd === undefined) return undefined;
+    return {
+      probe: { ...expected, fd },
+      take: (token, expiry) => {
+        // Still the place the probe asked about (the addon checked this fd's inode).
+        const instant = place.fd === fd ? parseRfc3339Instant(expiry) : undefined;
+        if (instant === undefined) return undefined;
+        const { owner } = place;
+        const { ms: expiryMs, nanos } = instant;
+        const record = { owner, token, expiryMs, expiryNanos: nanos || undefined, session: sessionId };
+        const grant = this.#adoptHandOff(sessionId, safe, owner, place, record);
+        if (grant !== undefined) handedOver(grant);
+        return grant;
+      },
+    };
+  }
+
   /**
    * The fast path after a wake-up: if a release handed us the lease, take it without the transition
    * lock — the record is replaced atomically, and our own flock on the handed-over file is what
    * keeps everyone else off an unexpired lease. Synchronous, since it is the woken waiter's path to
-   * its grant. Expired, another operation of this process on the id under way, or anything else:
-   * `undefined`, and the locked path decides.
+   * its grant. `reported`: the record the watch's probe found at its report, a hand-off to us
+   * (see HandOffProbe), checked here instead of reading again.
+   * Expired, another operation of this process on the id under way, or anything else: `undefined`,
+   * and the locked path decides.
    */
-  #adoptHandOff(sessionId: string, safe: string, owner: string, place: Place): LeaseGrant | undefined {
-    if (place.fd === undefined) return undefined;
-    const leave = this.#gate.tryEnter(safe);
-    if (leave === undefined) return undefined;
-    try {
-      const record = this.#readRecord(safe);
-      const now = readClock(this.#clock);
-      if (record === undefined || isExpired(record, now) || !this.#handedTo(safe, place, owner, record)) {
-        return undefined;
-      }
-      this.#adopt(safe, place, owner, record);
-      return this.#handedOver(sessionId, owner, record.token, record.expiryMs);
-    } finally {
-      leave();
-    }
+  #adoptHandOff(
+    sessionId: string,
+    safe: string,
+    owner: string,
+    place: Place,
+    reported?: LeaseRecord,
+  ): LeaseGrant | undefined {
+    // Synchronous from here: the gate needs only to be free.
+    if (place.fd === undefined || !this.#gate.isFree(safe)) return undefined;
+    const record = reported ?? this.#readRecord(safe);
+    const now = readClock(this.#clock);
+    if (record === undefined || isExpired(record, now)) return undefined;
+    if (reported === undefined && !this.#handedTo(safe, place, owner, record)) return undefined;
+    this.#adopt(safe, place, owner, record);
+    return this.#handedOver(sessionId, owner, record.token, record.expiryMs);
   }
 
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
-   * the lease, the wait runs out, or `signal` aborts (which rejects). The waiting acquire drops the
-   * id's emptied wakers set when it ends. */
-  #waitForChange(safe: string, attempt: Refused, leftMs: number, signal: AbortSignal | undefined): Promise<void> {
+   * the lease, the wait runs out, or `signal` aborts (which rejects); resolves with the grant of a
+   * hand-off taken in the watch's report, if any. The waiting acquire drops the id's emptied
+   * wakers set when it ends. */
+  #waitForChange(
+    safe: string,
+    attempt: Refused,
+    leftMs: number,
+    signal: AbortSignal | undefined,
+    handOff: HandOffWatch<LeaseGrant> | undefined,
+  ): Promise<LeaseGrant | undefined> {
     let wakers = this.#wakers.get(safe);
     if (wakers === undefined) this.#wakers.set(safe, (wakers = new Set()));
     const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
-    return waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, wakers);
+    return waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, wakers, handOff);
   }
 
   /** Wakes this process's waiting acquires on `safe` to look again. */

@@ -121,10 +121,22 @@ export function isExpired(record: LeaseRecord, nowMs: number): boolean {
   return expiresAtMs(record) <= nowMs;
 }
 
+/** The layout this port writes, for one owner and session: a record is `before`, its token in
+ * decimal, `between`, its expiry, `after` (which begins with the expiry's closing quote). */
+export interface RecordLayout {
+  readonly before: string;
+  readonly between: string;
+  readonly after: string;
+}
+
+export function recordLayout(owner: string, session: string | undefined): RecordLayout {
+  const sessionField = session === undefined ? '' : `,"session":${JSON.stringify(session)}`;
+  return { before: `{"owner":${JSON.stringify(owner)},"token":`, between: ',"expiry":"', after: `"${sessionField}}` };
+}
+
 export function formatRecord(record: LeaseRecord): string {
-  const session = record.session === undefined ? '' : `,"session":${JSON.stringify(record.session)}`;
-  const { owner, token } = record;
-  return `{"owner":${JSON.stringify(owner)},"token":${token},"expiry":"${formatExpiry(record)}"${session}}`;
+  const { before, between, after } = recordLayout(record.owner, record.session);
+  return `${before}${record.token}${between}${formatExpiry(record)}${after}`;
 }
 
 /** UTC with milliseconds, as this port always wrote; a read instant finer than that (a Go

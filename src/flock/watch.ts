@@ -4,12 +4,12 @@
  * ends, so sharing bounds them). Past MAX_WATCHES watched files, waiters poll instead.
  */
 import { timerDelay } from '../kernel/timers.js';
-import type { LeaseIO } from './io.js';
+import type { HandOffProbe, LeaseIO, UnlockReport } from './io.js';
 
 const MAX_WATCHES = 64;
 const POLL_MS = 10;
 /** Each watched file's one addon watch, and the callbacks of everyone waiting on it. */
-const watches = new Map<string, Set<() => void>>();
+const watches = new Map<string, Set<Unlocked>>();
 
 /** One wait of a caller; `over` once it stopped waiting (ends a polling fallback). A plain flag,
  * not an AbortSignal: a waiting acquire makes one per round, and an AbortController's abort (its
@@ -18,43 +18,64 @@ export interface WaitRound {
   over: boolean;
 }
 
+/** What a waiting acquire's wait does with a hand-off its watch found (see HandOffProbe). */
+export interface HandOffWatch<T> {
+  readonly probe: HandOffProbe;
+  /** Called from the watch's report, synchronously, with the record's token and expiry text: the
+   * grant if the hand-off was taken (the wait then resolves with it), else `undefined` (the caller
+   * looks again under the lock). */
+  take(token: bigint, expiry: string): T | undefined;
+}
+
 /**
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
- * reason). One plain timer per wait.
+ * reason). One plain timer per wait. Resolves with what `handOff.take` returned when the watch
+ * found a hand-off, else `undefined`.
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
- * docs/bench.md, "The seventh round" and "The eighth round"). The watch's report settles the wait
- * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) runs
- * after the woken code, on setImmediate.
+ * docs/bench.md, "The seventh round" to "The tenth round"). The watch's report settles the wait
+ * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) is a
+ * microtask queued after the woken code's own.
  */
-export function waitForUnlock(
+export function waitForUnlock<T = never>(
   io: LeaseIO,
   path: string | undefined,
   ms: number,
   signal: AbortSignal | undefined,
   wakers?: Set<() => void>,
-): Promise<void> {
+  handOff?: HandOffWatch<T>,
+): Promise<T | undefined> {
   if (signal?.aborted) return Promise.reject(signal.reason);
-  return new Promise<void>((resolve, reject) => {
+  return new Promise<T | undefined>((resolve, reject) => {
     const round: WaitRound = { over: false };
     const tidy = (): void => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', settle);
-      if (path !== undefined) watches.get(path)?.delete(settle);
+      if (path !== undefined) watches.get(path)?.delete(reported);
+    };
+    const end = (taken: T | undefined): void => {
+      round.over = true;
+      wakers?.delete(settle); // now: the waiting acquire drops the id's set once it is empty
+      if (taken === undefined && signal?.aborted) reject(signal.reason);
+      else resolve(taken); // a taken hand-off is the caller's lease: never dropped for an abort
     };
     const settle = (): void => {
       if (round.over) return;
-      round.over = true;
-      wakers?.delete(settle); // now: the waiting acquire drops the id's set once it is empty
-      if (signal?.aborted) reject(signal.reason);
-      else resolve();
+      end(undefined);
       setImmediate(tidy);
     };
+    // The watch runs the tidy-up it returns once the report's microtasks have run: not even
+    // scheduling it is on the woken waiter's path to its grant.
+    const reported = (token?: bigint, expiry?: string): (() => void) | undefined => {
+      if (round.over) return undefined;
+      end(token === undefined || handOff === undefined ? undefined : handOff.take(token, expiry!));
+      return tidy;
+    };
     // First, so that if it throws (rejecting this promise) nothing is left set up.
-    if (path !== undefined && !whenUnlocked(io, path, round, settle)) {
-      resolve();
+    if (path !== undefined && !whenUnlocked(io, path, round, reported, handOff?.probe)) {
+      resolve(undefined);
       return;
     }
     const timer = setTimeout(settle, timerDelay(ms));
@@ -63,26 +84,46 @@ export function waitForUnlock(
   });
 }
 
+/** Called once a watched lock is let go; with the record's token and expiry when the watch's probe
+ * found a hand-off (see LeaseIO.watchUnlock). May return what to run once the report is done. */
+type Unlocked = (token?: bigint, expiry?: string) => (() => void) | undefined | void;
+
 /**
  * Calls `unlocked` once nobody holds `path` exclusively (released, or its holder died), from the
  * watch's report itself, with no promise in between; `false` (and no call) if it does not exist or
- * nobody holds it now. `round` only stops a polling fallback.
+ * nobody holds it now. `round` only stops a polling fallback. A `probe` is asked only by a watch
+ * this call starts: a shared watch already has its own (or none).
  */
-export function whenUnlocked(io: LeaseIO, path: string, round: WaitRound, unlocked: () => void): boolean {
+export function whenUnlocked(
+  io: LeaseIO,
+  path: string,
+  round: WaitRound,
+  unlocked: Unlocked,
+  probe?: HandOffProbe,
+): boolean {
   const shared = watches.get(path);
   if (shared !== undefined) {
     shared.add(unlocked);
     return true;
   }
   if (watches.size >= MAX_WATCHES) {
-    void pollUnlocked(io, path, round).then(unlocked);
+    void pollUnlocked(io, path, round).then(() => unlocked()?.());
     return true;
   }
   const waiting = new Set([unlocked]);
-  const started = io.watchUnlock(path, () => {
+  const report: UnlockReport = (_errno, token, expiry) => {
     watches.delete(path);
-    for (const callback of waiting) callback();
-  });
+    if (waiting.size === 1 && waiting.has(unlocked)) return unlocked(token, expiry); // the usual case: no iterator
+    let later: (() => void) | undefined;
+    for (const callback of waiting) {
+      const after = callback === unlocked ? callback(token, expiry) : callback();
+      if (typeof after !== 'function') continue;
+      const before = later;
+      later = before === undefined ? after : () => (before(), after());
+    }
+    return later;
+  };
+  const started = io.watchUnlock(path, report, probe);
   if (started) watches.set(path, waiting);
   return started;
 }

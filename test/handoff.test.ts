@@ -1,0 +1,218 @@
+// The hand-off as the woken waiter meets it: the addon's watch checks, in its report, that the
+// release handed the waiter the lease (the record is the one written for it, and its token's .live
+// is the waiter's flocked .wait), so the waiter's own JavaScript reads nothing. Every way that check
+// can fail leaves the waiter to check for itself, with the same outcome; the addon's reading of the
+// token is tried at its edges; and what the wait leaves behind is tidied up.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, test } from 'vitest';
+import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
+import { kIO, Lease } from '../src/flock/lease.js';
+import { formatRecord } from '../src/flock/record.js';
+import { filesystems, freshDir } from './helpers/dirs.js';
+import { leaseFiles, readRecordFile } from './helpers/lease-files.js';
+
+const HOLDER = fileURLToPath(new URL('./fixtures/flock-holder.mjs', import.meta.url));
+
+afterEach(() => faults.clear());
+
+interface Report {
+  probed: boolean;
+  token: bigint | undefined;
+  expiry: string | undefined;
+}
+
+/** fileIO, counting its calls and keeping what each watch reported. */
+function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Report[] } {
+  const calls = new Map<string, number>();
+  const reports: Report[] = [];
+  const io = {} as Record<string, unknown>;
+  for (const [name, call] of Object.entries(fileIO) as Array<[string, (...args: unknown[]) => unknown]>) {
+    io[name] = (...args: unknown[]) => {
+      calls.set(name, (calls.get(name) ?? 0) + 1);
+      return call(...args);
+    };
+  }
+  io.watchUnlock = ((path, report, probe) => {
+    calls.set('watchUnlock', (calls.get('watchUnlock') ?? 0) + 1);
+    return fileIO.watchUnlock(
+      path,
+      (errno, token, expiry) => {
+        reports.push({ probed: probe !== undefined, token, expiry });
+        return report(errno, token, expiry);
+      },
+      probe,
+    );
+  }) satisfies LeaseIO['watchUnlock'];
+  return { io: io as unknown as LeaseIO, calls, reports };
+}
+
+async function until(condition: () => boolean, what: string, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
+
+/** A holder (its own Lease: its own open files, another process as far as flock can tell) and a
+ * waiter queued behind it, watching; `calls` counts the waiter's I/O from then on. */
+async function queuedBehindHolder(dir: string, waiterOptions: { ttlMs?: number; clock?: () => number } = {}) {
+  const holder = new Lease(dir);
+  const held = await holder.acquire('s', 'holder');
+  const observed = observedIO();
+  const waiter = new Lease(dir, { ...waiterOptions, [kIO]: observed.io } as object);
+  const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
+  await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
+  observed.calls.clear();
+  return { holder, held, waiter, waiting, ...observed };
+}
+
+describe.each(filesystems)('on %s', (_fs, root) => {
+  test('a release hands over in the waiter’s watch report: the woken waiter reads nothing itself', async () => {
+    const dir = freshDir(root);
+    const { holder, held, waiter, waiting, calls, reports } = await queuedBehindHolder(dir);
+    await holder.release(held);
+    const grant = await waiting;
+    expect(calls.get('readRecord')).toBeUndefined();
+    expect(calls.get('sameFile')).toBeUndefined();
+    const record = readRecordFile(dir, 's');
+    expect(record).toMatchObject({ owner: 'waiter', token: grant.token, expiryMs: grant.expiry.getTime() });
+    expect(reports).toEqual([{ probed: true, token: grant.token, expiry: grant.expiry.toISOString() }]);
+    // A grant like any other: renewed, then released to nobody.
+    const renewed = await waiter.renew(grant);
+    expect(renewed.token).toBe(grant.token);
+    await waiter.release(renewed);
+    expect(readRecordFile(dir, 's')).toMatchObject({ owner: '', token: grant.token });
+    expect(waitFiles(dir)).toEqual([]);
+  });
+
+  test.each(['handoff.open', 'handoff.read', 'handoff.fstat', 'handoff.lstat'])(
+    'the watch cannot check the hand-off (%s fails): the waiter checks for itself and takes it',
+    async (step) => {
+      const dir = freshDir(root);
+      const { holder, held, waiting, calls, reports } = await queuedBehindHolder(dir);
+      faults.fail(step, 'EIO');
+      await holder.release(held);
+      const grant = await waiting;
+      expect(reports).toEqual([{ probed: true, token: undefined, expiry: undefined }]);
+      expect(calls.get('readRecord')).toBe(1);
+      expect(calls.get('sameFile')).toBe(1);
+      expect(readRecordFile(dir, 's')).toMatchObject({ owner: 'waiter', token: grant.token });
+      expect(grant.expiry.getTime()).toBe(readRecordFile(dir, 's').expiryMs);
+    },
+  );
+
+  test('a hand-off the waiter’s clock finds expired is kept under the transition lock, with a fresh expiry', async () => {
+    const dir = freshDir(root);
+    let skewMs = 0;
+    const clock = (): number => Date.now() + skewMs;
+    const { holder, held, waiting, calls, reports } = await queuedBehindHolder(dir, { ttlMs: 1_000, clock });
+    skewMs = 5_000; // the waiter wakes (by its clock) long after the hand-off record's expiry
+    await holder.release(held);
+    const grant = await waiting;
+    expect(reports[0]?.token).toBe(grant.token); // the watch saw the hand-off; the waiter would not take it so
+    expect(calls.get('tryLockTransition')).toBeGreaterThanOrEqual(1);
+    const record = readRecordFile(dir, 's');
+    expect(record).toMatchObject({ owner: 'waiter', token: grant.token, expiryMs: grant.expiry.getTime() });
+    expect(grant.expiry.getTime()).toBeGreaterThanOrEqual(Date.now() + skewMs);
+  });
+});
+
+/** A process holding `path` exclusively until `release()`. */
+async function holdElsewhere(path: string) {
+  const child = spawn(process.execPath, [HOLDER, path], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const next = async (): Promise<string> => String((await lines.next()).value);
+  expect(await next()).toBe('held');
+  return {
+    async release(): Promise<void> {
+      child.stdin.write('release\n');
+      expect(await next()).toBe('released');
+      child.stdin.end();
+      await once(child, 'exit');
+    },
+  };
+}
+
+/**
+ * A hand-off made by hand, as a release would make it but with the record's token written as
+ * `tokenText`: the waiter's .wait renamed to the .live of `liveToken`, the record naming the waiter,
+ * then the holder (another process, holding token 5's .live) lets go.
+ */
+async function handOffByHand(tokenText: string, liveToken: bigint) {
+  const dir = freshDir('/dev/shm');
+  const files = leaseFiles(dir, 's');
+  fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
+  const ghost = await holdElsewhere(files.live(5n));
+  const observed = observedIO();
+  const waiter = new Lease(dir, { [kIO]: observed.io } as object);
+  const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
+  waiting.catch(() => {}); // the test reads the outcome below
+  await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
+  fs.renameSync(join(dir, waitFiles(dir)[0]!), files.live(liveToken));
+  const handOff = formatRecord({ owner: 'waiter', token: 1n, expiryMs: Date.now() + 60_000, session: 's' });
+  fs.writeFileSync(`${files.record}.tmp`, handOff.replace('"token":1,', `"token":${tokenText},`));
+  fs.renameSync(`${files.record}.tmp`, files.record);
+  await ghost.release();
+  // Settled by now or soon: a handler from the start, so that a rejection is never unhandled meanwhile.
+  const outcome = waiting.then(
+    (grant) => ({ grant, error: undefined }),
+    (error: unknown) => ({ grant: undefined, error }),
+  );
+  return { outcome, waiter, reports: observed.reports };
+}
+
+test('the watch reads the largest token a record can hold', async () => {
+  const max = 2n ** 64n - 1n;
+  const { outcome, waiter, reports } = await handOffByHand(String(max), max);
+  const { grant, error } = await outcome;
+  expect(error).toBeUndefined();
+  expect(grant!.token).toBe(max);
+  expect(reports[0]?.token).toBe(max);
+  await waiter.release(grant!);
+});
+
+test.each([
+  ['a leading zero', '07', 7n],
+  ['a token past 2^64-1', '18446744073709551616', 0n],
+])(
+  'the watch reports no hand-off for a token with %s; the waiter finds the record corrupt',
+  async (_what, text, live) => {
+    const { outcome, reports } = await handOffByHand(text, live);
+    expect((await outcome).error).toMatchObject({ code: 'ELEASECORRUPT' });
+    expect(reports[0]).toEqual({ probed: true, token: undefined, expiry: undefined });
+  },
+);
+
+test('a waiter handed the lease in its watch report leaves no timer behind: its process can end', async () => {
+  const dir = freshDir('/dev/shm');
+  const holder = new Lease(dir);
+  const held = await holder.acquire('s', 'holder');
+  // Waits up to a minute; once it has the lease it releases it and has nothing left to do.
+  const script = `
+    import { Lease } from ${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)};
+    const lease = new Lease(${JSON.stringify(dir)});
+    const grant = await lease.acquire('s', 'child', { waitMs: 60_000 });
+    await lease.release(grant);
+    process.stdout.write('released\\n');`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = once(child, 'exit');
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  await until(() => waitFiles(dir).length === 1, 'the child queued');
+  await holder.release(held);
+  expect((await lines.next()).value).toBe('released');
+  // Not the minute its wait's timer was set for.
+  const ended = await Promise.race([exited, sleep(5_000).then(() => 'still running')]);
+  child.kill('SIGKILL');
+  expect(ended).toEqual([0, null]);
+});
