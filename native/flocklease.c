@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <node_api.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -885,7 +886,8 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   watch left for this user). It reports a release the probe missed, and it wakes the event loop
 //   through a threadsafe function (a second wake-up), usually to find the watch already reported;
 //   when it reports first, it delivers through the watch's inotify side (with its hand-off probe's
-//   answer), which is then done. Pool threads are reused: a wait costs no thread creation.
+//   answer), which is then done. Pool threads are reused (a wait costs no thread creation) and run
+//   as SCHED_IDLE: a release wakes one beside the event loop it would wake, often on one CPU.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
@@ -1015,6 +1017,11 @@ static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, v
 
 static void *watch_worker(void *arg) {
   (void)arg;
+  // The fallback runs only when a CPU has nothing else to do: a release wakes it beside the event
+  // loop it would wake, and on the same CPU it must not go first (docs/bench.md, "The tenth round").
+  // Best effort: a policy the system refuses leaves the thread as it was.
+  struct sched_param idle = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   for (;;) {
     pthread_mutex_lock(&watch_lock);
     while (watch_head == NULL) {

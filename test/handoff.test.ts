@@ -192,6 +192,25 @@ test.each([
   },
 );
 
+test('the watch’s fallback thread runs only when a CPU has nothing else to do (SCHED_IDLE)', async () => {
+  const dir = freshDir('/dev/shm');
+  const files = leaseFiles(dir, 's');
+  fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
+  const ghost = await holdElsewhere(files.live(5n));
+  const waiter = new Lease(dir);
+  const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
+  await until(() => waitFiles(dir).length === 1, 'the waiter queued');
+  // Field 41 of /proc/<pid>/task/<tid>/stat is the scheduling policy (SCHED_IDLE = 5).
+  const policies = fs.readdirSync(`/proc/${process.pid}/task`).map((tid) => {
+    const stat = fs.readFileSync(`/proc/${process.pid}/task/${tid}/stat`, 'utf8');
+    return [Number(tid), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38])] as const;
+  });
+  expect(policies.filter(([, policy]) => policy === 5).length).toBeGreaterThanOrEqual(1);
+  expect(policies.find(([tid]) => tid === process.pid)?.[1]).toBe(0);
+  await ghost.release();
+  await waiter.release(await waiting);
+});
+
 test('a waiter handed the lease in its watch report leaves no timer behind: its process can end', async () => {
   const dir = freshDir('/dev/shm');
   const holder = new Lease(dir);
