@@ -867,10 +867,9 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id[, probe]) → false when there is nothing to wait for
-// (no such file, or nobody holds an exclusive flock on it), else true, and later the environment's
-// dispatcher (set by watchInit) is called with (id, errno or 0) once nobody holds it: its holder
-// released it or died. A watch cannot be cancelled; it ends when the lock it watches ends, so
+// watchUnlock(path, id[, probe]) → false when there is nothing to wait for (no such file, or nobody
+// holds an exclusive flock on it), else true, and later the environment's dispatcher (set by
+// watchInit) is called with (id, errno or 0) once nobody holds it: its holder released it or died. A watch cannot be cancelled; it ends when the lock it watches ends, so
 // callers share one watch per file (see watch.ts). The dispatcher ignores an id it has already been
 // called with. A waiting acquire passes its hand-off probe (the record and the layout it expects
 // there, its flocked .wait, how the id's .live files are named): if the release handed it the lease,
@@ -972,7 +971,6 @@ static void watch_env_cleanup(void *arg) {
   pthread_mutex_unlock(&watch_lock);
 }
 
-// Runs on the JS thread with the finished request (which it frees), or with env NULL at teardown.
 static notify_watch *notify_unlink(notify_env *n, uint32_t id);
 static void notify_deliver(notify_env *n, notify_watch *w, int err);
 static void notify_forget(notify_env *n, notify_watch *w);
@@ -992,6 +990,7 @@ static void watch_drain(watch_env *e, napi_async_context async) {
   napi_close_handle_scope(env, scope);
 }
 
+// Runs on the JS thread with the finished request (which it frees), or with env NULL at teardown.
 static void watch_dispatch(napi_env env, napi_value dispatcher, void *context, void *data) {
   watch_request *r = data;
   uint32_t id = r->id;

@@ -9,15 +9,13 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, test } from 'vitest';
 import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
 import { kIO, Lease } from '../src/flock/lease.js';
 import { formatRecord } from '../src/flock/record.js';
 import { filesystems, freshDir } from './helpers/dirs.js';
+import { holdElsewhere } from './helpers/holder.js';
 import { leaseFiles, readRecordFile } from './helpers/lease-files.js';
-
-const HOLDER = fileURLToPath(new URL('./fixtures/flock-holder.mjs', import.meta.url));
 
 afterEach(() => faults.clear());
 
@@ -126,22 +124,6 @@ describe.each(filesystems)('on %s', (_fs, root) => {
   });
 });
 
-/** A process holding `path` exclusively until `release()`. */
-async function holdElsewhere(path: string) {
-  const child = spawn(process.execPath, [HOLDER, path], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const next = async (): Promise<string> => String((await lines.next()).value);
-  expect(await next()).toBe('held');
-  return {
-    async release(): Promise<void> {
-      child.stdin.write('release\n');
-      expect(await next()).toBe('released');
-      child.stdin.end();
-      await once(child, 'exit');
-    },
-  };
-}
-
 /**
  * A hand-off made by hand, as a release would make it but with the record's token written as
  * `tokenText`: the waiter's .wait renamed to the .live of `liveToken`, the record naming the waiter,
@@ -162,6 +144,7 @@ async function handOffByHand(tokenText: string, liveToken: bigint) {
   fs.writeFileSync(`${files.record}.tmp`, handOff.replace('"token":1,', `"token":${tokenText},`));
   fs.renameSync(`${files.record}.tmp`, files.record);
   await ghost.release();
+  await ghost.end();
   // Settled by now or soon: a handler from the start, so that a rejection is never unhandled meanwhile.
   const outcome = waiting.then(
     (grant) => ({ grant, error: undefined }),
@@ -208,6 +191,7 @@ test('the watch’s fallback thread runs only when a CPU has nothing else to do 
   expect(policies.filter(([, policy]) => policy === 5).length).toBeGreaterThanOrEqual(1);
   expect(policies.find(([tid]) => tid === process.pid)?.[1]).toBe(0);
   await ghost.release();
+  await ghost.end();
   await waiter.release(await waiting);
 });
 

@@ -1,23 +1,16 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
 // inotify event wakes the event loop itself, and a pool thread blocked in flock beside it is the
 // exact fallback. Each path is checked by faulting the other one.
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { afterEach, expect, test } from 'vitest';
 import { faults, fileIO } from '../src/flock/io.js';
 import { waitForUnlock } from '../src/flock/watch.js';
 import { freshDir } from './helpers/dirs.js';
+import { holdElsewhere, type Holder } from './helpers/holder.js';
 import { openFdCount } from './helpers/lease-files.js';
 
-const HOLDER = fileURLToPath(new URL('./fixtures/flock-holder.mjs', import.meta.url));
-
 afterEach(() => faults.clear());
-
-type Holder = Awaited<ReturnType<typeof holdElsewhere>>;
 
 /** Runs `body` while another process holds a fresh tmpfs file `name` exclusively; ends that process after. */
 async function whileHeld(name: string, body: (holder: Holder, path: string) => Promise<void>): Promise<void> {
@@ -28,31 +21,6 @@ async function whileHeld(name: string, body: (holder: Holder, path: string) => P
   } finally {
     await holder.end();
   }
-}
-
-/** A process holding `path` exclusively until `release()` (or `kill()`). */
-async function holdElsewhere(path: string) {
-  const child = spawn(process.execPath, [HOLDER, path], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const next = async (): Promise<string> => String((await lines.next()).value);
-  expect(await next()).toBe('held');
-  return {
-    async release(): Promise<void> {
-      child.stdin.write('release\n');
-      expect(await next()).toBe('released');
-    },
-    async kill(): Promise<void> {
-      child.kill('SIGKILL');
-      await once(child, 'exit');
-    },
-    async end(): Promise<void> {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.stdin.end();
-        child.kill('SIGKILL');
-        await once(child, 'exit');
-      }
-    },
-  };
 }
 
 /** Starts a watch; `fired` counts its reports, `when` resolves at the first. */

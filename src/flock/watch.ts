@@ -36,8 +36,8 @@ export interface HandOffWatch<T> {
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
  * docs/bench.md, "The seventh round" to "The tenth round"). The watch's report settles the wait
- * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) is a
- * microtask queued after the woken code's own.
+ * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) runs
+ * after the woken code: on setImmediate, or after a report's microtasks (the watch's drain).
  */
 export function waitForUnlock<T = never>(
   io: LeaseIO,
