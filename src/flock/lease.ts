@@ -375,13 +375,6 @@ export class Lease implements SessionLease {
     const deadline = performance.now() + waitMs;
     const safe = safeID(sessionId);
     const place: Place = { owner };
-    // Where the watch looks for a hand-off to us, and what it expects there (see HandOffProbe).
-    const expected: Omit<HandOffProbe, 'fd'> = {
-      record: inDir(this.dir, recordName(safe)),
-      livePrefix: inDir(this.dir, livePrefix(safe)),
-      liveSuffix: LIVE_SUFFIX,
-      ...recordLayout(owner, sessionId), // the hand-off record a release writes for us
-    };
     try {
       for (let idleRounds = 0, lastWatch: string | undefined; ;) {
         const attempt = await this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
@@ -393,7 +386,7 @@ export class Lease implements SessionLease {
         const left = deadline - performance.now();
         if (left <= 0) throw attempt.refusal();
         const started = performance.now();
-        const handOff = this.#handOffWatch(sessionId, safe, place, expected, handedOver);
+        const handOff = this.#handOffWatch(sessionId, safe, place, handedOver);
         const taken = await this.#waitForChange(safe, attempt, left, signal, handOff);
         if (taken !== undefined) return taken;
         const adopted = this.#adoptHandOff(sessionId, safe, owner, place);
@@ -411,23 +404,29 @@ export class Lease implements SessionLease {
   }
 
   /** What the watch of a queued `place` asks in its report (see HandOffProbe), and how a hand-off it
-   * finds is taken there and then; `undefined` for a waiter with no place in the line. */
+   * finds is taken there and then; `undefined` for a waiter with no place in the line. Made for a
+   * round that is about to sleep: an acquire that gets the lease at once never builds it. */
   #handOffWatch(
     sessionId: string,
     safe: string,
     place: Place,
-    expected: Omit<HandOffProbe, 'fd'>,
     handedOver: (grant: LeaseGrant) => void,
   ): HandOffWatch<LeaseGrant> | undefined {
-    const fd = place.fd;
+    const { fd, owner } = place;
     if (fd === undefined) return undefined;
+    const probe: HandOffProbe = {
+      record: inDir(this.dir, recordName(safe)),
+      fd,
+      livePrefix: inDir(this.dir, livePrefix(safe)),
+      liveSuffix: LIVE_SUFFIX,
+      ...recordLayout(owner, sessionId), // the hand-off record a release writes for us
+    };
     return {
-      probe: { ...expected, fd },
+      probe,
       take: (token, expiry) => {
         // Still the place the probe asked about (the addon checked this fd's inode).
         const instant = place.fd === fd ? parseRfc3339Instant(expiry) : undefined;
         if (instant === undefined) return undefined;
-        const { owner } = place;
         const { ms: expiryMs, nanos } = instant;
         const record = { owner, token, expiryMs, expiryNanos: nanos || undefined, session: sessionId };
         const grant = this.#adoptHandOff(sessionId, safe, owner, place, record);
