@@ -22,9 +22,10 @@
 //                                                 line, as the lease's does; the acquirer reads it)
 //   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
 //   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
-//                                                 until nobody holds it exclusively, prints the
-//                                                 CLOCK_MONOTONIC time (ns) it got it: the kernel's
-//                                                 floor for noticing that a (killed) holder is gone
+//                                                 until nobody holds it exclusively; once its stdin
+//                                                 closes, prints the CLOCK_MONOTONIC time (ns) it got
+//                                                 it: the kernel's floor for noticing that a (killed)
+//                                                 holder is gone
 //
 // The uncontended sequence matches the lease's call for call, as strace shows it (bench/syscalls.mjs
 // compares them): the record is read to EOF (a read of its size + 1, then one that returns 0), the
@@ -302,7 +303,12 @@ int main(int argc, char **argv) {
     printf("waiting\n");
     fflush(stdout);
     if (flock(fd, LOCK_SH) != 0) die("flock");
-    printf("{\"unlockedNs\":%llu}\n", (unsigned long long)now_ns());
+    uint64_t unlocked = now_ns();
+    // Quiet until asked (stdin closed): a line or an exit now would wake the parent just as the
+    // process being measured needs the CPU.
+    char drain[64];
+    while (read(0, drain, sizeof drain) > 0) continue;
+    printf("{\"unlockedNs\":%llu}\n", (unsigned long long)unlocked);
     return 0;
   }
   if (argc < 4) {

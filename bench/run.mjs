@@ -208,14 +208,13 @@ try {
       const out = {
         'floor-crash': await crashFloor({ dir: join(dir, 'crash-floor'), samples: config.crash.samples.lease }),
       };
-      for (const key of CROSS_PROCESS_IMPLS) {
-        if (key !== 'lease' && !config.crash.peersOn.includes(fs)) continue;
-        out[key] = await crashTakeover({
-          key,
-          dir: join(dir, 'crash'),
-          samples: config.crash.samples[key === 'lease' ? 'lease' : 'peers'],
-          log,
-        });
+      // The Lease and its Node floor interleaved, sample by sample; each peer on its own (2 s a sample).
+      const sets = [['lease', 'node-floor-takeover']];
+      if (config.crash.peersOn.includes(fs))
+        sets.push(...CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease').map((k) => [k]));
+      for (const keys of sets) {
+        const samples = config.crash.samples[keys.includes('lease') ? 'lease' : 'peers'];
+        Object.assign(out, await crashTakeover({ keys, dir: join(dir, 'crash'), samples, log }));
       }
       return out;
     }),

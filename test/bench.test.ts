@@ -97,6 +97,12 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
       expectSummary(crash.kernelUnlock, `crash ${fs} kernel part`);
       expect(crash.p50).toBeLessThan(1_000); // immediate, not a timeout
       expectSummary(results.figures.crash?.[fs]?.['floor-crash'], `crash ${fs} floor`);
+      const nodeFloor = results.figures.crash?.[fs]?.['node-floor-takeover'] as unknown as Summary & {
+        kernelUnlock: Summary;
+      };
+      expectSummary(nodeFloor, `crash ${fs} Node floor`);
+      expectSummary(nodeFloor.kernelUnlock, `crash ${fs} Node floor's kernel part`);
+      expect(nodeFloor.p50).toBeLessThan(1_000);
       for (const key of ['lease', 'proper-lockfile', 'lockfile', 'floor-handoff', 'node-floor-handoff']) {
         expectSummary(results.figures.wake?.[fs]?.[key], `wake ${fs} ${key}`);
       }

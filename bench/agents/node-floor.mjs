@@ -9,18 +9,11 @@
 //   node node-floor.mjs <dir> --handoff <cycles> <durable> <hold ms> [quiet ms]  → {"acquiredNs":[…],"releasedNs":[…]}
 import { mkdirSync } from 'node:fs';
 import { fileIO } from '../../dist/flock/io.js';
-import { whenUnlocked } from '../../dist/flock/watch.js';
+import { unlocked } from '../lib/node-floor.mjs';
 
 const [dir, mode, countArg, durableArg, extra, quietArg] = process.argv.slice(2);
 const io = fileIO;
 const now = () => process.hrtime.bigint();
-// A wait that never ends early: whenUnlocked's round only stops a polling fallback.
-const forever = { over: false };
-/** Resolves once nobody holds `path` exclusively. */
-const unlocked = (path) =>
-  new Promise((resolve) => {
-    if (!whenUnlocked(io, path, forever, resolve)) resolve();
-  });
 const lockPath = `${dir}/fair.lock`;
 const recordPath = `${dir}/fair.lease.json`;
 

@@ -54,58 +54,73 @@ export async function crashFloor({ dir, samples }) {
     await sleep(30 + Math.random() * 20);
     const killedAt = sharedNow();
     const exited = holder.kill();
-    times.push((await watcher.unlocked) - killedAt);
+    times.push((await watcher.unlocked()) - killedAt);
     await exited;
   }
   return { ...summarize(times), samples: times.map((t) => round(t)) };
 }
 
 /**
- * Crash-takeover samples (ms) for one implementation on one directory. For the Lease, a C watcher
- * also blocks in flock on the holder's .live file, which splits each takeover into the kernel's
- * part (kill → the dead Node process's flock released: `unlocked`) and the lease's (→ acquired).
+ * Crash-takeover samples (ms) for some implementations on one directory, their samples
+ * interleaved (the order alternating), each with its own waiting process for all its samples. For
+ * the Lease and its Node floor, a C watcher also blocks in flock on the holder's .live file, which
+ * splits each takeover into the kernel's part (kill → the dead Node process's flock released:
+ * `kernelUnlock`) and the rest (→ acquired: `afterUnlock`). Returns { key: result }.
  */
-export async function crashTakeover({ key, dir, samples, log }) {
-  const options = agentOptions(key, dir);
-  mkdirSync(options.dir, { recursive: true });
-  const waiter = await Agent.start();
-  await waiter.call({ ...options, wait: true });
-  const times = [];
-  const unlocked = [];
+export async function crashTakeover({ keys, dir, samples, log }) {
+  const sides = [];
   try {
+    for (const key of keys) {
+      const options = agentOptions(key, dir);
+      mkdirSync(options.dir, { recursive: true });
+      const waiter = await Agent.start();
+      sides.push({ key, options, waiter, times: [], unlocked: [] });
+      await waiter.call({ ...options, wait: true });
+    }
     for (let s = 0; s < samples; s++) {
-      const holder = await Agent.start();
-      await holder.call({ ...options, wait: false });
-      await holder.call({ op: 'lock', id: 'crash' });
-      const heldAt = sharedNow();
-      let watcher;
-      if (key === 'lease') {
-        const live = readdirSync(options.dir).filter((name) => name.endsWith('.live'));
-        if (live.length !== 1) throw new Error(`expected the holder's one .live file, found ${live.join(', ')}`);
-        watcher = await floorWatcher(join(options.dir, live[0]));
+      for (const side of s % 2 === 0 ? sides : [...sides].reverse()) {
+        const at = await crashOnce(side);
+        log?.(`  crash takeover ${side.key} ${s + 1}/${samples}: ${round(at)} ms`);
       }
-      await waiter.startLock('crash');
-      // Let the waiter settle into its wait, then kill at a random phase (see the header).
-      const killAfter = key === 'lease' ? 30 + Math.random() * 20 : 100 + Math.random() * 1000;
-      await sleep(Math.max(0, heldAt + killAfter - sharedNow()));
-      const killedAt = sharedNow();
-      const exited = holder.kill('SIGKILL');
-      const { at } = await waiter.lockResult(30_000);
-      times.push(at - killedAt);
-      if (watcher) unlocked.push((await watcher.unlocked) - killedAt);
-      await exited;
-      await waiter.call({ op: 'release' });
-      log?.(`  crash takeover ${key} ${s + 1}/${samples}: ${round(at - killedAt)} ms`);
     }
   } finally {
-    await waiter.stop();
+    await Promise.all(sides.map((side) => side.waiter.stop()));
   }
-  const result = { ...summarize(times), samples: times.map((t) => round(t)) };
-  if (unlocked.length > 0) {
-    result.kernelUnlock = summarize(unlocked);
-    result.afterUnlock = summarize(times.map((t, i) => t - unlocked[i]));
+  const out = {};
+  for (const { key, times, unlocked } of sides) {
+    out[key] = { ...summarize(times), samples: times.map((t) => round(t)) };
+    if (unlocked.length > 0) {
+      out[key].kernelUnlock = summarize(unlocked);
+      out[key].afterUnlock = summarize(times.map((t, i) => t - unlocked[i]));
+    }
   }
-  return result;
+  return out;
+}
+
+/** One takeover: a fresh holder takes the lock, the side's waiter waits for it, the holder is killed. */
+async function crashOnce({ key, options, waiter, times, unlocked }) {
+  const holder = await Agent.start();
+  await holder.call({ ...options, wait: false });
+  await holder.call({ op: 'lock', id: 'crash' });
+  const heldAt = sharedNow();
+  let watcher;
+  if (key === 'lease' || key === 'node-floor-takeover') {
+    const live = readdirSync(options.dir).filter((name) => name.endsWith('.live'));
+    if (live.length !== 1) throw new Error(`expected the holder's one .live file, found ${live.join(', ')}`);
+    watcher = await floorWatcher(join(options.dir, live[0]));
+  }
+  await waiter.startLock('crash');
+  // Let the waiter settle into its wait, then kill at a random phase (see the header).
+  const killAfter = watcher ? 30 + Math.random() * 20 : 100 + Math.random() * 1000;
+  await sleep(Math.max(0, heldAt + killAfter - sharedNow()));
+  const killedAt = sharedNow();
+  const exited = holder.kill('SIGKILL');
+  const { at } = await waiter.lockResult(30_000);
+  times.push(at - killedAt);
+  if (watcher) unlocked.push((await watcher.unlocked()) - killedAt);
+  await exited;
+  await waiter.call({ op: 'release' });
+  return at - killedAt;
 }
 
 /** Wake-up samples (ms) for one implementation on one directory. */

@@ -19,6 +19,7 @@ const SHORT = {
   'proper-lockfile-norealpath': ['proper-lockfile', '(realpath: false)'],
   lockfile: ['lockfile'],
   'floor-crash': ['C floor', '(C holder)'],
+  'node-floor-takeover': ['Node floor', '(takeover)'],
 };
 const shortName = (key) => SHORT[key] ?? [IMPLS[key]?.short ?? key];
 

@@ -113,13 +113,19 @@ export async function floorHolder(file) {
 }
 
 /**
- * A C process blocked in flock(LOCK_SH) on `file` (once this resolves); `unlocked` resolves to
- * when the kernel let it have the lock (CLOCK_MONOTONIC ms, as sharedNow()).
+ * A C process blocked in flock(LOCK_SH) on `file` (once this resolves); `unlocked()` resolves to
+ * when the kernel let it have the lock (CLOCK_MONOTONIC ms, as sharedNow()). Call it after the
+ * measured moment: until then the process keeps quiet (it answers and exits once asked).
  */
 export async function floorWatcher(file) {
-  const child = spawn(FLOOR_BIN, [file, '--wait-unlock'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(FLOOR_BIN, [file, '--wait-unlock'], { stdio: ['pipe', 'pipe', 'inherit'] });
   const next = lineReader(child);
   const line = await next();
   if (line !== 'waiting') throw new Error(`floor --wait-unlock: ${line}`);
-  return { unlocked: next().then((l) => JSON.parse(l).unlockedNs / 1e6) };
+  return {
+    unlocked: () => {
+      child.stdin.end();
+      return next().then((l) => JSON.parse(l).unlockedNs / 1e6);
+    },
+  };
 }

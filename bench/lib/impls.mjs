@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { kIO } from '../../dist/flock/lease.js';
 import { Lease, MemoryLease } from '../../dist/index.js';
-import { nodeFloor } from './node-floor.mjs';
+import { nodeFloor, nodeFloorTakeover } from './node-floor.mjs';
 
 const require = createRequire(import.meta.url);
 const properLockfile = require('proper-lockfile');
@@ -52,6 +52,11 @@ export const IMPLS = {
     label: "Node floor: the C floor's calls through the addon, durable",
     short: 'Node floor',
     open: (dir, { io, splitTurn } = {}) => nodeFloor(dir, { io, splitTurn }),
+  },
+  'node-floor-takeover': {
+    label: "Node floor: a takeover's calls through the addon and its watch, durable",
+    short: 'Node floor',
+    open: (dir, { wait } = {}) => nodeFloorTakeover(dir, { wait }),
   },
   memory: {
     label: 'flocklease MemoryLease',

@@ -8,6 +8,7 @@
 import { mkdirSync } from 'node:fs';
 import { setImmediate as turn } from 'node:timers/promises';
 import { fileIO } from '../../dist/flock/io.js';
+import { whenUnlocked } from '../../dist/flock/watch.js';
 
 /**
  * `lock(id)` → `release()`: IMPLS['node-floor'] (bench/lib/impls.mjs). `io`: the I/O layer (the
@@ -49,6 +50,74 @@ export function nodeFloor(dir, { io = fileIO, splitTurn = false } = {}) {
         await transition(id, { data: data(''), remove: [live] });
         io.closeFile(liveFd);
       };
+    },
+  };
+}
+
+// A wait that never ends early: whenUnlocked's round only stops a polling fallback.
+const forever = { over: false };
+
+/** Resolves once nobody holds `path` exclusively, woken by the lease's own watch. */
+export function unlocked(path, io = fileIO) {
+  return new Promise((resolve) => {
+    if (!whenUnlocked(io, path, forever, resolve)) resolve();
+  });
+}
+
+/**
+ * The Node floor of a crash takeover: what any Node lease built on the addon pays to notice that a
+ * holder died and take its place. `lock(id)` takes the id's transition lock, reads the record (its
+ * token by one regular expression, no decoding), and probes the holder's `.live`; held, it waits
+ * (with `wait`) on the lease's watch of that file, then looks again; free, it commits the next
+ * generation durably, as a takeover does (new `.live`, record, the old `.live` removed). No queue,
+ * gate, grant or clock: the crash-takeover figure runs it beside the Lease
+ * (bench/figures/takeover.mjs).
+ */
+export function nodeFloorTakeover(dir, { wait = false, io = fileIO } = {}) {
+  mkdirSync(dir, { recursive: true });
+  io.prepareDir(dir);
+  const lockTransition = async (path) => {
+    for (;;) {
+      const fd = io.tryLockTransition(path);
+      if (typeof fd === 'number') return fd;
+      if (fd === 'busy') await unlocked(path, io);
+    }
+  };
+  const data = (id, owner, token) =>
+    `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z","session":"${id}"}`;
+  return {
+    async lock(id) {
+      const lockPath = `${dir}/${id}.lock`;
+      const record = `${dir}/${id}.lease.json`;
+      for (;;) {
+        const lfd = await lockTransition(lockPath);
+        const text = io.readRecord(record);
+        io.readLockData(lfd);
+        const [, owner = '', token = '0'] = /"owner":"([^"]*)","token":(\d+)/.exec(text ?? '') ?? [];
+        const live = `${dir}/${id}.${token}.live`;
+        if (owner !== '' && io.probeLive(live)) {
+          io.unlockTransition(lfd);
+          if (!wait) throw new Error(`node floor: ${id} is held`);
+          await unlocked(live, io);
+          continue;
+        }
+        const next = BigInt(token) + 1n;
+        const mine = `${dir}/${id}.${next}.live`;
+        const remove = text === undefined ? [] : [live];
+        const { liveFd } = await io.commit(dir, {
+          record,
+          data: data(id, `p${process.pid}`, next),
+          live: mine,
+          remove,
+        });
+        io.unlockTransition(lfd);
+        return async () => {
+          const fd = await lockTransition(lockPath);
+          await io.commit(dir, { record, data: data(id, '', next), remove: [mine] });
+          io.closeFile(liveFd);
+          io.unlockTransition(fd);
+        };
+      }
     },
   };
 }
