@@ -9,7 +9,7 @@
 //   node node-floor.mjs <dir> --handoff <cycles> <durable> <hold ms> [quiet ms]  → {"acquiredNs":[…],"releasedNs":[…]}
 import { mkdirSync } from 'node:fs';
 import { fileIO } from '../../dist/flock/io.js';
-import { unlocked } from '../lib/node-floor.mjs';
+import { unlocked, waitTransition } from '../lib/node-floor.mjs';
 
 const [dir, mode, countArg, durableArg, extra, quietArg] = process.argv.slice(2);
 const io = fileIO;
@@ -21,22 +21,13 @@ mkdirSync(dir, { recursive: true });
 io.prepareDir(dir); // decides, as the Lease does, whether commits run inline (tmpfs) or on a pool thread
 if (durableArg !== '1') throw new Error('node-floor: only the durable commit is measured');
 
-/** The transition lock, waited for as the Lease waits: try, else watch its holder let go. */
-async function waitTransition() {
-  for (;;) {
-    const fd = io.tryLockTransition(lockPath);
-    if (typeof fd === 'number') return fd;
-    if (fd === 'busy') await unlocked(lockPath);
-  }
-}
-
 function recordOf(owner, token) {
   return `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z"}`;
 }
 
 /** One fair acquire + release; `acquired` and `released` times (ns). */
 async function fairCycle(token, holdMs) {
-  let lfd = await waitTransition();
+  let lfd = await waitTransition(lockPath);
   const ticket = Number(Buffer.from(io.readLockData(lfd) ?? '0').toString()) + 1;
   io.writeLockData(lfd, String(ticket));
   const mine = `${dir}/fair.${ticket}.wait`;
@@ -50,7 +41,7 @@ async function fairCycle(token, holdMs) {
   io.readRecord(recordPath);
   const acquired = now();
   if (holdMs > 0) await new Promise((resolve) => setTimeout(resolve, holdMs));
-  lfd = await waitTransition();
+  lfd = await waitTransition(lockPath);
   await io.commit(dir, { record: recordPath, data: recordOf(`p${process.pid}`, token + 1n) }); // the hand-off commit
   io.removeFile(mine);
   const released = now(); // as it lets go: see floor.c's fair_cycle

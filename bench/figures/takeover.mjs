@@ -97,6 +97,9 @@ export async function crashTakeover({ keys, dir, samples, log }) {
   return out;
 }
 
+/** The implementations whose holder keeps a `.live` file, so a C watcher can split their takeovers. */
+const SPLIT = new Set(['lease', 'node-floor-takeover']);
+
 /** One takeover: a fresh holder takes the lock, the side's waiter waits for it, the holder is killed. */
 async function crashOnce({ key, options, waiter, times, unlocked }) {
   const holder = await Agent.start();
@@ -104,7 +107,7 @@ async function crashOnce({ key, options, waiter, times, unlocked }) {
   await holder.call({ op: 'lock', id: 'crash' });
   const heldAt = sharedNow();
   let watcher;
-  if (key === 'lease' || key === 'node-floor-takeover') {
+  if (SPLIT.has(key)) {
     const live = readdirSync(options.dir).filter((name) => name.endsWith('.live'));
     if (live.length !== 1) throw new Error(`expected the holder's one .live file, found ${live.join(', ')}`);
     watcher = await floorWatcher(join(options.dir, live[0]));

@@ -10,6 +10,10 @@ import { setImmediate as turn } from 'node:timers/promises';
 import { fileIO } from '../../dist/flock/io.js';
 import { whenUnlocked } from '../../dist/flock/watch.js';
 
+/** A record as the lease writes it (a fixed expiry: the floors decode nothing). */
+const recordText = (id, owner, token) =>
+  `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z","session":"${id}"}`;
+
 /**
  * `lock(id)` → `release()`: IMPLS['node-floor'] (bench/lib/impls.mjs). `io`: the I/O layer (the
  * event-loop figure's marks every call). `splitTurn`: let the loop turn once before each commit,
@@ -39,15 +43,13 @@ export function nodeFloor(dir, { io = fileIO, splitTurn = false } = {}) {
       const token = (tokens.get(id) ?? 0) + 1;
       tokens.set(id, token);
       const live = `${dir}/${id}.${token}.live`;
-      const data = (owner) =>
-        `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z","session":"${id}"}`;
       const { liveFd } = await transition(id, {
-        data: data('floor'),
+        data: recordText(id, 'floor', token),
         live,
         remove: [`${dir}/${id}.${token - 1}.live`],
       });
       return async () => {
-        await transition(id, { data: data(''), remove: [live] });
+        await transition(id, { data: recordText(id, '', token), remove: [live] });
         io.closeFile(liveFd);
       };
     },
@@ -64,6 +66,15 @@ export function unlocked(path, io = fileIO) {
   });
 }
 
+/** A transition lock, waited for as the Lease waits: try, else watch its holder let go. */
+export async function waitTransition(path, io = fileIO) {
+  for (;;) {
+    const fd = io.tryLockTransition(path);
+    if (typeof fd === 'number') return fd;
+    if (fd === 'busy') await unlocked(path, io);
+  }
+}
+
 /**
  * The Node floor of a crash takeover: what any Node lease built on the addon pays to notice that a
  * holder died and take its place. `lock(id)` takes the id's transition lock, reads the record (its
@@ -76,21 +87,12 @@ export function unlocked(path, io = fileIO) {
 export function nodeFloorTakeover(dir, { wait = false, io = fileIO } = {}) {
   mkdirSync(dir, { recursive: true });
   io.prepareDir(dir);
-  const lockTransition = async (path) => {
-    for (;;) {
-      const fd = io.tryLockTransition(path);
-      if (typeof fd === 'number') return fd;
-      if (fd === 'busy') await unlocked(path, io);
-    }
-  };
-  const data = (id, owner, token) =>
-    `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z","session":"${id}"}`;
   return {
     async lock(id) {
       const lockPath = `${dir}/${id}.lock`;
       const record = `${dir}/${id}.lease.json`;
       for (;;) {
-        const lfd = await lockTransition(lockPath);
+        const lfd = await waitTransition(lockPath, io);
         const text = io.readRecord(record);
         io.readLockData(lfd);
         const [, owner = '', token = '0'] = /"owner":"([^"]*)","token":(\d+)/.exec(text ?? '') ?? [];
@@ -106,14 +108,14 @@ export function nodeFloorTakeover(dir, { wait = false, io = fileIO } = {}) {
         const remove = text === undefined ? [] : [live];
         const { liveFd } = await io.commit(dir, {
           record,
-          data: data(id, `p${process.pid}`, next),
+          data: recordText(id, `p${process.pid}`, next),
           live: mine,
           remove,
         });
         io.unlockTransition(lfd);
         return async () => {
-          const fd = await lockTransition(lockPath);
-          await io.commit(dir, { record, data: data(id, '', next), remove: [mine] });
+          const fd = await waitTransition(lockPath, io);
+          await io.commit(dir, { record, data: recordText(id, '', next), remove: [mine] });
           io.closeFile(liveFd);
           io.unlockTransition(fd);
         };
