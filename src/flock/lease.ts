@@ -283,7 +283,7 @@ export class Lease implements SessionLease {
     const state = this.#stateOf(tx, owner, record);
     switch (state) {
       case 'handed-over': {
-        this.#adopt(safe, tx.place!, owner, record!);
+        this.#adopt(safe, tx.place!, owner, record!.token);
         if (!isExpired(record!, now))
           return { grant: this.#handedOver(sessionId, owner, record!.token, record!.expiryMs) };
         // Woken too late to find it fresh: nobody took it meanwhile, so keep it as a renew would.
@@ -336,10 +336,10 @@ export class Lease implements SessionLease {
 
   /** A release handed us the lease while we waited (under the transition lock, or see
    * #adoptHandOff): our .wait file is its .live, now held as ours. */
-  #adopt(safe: string, place: Place, owner: string, record: LeaseRecord): void {
+  #adopt(safe: string, place: Place, owner: string, token: bigint): void {
     const predecessor = this.#held.get(safe);
     if (predecessor !== undefined) this.#dropGeneration(safe, predecessor);
-    this.#held.set(safe, { token: record.token, owner, fd: place.fd! });
+    this.#held.set(safe, { token, owner, fd: place.fd! });
     place.fd = undefined;
     place.ticket = undefined;
   }
@@ -458,7 +458,7 @@ export class Lease implements SessionLease {
     const now = readClock(this.#clock);
     if (record === undefined || isExpired(record, now)) return undefined;
     if (reported === undefined && !this.#handedTo(safe, place, owner, record)) return undefined;
-    this.#adopt(safe, place, owner, record);
+    this.#adopt(safe, place, owner, record.token);
     return this.#handedOver(sessionId, owner, record.token, record.expiryMs);
   }
 
@@ -535,7 +535,9 @@ export class Lease implements SessionLease {
     }
   }
 
-  /** Takes over: new token, new liveness lock, then the record (the commit point). */
+  /** Takes over: new token, new liveness lock, then the record (the commit point). A queued
+   * waiter's liveness lock is its own flocked `.wait` file, renamed to the new `.live` (as a
+   * hand-off does): a rename costs less than creating and flocking a file, and leaving the line. */
   async #takeOver(
     tx: TransitionContext,
     owner: string,
@@ -559,23 +561,36 @@ export class Lease implements SessionLease {
     }
     const live = this.#livePath(safe, token);
     const remove = record === undefined ? [] : [this.#livePath(safe, record.token)];
-    let liveFd: number;
+    const { place } = tx;
+    const adoptFrom = place?.fd === undefined ? undefined : this.#line.waitPath(safe, place.ticket!);
     try {
-      ({ liveFd } = await this.#commit(safe, { owner, token, expiryMs, session: sessionId }, { live, remove }));
+      const { liveFd } = await this.#commit(
+        safe,
+        { owner, token, expiryMs, session: sessionId },
+        { live, adoptFrom, remove },
+      );
+      this.#holdTaken(safe, owner, token, adoptFrom === undefined ? liveFd : place);
     } catch (error) {
       const failure = error as CommitError;
-      if (failure.committed && failure.liveFd !== undefined) {
+      if (!failure.committed && failure.code === 'ENOENT' && adoptFrom !== undefined && failure.path === adoptFrom) {
+        // A releaser that died mid-hand-off renamed our .wait away (to a .live no record names):
+        // nothing changed; leave the line and take over as an unqueued acquire does.
+        this.#line.leave(safe, place);
+        return this.#takeOver(tx, owner, record, expiryMs, reason);
+      }
+      if (failure.committed) {
         // The record names us (only its directory fsync failed): hold the generation, finish cleanup later.
-        this.#held.set(safe, { token, owner, fd: failure.liveFd });
+        this.#holdTaken(safe, owner, token, adoptFrom === undefined ? failure.liveFd : place);
         for (const path of remove) this.#pendingFor(safe).removals.add(path);
       }
       // A process that wrote no record holds a token this new: treat it as a live competitor.
       if (failure.syscall === 'flock' && failure.code === 'EAGAIN') {
         throw new LeaseHeldError(`lease ${JSON.stringify(sessionId)}: ${live} is locked by another process`, sessionId);
       }
-      throw error; // before the commit point the addon has undone the new generation: the old record stands
+      // Before the commit point the addon has undone the new generation (an adopted .wait is renamed
+      // back, and the waiting acquire leaves the line as it ends): the old record stands.
+      throw error;
     }
-    this.#held.set(safe, { token, owner, fd: liveFd });
     const grant = grantOf(sessionId, owner, token, expiryMs);
     publish(channels.acquire, () => ({ lease: this, grant, refreshed: false }));
     if (record !== undefined && reason !== 'free') {
@@ -583,6 +598,13 @@ export class Lease implements SessionLease {
     }
     this.#wake(safe); // local waiters now wait on the new holder
     return grant;
+  }
+
+  /** Holds a committed takeover's generation: the `.live` it created, or the waiting place whose
+   * `.wait` it renamed to the `.live`. */
+  #holdTaken(safe: string, owner: string, token: bigint, live: number | Place | undefined): void {
+    if (typeof live === 'object') this.#adopt(safe, live, owner, token);
+    else if (live !== undefined) this.#held.set(safe, { token, owner, fd: live });
   }
 
   #holds(safe: string, owner: string, token: bigint): boolean {

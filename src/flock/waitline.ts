@@ -86,9 +86,9 @@ export class WaitLine {
 
   /**
    * A takeable lease: `undefined` if this transition may take it (queued waiters go first, in
-   * arrival order; the caller's own place is given up), else the refusal naming the waiter it is
-   * reserved for. `record` is what the refusal names as the holder (expired, released), as in any
-   * refusal.
+   * arrival order; the caller's own ticket leaves the queue, and its flocked `.wait` file stays
+   * with its place for the takeover to adopt), else the refusal naming the waiter it is reserved
+   * for. `record` is what the refusal names as the holder (expired, released), as in any refusal.
    */
   claim(tx: TransitionContext, record: LeaseRecord | undefined): Refused | undefined {
     const queue = parseQueue(this.#io.readLockData(tx.lockFd));
@@ -110,8 +110,6 @@ export class WaitLine {
       queue.freeSince = 0;
       this.#io.writeLockData(tx.lockFd, formatQueue(queue));
     }
-    // Out of line first: our .wait file must not linger as a lock of this process.
-    this.leave(tx.safe, tx.place);
     return undefined;
   }
 

@@ -253,3 +253,87 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     });
   });
 });
+
+// A queued waiter's takeover: the holder dies while another process waits in line, so the waiter
+// takes the lease over by renaming its own flocked .wait file to the new generation's .live and
+// writing the record naming it. SIGKILL the waiter before each step of that takeover: the directory
+// stays consistent, no flock of the dead waiter lingers (its adopted .live included), and a third
+// process takes over at once from what the record says, with a greater token.
+const QUEUED_TAKEOVER_STEPS = [
+  ...LOCK,
+  'probe.open',
+  'probe.flock',
+  'adopt.rename',
+  ...WRITE,
+  ...DURABLE,
+  'unlink',
+  'commit.done',
+  'close',
+];
+
+describe.each(filesystems)('on %s', (_fs, root) => {
+  test('SIGKILL at every step of a queued waiter taking over from a dead holder: the next acquire succeeds at once', async () => {
+    await pool(QUEUED_TAKEOVER_STEPS, 3, async (step) => {
+      const dir = freshDir(root);
+      const files = leaseFiles(dir, 's1');
+      const holder = await Agent.start(dir, { ttlMs: TTL });
+      const holderToken = BigInt((await holder.acquire('s1', 'alice')).token);
+      const tokens = [holderToken];
+      const waiter = await Agent.start(dir, { ttlMs: TTL });
+      const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
+      const queued = Date.now() + 5_000;
+      // Queued and asleep, out of its transition: the next time it reaches `step` is in its takeover.
+      while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(files.lock))) {
+        if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      await waiter.must({ op: 'fault', action: 'kill', step });
+      holder.child.kill('SIGKILL');
+      await holder.exited;
+
+      expect(await waiting, `${step}: the waiter should have died at the step`).toMatchObject({
+        code: 'EAGENTEXITED',
+      });
+      expect((await waiter.exited).signal, step).toBe('SIGKILL');
+
+      const state = dirState(dir, files.safe);
+      expect(state.unknown, step).toEqual([]);
+      if (AFTER_RENAME.has(step)) {
+        expect(state.record, `${step}: died after the rename, the waiter's record must stand`).toMatchObject({
+          owner: 'bob',
+        });
+        expect(state.record!.token, step).toBeGreaterThan(holderToken);
+      } else {
+        expect(state.record, `${step}: died before the rename, the holder's record must stand`).toMatchObject({
+          owner: 'alice',
+          token: holderToken,
+        });
+      }
+      const waits = fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
+      // Renamed (the adoption), the .wait file is the new .live: none is left; before that, its own.
+      const adopted = !LOCK.includes(step) && !step.startsWith('probe.') && step !== 'adopt.rename';
+      expect(waits.length, `${step}: .wait files ${JSON.stringify(waits)}`).toBe(adopted ? 0 : 1);
+      if (state.record !== undefined) tokens.push(state.record.token);
+      tokens.push(...state.liveTokens);
+      for (const name of state.temps) {
+        const bytes = fs.readFileSync(join(dir, name));
+        if (bytes.length > 0) tokens.push(parseRecord(bytes).token);
+      }
+      for (const token of state.liveTokens)
+        expect(await isFlocked(files.live(token)), `${step}: a dead process's .live`).toBe(false);
+      for (const name of waits) expect(await isFlocked(join(dir, name)), `${step}: a dead waiter's .wait`).toBe(false);
+
+      const lease = new Lease(dir, { ttlMs: TTL, transitionTimeoutMs: 5_000 });
+      const started = performance.now();
+      const grant = await lease.acquire('s1', 'carol');
+      expect(performance.now() - started, step).toBeLessThan(5_000); // the dead flocks are gone: no TTL wait
+      for (const token of tokens) expect(grant.token, `${step}: new token vs ${token}`).toBeGreaterThan(token);
+      expect(takeovers.get(`${lease.dir}:${grant.token}`), step).toMatchObject({
+        previous: state.record!.token,
+        reason: 'crashed',
+      });
+      await lease.release(grant);
+      expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token: grant.token });
+    });
+  });
+});
