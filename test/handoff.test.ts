@@ -101,12 +101,40 @@ describe.each(filesystems)('on %s', (_fs, root) => {
       await holder.release(held);
       const grant = await waiting;
       expect(reports).toEqual([{ probed: true, token: undefined, expiry: undefined }]);
+      // The report said "no hand-off": no look without the lock; the locked path reads and checks once.
+      expect(calls.get('tryLockTransition')).toBe(1);
       expect(calls.get('readRecord')).toBe(1);
       expect(calls.get('sameFile')).toBe(1);
       expect(readRecordFile(dir, 's')).toMatchObject({ owner: 'waiter', token: grant.token });
       expect(grant.expiry.getTime()).toBe(readRecordFile(dir, 's').expiryMs);
     },
   );
+
+  test('a holder that dies hands nothing over: the waiter reads the record once, under the lock, and takes over', async () => {
+    const dir = freshDir(root);
+    const files = leaseFiles(dir, 's');
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
+    const ghost = await holdElsewhere(files.live(5n));
+    const observed = observedIO();
+    const waiter = new Lease(dir, { [kIO]: observed.io } as object);
+    const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
+    await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
+    observed.calls.clear();
+    const waitInode = fs.statSync(join(dir, waitFiles(dir)[0]!)).ino;
+    await ghost.kill();
+    const grant = await waiting;
+    expect(observed.reports).toEqual([{ probed: true, token: undefined, expiry: undefined }]);
+    expect(observed.calls.get('tryLockTransition')).toBe(1);
+    expect(observed.calls.get('readRecord')).toBe(1); // the probe read it as the lock went: no second look
+    expect(grant.token).toBeGreaterThan(5n);
+    // Its own .wait file became the new generation's .live (renamed: the same inode), none is left.
+    expect(fs.statSync(files.live(grant.token)).ino).toBe(waitInode);
+    expect(waitFiles(dir)).toEqual([]);
+    expect(fs.existsSync(files.live(5n))).toBe(false);
+    expect(readRecordFile(dir, 's')).toMatchObject({ owner: 'waiter', token: grant.token });
+    await waiter.release(grant);
+  });
 
   test('a hand-off the waiter’s clock finds expired is kept under the transition lock, with a fresh expiry', async () => {
     const dir = freshDir(root);

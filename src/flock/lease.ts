@@ -41,7 +41,7 @@ import {
 } from './record.js';
 import { lockTransition, readRecordAt } from './transition.js';
 import { WaitLine, type HandOff, type Place, type Refused, type TransitionContext } from './waitline.js';
-import { waitForUnlock, type HandOffWatch } from './watch.js';
+import { NO_HAND_OFF, waitForUnlock, type HandOffWatch } from './watch.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
   /** How long an operation waits for another process's transition (one operation, normally
@@ -388,9 +388,10 @@ export class Lease implements SessionLease {
         const started = performance.now();
         const handOff = this.#handOffWatch(sessionId, safe, place, handedOver);
         const taken = await this.#waitForChange(safe, attempt, left, signal, handOff);
-        if (taken !== undefined) return taken;
-        const adopted = this.#adoptHandOff(sessionId, safe, owner, place);
-        if (adopted !== undefined) return adopted;
+        if (taken === undefined) {
+          const adopted = this.#adoptHandOff(sessionId, safe, owner, place);
+          if (adopted !== undefined) return adopted;
+        } else if (taken !== NO_HAND_OFF) return taken;
         idleRounds = performance.now() - started < 1 && attempt.watch === lastWatch ? idleRounds + 1 : 0;
         lastWatch = attempt.watch;
       }
@@ -464,15 +465,15 @@ export class Lease implements SessionLease {
 
   /** Sleeps until the holder (or the waiter ahead) lets go, `until` passes, this process changes
    * the lease, the wait runs out, or `signal` aborts (which rejects); resolves with the grant of a
-   * hand-off taken in the watch's report, if any. The waiting acquire drops the id's emptied
-   * wakers set when it ends. */
+   * hand-off taken in the watch's report, or NO_HAND_OFF when its probe found none. The waiting
+   * acquire drops the id's emptied wakers set when it ends. */
   #waitForChange(
     safe: string,
     attempt: Refused,
     leftMs: number,
     signal: AbortSignal | undefined,
     handOff: HandOffWatch<LeaseGrant> | undefined,
-  ): Promise<LeaseGrant | undefined> {
+  ): Promise<LeaseGrant | typeof NO_HAND_OFF | undefined> {
     let wakers = this.#wakers.get(safe);
     if (wakers === undefined) this.#wakers.set(safe, (wakers = new Set()));
     const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;

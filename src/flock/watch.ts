@@ -27,11 +27,16 @@ export interface HandOffWatch<T> {
   take(token: bigint, expiry: string): T | undefined;
 }
 
+/** What a wait with a `handOff` resolves with when its watch's report carried no hand-off: the
+ * probe read the record as the lock went, so a look without the lock would read it again for
+ * nothing (the locked path decides). */
+export const NO_HAND_OFF: unique symbol = Symbol('flocklease.noHandOff');
+
 /**
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
  * reason). One plain timer per wait. Resolves with what `handOff.take` returned when the watch
- * found a hand-off, else `undefined`.
+ * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`.
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
@@ -46,16 +51,16 @@ export function waitForUnlock<T = never>(
   signal: AbortSignal | undefined,
   wakers?: Set<() => void>,
   handOff?: HandOffWatch<T>,
-): Promise<T | undefined> {
+): Promise<T | typeof NO_HAND_OFF | undefined> {
   if (signal?.aborted) return Promise.reject(signal.reason);
-  return new Promise<T | undefined>((resolve, reject) => {
+  return new Promise<T | typeof NO_HAND_OFF | undefined>((resolve, reject) => {
     const round: WaitRound = { over: false };
     const tidy = (): void => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', settle);
       if (path !== undefined) watches.get(path)?.delete(reported);
     };
-    const end = (taken: T | undefined): void => {
+    const end = (taken: T | typeof NO_HAND_OFF | undefined): void => {
       round.over = true;
       wakers?.delete(settle); // now: the waiting acquire drops the id's set once it is empty
       if (taken === undefined && signal?.aborted) reject(signal.reason);
@@ -68,9 +73,10 @@ export function waitForUnlock<T = never>(
     };
     // The watch runs the tidy-up it returns once the report's microtasks have run: not even
     // scheduling it is on the woken waiter's path to its grant.
-    const reported = (token?: bigint, expiry?: string): (() => void) | undefined => {
+    const reported = (token?: bigint | null, expiry?: string): (() => void) | undefined => {
       if (round.over) return undefined;
-      end(token === undefined || handOff === undefined ? undefined : handOff.take(token, expiry!));
+      if (token === null) end(NO_HAND_OFF);
+      else end(token === undefined || handOff === undefined ? undefined : handOff.take(token, expiry!));
       return tidy;
     };
     // First, so that if it throws (rejecting this promise) nothing is left set up.
@@ -85,8 +91,10 @@ export function waitForUnlock<T = never>(
 }
 
 /** Called once a watched lock is let go; with the record's token and expiry when the watch's probe
- * found a hand-off (see LeaseIO.watchUnlock). May return what to run once the report is done. */
-type Unlocked = (token?: bigint, expiry?: string) => (() => void) | undefined | void;
+ * found a hand-off (see LeaseIO.watchUnlock), `null` when it found none, and nothing when the call
+ * asked no probe (or shares a watch another call started). May return what to run once the report
+ * is done. */
+type Unlocked = (token?: bigint | null, expiry?: string) => (() => void) | undefined | void;
 
 /**
  * Calls `unlocked` once nobody holds `path` exclusively (released, or its holder died), from the
@@ -111,8 +119,9 @@ export function whenUnlocked(
     return true;
   }
   const waiting = new Set([unlocked]);
-  const report: UnlockReport = (_errno, token, expiry) => {
+  const report: UnlockReport = (_errno, reportedToken, expiry) => {
     watches.delete(path);
+    const token = probe === undefined ? undefined : (reportedToken ?? null);
     if (waiting.size === 1 && waiting.has(unlocked)) return unlocked(token, expiry); // the usual case: no iterator
     let later: (() => void) | undefined;
     for (const callback of waiting) {
