@@ -83,6 +83,34 @@ async function pool<T>(items: T[], width: number, task: (item: T) => Promise<voi
   );
 }
 
+/** Every token a dead process's leftovers name: the record's, the .live files', and the one a
+ * complete temp file meant to issue. */
+function tokensLeft(dir: string, state: ReturnType<typeof dirState>): bigint[] {
+  const tokens = state.record === undefined ? [] : [state.record.token];
+  tokens.push(...state.liveTokens);
+  for (const name of state.temps) {
+    const bytes = fs.readFileSync(join(dir, name));
+    if (bytes.length > 0) tokens.push(parseRecord(bytes).token);
+  }
+  return tokens;
+}
+
+/** alice holds s1 in one agent; bob waits for it in another, queued and out of his transition (a
+ * stop or a fault inside one would hit the wrong step, or hold the lock others need). */
+async function queuedBehindHolder(dir: string, step: string) {
+  const holder = await Agent.start(dir, { ttlMs: TTL });
+  const holderToken = BigInt((await holder.acquire('s1', 'alice')).token);
+  const waiter = await Agent.start(dir, { ttlMs: TTL });
+  const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
+  const lock = leaseFiles(dir, 's1').lock;
+  const queued = Date.now() + 5_000;
+  while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(lock))) {
+    if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  return { holder, holderToken, waiter, waiting };
+}
+
 const takeovers = new Map<string, { previous: bigint; reason: string }>();
 diagnostics.subscribe('flocklease:takeover', (message) => {
   const { lease, grant, previous, reason } = message as {
@@ -182,7 +210,8 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 // SIGKILL the releaser before each of those steps: whatever the step, the waiter must end up
 // holding the lease at once (by adopting the hand-off if the record was written, else by taking
 // over from the dead releaser), with a token greater than every token issued or attempted.
-const HANDOFF_STEPS = [
+// Both this and the queued waiter's takeover below are transitions whose commit adopts a .wait.
+const ADOPTING_STEPS = [
   ...LOCK,
   'read.read',
   'probe.open',
@@ -197,19 +226,11 @@ const HANDOFF_STEPS = [
 
 describe.each(filesystems)('on %s', (_fs, root) => {
   test('SIGKILL at every step of a release that hands the lease to a waiter: the waiter gets it at once', async () => {
-    await pool(HANDOFF_STEPS, 3, async (step) => {
+    await pool(ADOPTING_STEPS, 3, async (step) => {
       const dir = freshDir(root);
       const files = leaseFiles(dir, 's1');
-      const agent = await Agent.start(dir, { ttlMs: TTL });
-      const tokens = [BigInt((await agent.acquire('s1', 'alice')).token)];
-      const waiter = await Agent.start(dir, { ttlMs: TTL });
-      const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
-      const queued = Date.now() + 5_000;
-      // Queued, and out of its transition (a stop inside one would hold the lock the release needs).
-      while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(files.lock))) {
-        if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
+      const { holder: agent, holderToken, waiter, waiting } = await queuedBehindHolder(dir, step);
+      const tokens = [holderToken];
       // Stop the waiter while the releaser dies and we look at what it left: only its files count.
       waiter.child.kill('SIGSTOP');
 
@@ -223,12 +244,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 
       const state = dirState(dir, files.safe);
       expect(state.unknown, step).toEqual([]);
-      if (state.record) tokens.push(state.record.token);
-      tokens.push(...state.liveTokens);
-      for (const name of state.temps) {
-        const bytes = fs.readFileSync(join(dir, name));
-        if (bytes.length > 0) tokens.push(parseRecord(bytes).token);
-      }
+      tokens.push(...tokensLeft(dir, state));
       const handedOver = state.record?.owner === 'bob'; // the releaser died after writing the hand-off
 
       const started = performance.now();
@@ -259,34 +275,14 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 // writing the record naming it. SIGKILL the waiter before each step of that takeover: the directory
 // stays consistent, no flock of the dead waiter lingers (its adopted .live included), and a third
 // process takes over at once from what the record says, with a greater token.
-const QUEUED_TAKEOVER_STEPS = [
-  ...LOCK,
-  'probe.open',
-  'probe.flock',
-  'adopt.rename',
-  ...WRITE,
-  ...DURABLE,
-  'unlink',
-  'commit.done',
-  'close',
-];
-
 describe.each(filesystems)('on %s', (_fs, root) => {
   test('SIGKILL at every step of a queued waiter taking over from a dead holder: the next acquire succeeds at once', async () => {
-    await pool(QUEUED_TAKEOVER_STEPS, 3, async (step) => {
+    await pool(ADOPTING_STEPS, 3, async (step) => {
       const dir = freshDir(root);
       const files = leaseFiles(dir, 's1');
-      const holder = await Agent.start(dir, { ttlMs: TTL });
-      const holderToken = BigInt((await holder.acquire('s1', 'alice')).token);
+      // Queued and asleep: the next time bob reaches `step` is in his takeover.
+      const { holder, holderToken, waiter, waiting } = await queuedBehindHolder(dir, step);
       const tokens = [holderToken];
-      const waiter = await Agent.start(dir, { ttlMs: TTL });
-      const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
-      const queued = Date.now() + 5_000;
-      // Queued and asleep, out of its transition: the next time it reaches `step` is in its takeover.
-      while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(files.lock))) {
-        if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
       await waiter.must({ op: 'fault', action: 'kill', step });
       holder.child.kill('SIGKILL');
       await holder.exited;
@@ -311,14 +307,9 @@ describe.each(filesystems)('on %s', (_fs, root) => {
       }
       const waits = fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
       // Renamed (the adoption), the .wait file is the new .live: none is left; before that, its own.
-      const adopted = !LOCK.includes(step) && !step.startsWith('probe.') && step !== 'adopt.rename';
+      const adopted = ADOPTING_STEPS.indexOf(step) > ADOPTING_STEPS.indexOf('adopt.rename');
       expect(waits.length, `${step}: .wait files ${JSON.stringify(waits)}`).toBe(adopted ? 0 : 1);
-      if (state.record !== undefined) tokens.push(state.record.token);
-      tokens.push(...state.liveTokens);
-      for (const name of state.temps) {
-        const bytes = fs.readFileSync(join(dir, name));
-        if (bytes.length > 0) tokens.push(parseRecord(bytes).token);
-      }
+      tokens.push(...tokensLeft(dir, state));
       for (const token of state.liveTokens)
         expect(await isFlocked(files.live(token)), `${step}: a dead process's .live`).toBe(false);
       for (const name of waits) expect(await isFlocked(join(dir, name)), `${step}: a dead waiter's .wait`).toBe(false);
