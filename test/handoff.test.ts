@@ -73,6 +73,21 @@ async function queuedBehindHolder(dir: string, waiterOptions: { ttlMs?: number; 
   return { holder, held, waiter, waiting, ...observed };
 }
 
+/** A ghost (another process) holds token 5's .live, as the record says, and a waiter is queued
+ * behind it, watching; `calls` counts the waiter's I/O from then on. */
+async function queuedBehindGhost(dir: string) {
+  const files = leaseFiles(dir, 's');
+  fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
+  const ghost = await holdElsewhere(files.live(5n));
+  const observed = observedIO();
+  const waiter = new Lease(dir, { [kIO]: observed.io } as object);
+  const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
+  waiting.catch(() => {}); // the caller reads the outcome; meanwhile a rejection is never unhandled
+  await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
+  observed.calls.clear();
+  return { files, ghost, waiter, waiting, ...observed };
+}
+
 describe.each(filesystems)('on %s', (_fs, root) => {
   test('a release hands over in the waiter’s watch report: the woken waiter reads nothing itself', async () => {
     const dir = freshDir(root);
@@ -112,15 +127,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
 
   test('a holder that dies hands nothing over: the waiter reads the record once, under the lock, and takes over', async () => {
     const dir = freshDir(root);
-    const files = leaseFiles(dir, 's');
-    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
-    const ghost = await holdElsewhere(files.live(5n));
-    const observed = observedIO();
-    const waiter = new Lease(dir, { [kIO]: observed.io } as object);
-    const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
-    await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
-    observed.calls.clear();
+    const { files, ghost, waiter, waiting, ...observed } = await queuedBehindGhost(dir);
     const waitInode = fs.statSync(join(dir, waitFiles(dir)[0]!)).ino;
     await ghost.kill();
     const grant = await waiting;
@@ -159,14 +166,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
  */
 async function handOffByHand(tokenText: string, liveToken: bigint) {
   const dir = freshDir('/dev/shm');
-  const files = leaseFiles(dir, 's');
-  fs.writeFileSync(files.record, formatRecord({ owner: 'ghost', token: 5n, expiryMs: Date.now() + 60_000 }));
-  const ghost = await holdElsewhere(files.live(5n));
-  const observed = observedIO();
-  const waiter = new Lease(dir, { [kIO]: observed.io } as object);
-  const waiting = waiter.acquire('s', 'waiter', { waitMs: 10_000 });
-  waiting.catch(() => {}); // the test reads the outcome below
-  await until(() => waitFiles(dir).length === 1 && observed.calls.get('watchUnlock') === 1, 'the waiter queued');
+  const { files, ghost, waiter, waiting, ...observed } = await queuedBehindGhost(dir);
   fs.renameSync(join(dir, waitFiles(dir)[0]!), files.live(liveToken));
   const handOff = formatRecord({ owner: 'waiter', token: 1n, expiryMs: Date.now() + 60_000, session: 's' });
   fs.writeFileSync(`${files.record}.tmp`, handOff.replace('"token":1,', `"token":${tokenText},`));
