@@ -867,7 +867,7 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id[, probe]) → false when there is nothing to wait for (no such file, or nobody
+// watchUnlock(path, id[, probe[, cueOnly]]) → false when there is nothing to wait for (no such file, or nobody
 // holds an exclusive flock on it), else true, and later the environment's dispatcher (set by
 // watchInit) is called with (id, errno or 0) once nobody holds it: its holder released it or died. A watch cannot be cancelled; it ends when the lock it watches ends, so
 // callers share one watch per file (see watch.ts). The dispatcher ignores an id it has already been
@@ -889,6 +889,11 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   when it reports first, it delivers through the watch's inotify side (with its hand-off probe's
 //   answer), which is then done. Pool threads are reused (a wait costs no thread creation) and run
 //   as SCHED_IDLE: a release wakes one beside the event loop it would wake, often on one CPU.
+// A cueOnly watch has no pool thread while inotify watches (a transition lock's: see transition.ts).
+// Woken, that thread holds the lock shared until it closes it, and a waiter that takes the lock
+// exclusively fails meanwhile; at idle priority on busy CPUs it can be kept off the CPU with the
+// lock held, and every other waiter then spins. Its caller looks again on a timer of its own,
+// which covers the event read before the kernel dropped the lock.
 //
 // Lifetime: when an environment is torn down (the process exits, a worker thread ends) Node
 // deletes its threadsafe function even while other threads still hold it, so a pool thread woken
@@ -1405,8 +1410,8 @@ static bool handoff_arg(napi_env env, napi_value object, handoff_probe **out) {
 }
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
+  size_t argc = 4;
+  napi_value argv[4];
   NAPI_CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   if (argc < 2) {
     napi_throw_type_error(env, NULL, "missing argument");
@@ -1423,9 +1428,18 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "expected a watch id");
     return NULL;
   }
+  bool cue_only = false;
+  if (argc == 4) {
+    napi_valuetype cue_type;
+    NAPI_CHECK(env, napi_typeof(env, argv[3], &cue_type));
+    if (cue_type != napi_undefined && napi_get_value_bool(env, argv[3], &cue_only) != napi_ok) {
+      napi_throw_type_error(env, NULL, "watchUnlock: cueOnly is a boolean");
+      return NULL;
+    }
+  }
   handoff_probe *handoff = NULL;
   napi_valuetype probe_type = napi_undefined;
-  if (argc == 3) NAPI_CHECK(env, napi_typeof(env, argv[2], &probe_type));
+  if (argc >= 3) NAPI_CHECK(env, napi_typeof(env, argv[2], &probe_type));
   if (probe_type != napi_undefined && !handoff_arg(env, argv[2], &handoff)) return NULL;
   char *path = get_string(env, argv[0], "open");
   if (!path) {
@@ -1456,6 +1470,11 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
       result = bool_value(env, false);
       goto out;
     }
+  }
+  if (watching == 1 && cue_only) {
+    close(fd); // the pool thread's descriptor: inotify alone reports (see above)
+    result = bool_value(env, true);
+    goto out;
   }
   if (!watch_queue(e, fd, id)) {
     close(fd);

@@ -36,7 +36,7 @@ function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Repor
       return call(...args);
     };
   }
-  io.watchUnlock = ((path, report, probe) => {
+  io.watchUnlock = ((path, report, probe, cueOnly) => {
     calls.set('watchUnlock', (calls.get('watchUnlock') ?? 0) + 1);
     return fileIO.watchUnlock(
       path,
@@ -45,6 +45,7 @@ function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Repor
         return report(errno, token, expiry);
       },
       probe,
+      cueOnly,
     );
   }) satisfies LeaseIO['watchUnlock'];
   return { io: io as unknown as LeaseIO, calls, reports };

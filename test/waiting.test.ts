@@ -246,7 +246,7 @@ describe('waiting acquire', () => {
     const lease: Lease = new Lease(dir, {
       [kIO]: {
         ...fileIO,
-        watchUnlock: ((path, report, probe) =>
+        watchUnlock: ((path, report, probe, cueOnly) =>
           fileIO.watchUnlock(
             path,
             (errno, token, expiry) => {
@@ -260,6 +260,7 @@ describe('waiting acquire', () => {
               return report(errno, token, expiry);
             },
             probe,
+            cueOnly,
           )) satisfies LeaseIO['watchUnlock'],
       },
     } as object);

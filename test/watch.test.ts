@@ -23,15 +23,21 @@ async function whileHeld(name: string, body: (holder: Holder, path: string) => P
   }
 }
 
-/** Starts a watch; `fired` counts its reports, `when` resolves at the first. */
-function watch(path: string) {
+/** Starts a watch (`cueOnly`: see LeaseIO.watchUnlock); `fired` counts its reports, `when`
+ * resolves at the first. */
+function watch(path: string, cueOnly?: boolean) {
   let fired = 0;
   let report!: (errno: number) => void;
   const when = new Promise<number>((resolve) => (report = resolve));
-  const started = fileIO.watchUnlock(path, (errno) => {
-    fired++;
-    report(errno);
-  });
+  const started = fileIO.watchUnlock(
+    path,
+    (errno) => {
+      fired++;
+      report(errno);
+    },
+    undefined,
+    cueOnly,
+  );
   return { started, when, fired: () => fired };
 }
 
@@ -93,6 +99,30 @@ test('without inotify (no watch could be added), the pool thread alone reports',
   await whileHeld('d.live', async (holder, path) => {
     faults.fail('watch.reopen', 'EMFILE');
     const w = watch(path);
+    expect(w.started).toBe(true);
+    await holder.kill();
+    expect(await within(w.when, 5_000)).toBe(0);
+  });
+});
+
+test('a cue-only watch has no pool thread: a release the inotify probe cannot see goes unreported', async () => {
+  await whileHeld('h.lock', async (holder, path) => {
+    faults.fail('watch.probe', 'EWOULDBLOCK', -1); // as the exact watch's fallback test above
+    const w = watch(path, true);
+    expect(w.started).toBe(true);
+    await holder.release();
+    expect(await within(w.when, 500)).toBe('timeout'); // an exact watch's thread reports at once
+    // Its inotify side still watches: the next close of the file is the cue that finds it free.
+    faults.clear();
+    closeSync(openSync(path, 'r'));
+    expect(await within(w.when, 5_000)).toBe(0);
+  });
+});
+
+test('without inotify, a cue-only watch still has its pool thread', async () => {
+  await whileHeld('i.lock', async (holder, path) => {
+    faults.fail('watch.reopen', 'EMFILE');
+    const w = watch(path, true);
     expect(w.started).toBe(true);
     await holder.kill();
     expect(await within(w.when, 5_000)).toBe(0);

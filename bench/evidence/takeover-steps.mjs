@@ -30,7 +30,7 @@ for (const [name, call] of Object.entries(fileIO)) {
     return result instanceof Promise ? result.then(done) : done(result);
   };
 }
-io.watchUnlock = (path, report, probe) =>
+io.watchUnlock = (path, report, probe, cueOnly) =>
   fileIO.watchUnlock(
     path,
     (...args) => {
@@ -38,6 +38,7 @@ io.watchUnlock = (path, report, probe) =>
       return report(...args);
     },
     probe,
+    cueOnly,
   );
 
 const holderCode = `

@@ -8,6 +8,7 @@
 import { mkdirSync } from 'node:fs';
 import { setImmediate as turn } from 'node:timers/promises';
 import { fileIO } from '../../dist/flock/io.js';
+import { lockTransition } from '../../dist/flock/transition.js';
 import { whenUnlocked } from '../../dist/flock/watch.js';
 
 /** A record as the lease writes it (a fixed expiry: the floors decode nothing). */
@@ -66,13 +67,10 @@ export function unlocked(path, io = fileIO) {
   });
 }
 
-/** A transition lock, waited for as the Lease waits: try, else watch its holder let go. */
-export async function waitTransition(path, io = fileIO) {
-  for (;;) {
-    const fd = io.tryLockTransition(path);
-    if (typeof fd === 'number') return fd;
-    if (fd === 'busy') await unlocked(path, io);
-  }
+/** A transition lock, waited for as the Lease waits: its own lockTransition (try, yield, then the
+ * cue-only watch of its holder letting go, looked at again on a short timer). */
+export function waitTransition(path, io = fileIO) {
+  return lockTransition({ io, path, sessionId: path, deadline: Infinity });
 }
 
 /**

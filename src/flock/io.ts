@@ -75,9 +75,11 @@ export interface LeaseIO {
    * flock as the exact fallback. `false` (and no call) when there is nothing to wait for: no such
    * file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it watches.
    * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
-   * `onUnlocked(0, token, expiry)` (see HandOffProbe).
+   * `onUnlocked(0, token, expiry)` (see HandOffProbe). `cueOnly`: no thread while inotify watches,
+   * so a release whose event came before the kernel dropped the lock goes unreported and the caller
+   * must look again on its own timer (a transition lock's waiter: see transition.ts).
    */
-  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe): boolean;
+  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe, cueOnly?: boolean): boolean;
 }
 
 /**
@@ -117,7 +119,7 @@ interface NativeIO {
   readLockData(fd: number): Buffer | undefined;
   writeLockData(fd: number, text: string): void;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
-  watchUnlock(path: string, id: number, probe?: HandOffProbe): boolean;
+  watchUnlock(path: string, id: number, probe?: HandOffProbe, cueOnly?: boolean): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
@@ -235,7 +237,7 @@ export const fileIO: LeaseIO = {
 
   writeLockData: (fd, text) => addon().writeLockData(fd, text),
 
-  watchUnlock(path, onUnlocked, probe) {
+  watchUnlock(path, onUnlocked, probe, cueOnly) {
     const io = addon();
     if (watchCallbacks === undefined) {
       const callbacks = new Map<number, UnlockReport>();
@@ -257,7 +259,7 @@ export const fileIO: LeaseIO = {
     const id = (nextWatchId = (nextWatchId + 1) >>> 0);
     let watching: boolean;
     try {
-      watching = io.watchUnlock(path, id, probe);
+      watching = io.watchUnlock(path, id, probe, cueOnly);
     } catch (error) {
       throw leaseError(error);
     }

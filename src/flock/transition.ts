@@ -10,6 +10,12 @@ import { waitForUnlock } from './watch.js';
 
 /** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
 const TRANSITION_YIELDS = 3;
+/** The longest a waiter for a busy transition lock sleeps before it tries again. Its watch is
+ * inotify's alone (cue-only): a pool thread blocked in flock(LOCK_SH) would hold the lock shared
+ * as it is let go, failing the waiters that take it, and at idle priority on busy CPUs it was seen
+ * to hold it for milliseconds while every waiter spun (docs/bench.md, "The thirteenth round").
+ * This timer covers what inotify can miss: an event read before the kernel dropped the lock. */
+const TRANSITION_LOOK_AGAIN_MS = 10;
 
 export interface TransitionLockRequest {
   readonly io: LeaseIO;
@@ -31,8 +37,9 @@ export interface TransitionLockRequest {
 /**
  * Takes the id's transition lock: its fd (release with `io.unlockTransition`). Another process in
  * a transition holds it for microseconds, so a busy lock is first retried after yielding to the
- * event loop, then waited for in the kernel (the addon's watch, see watch.ts), until `deadline`:
- * then LeaseTimeoutError. A lock file pruned under us (`'replaced'`) is retried at once.
+ * event loop, then waited for in the kernel (the addon's inotify watch, see watch.ts; tried again
+ * at least every TRANSITION_LOOK_AGAIN_MS), until `deadline`: then LeaseTimeoutError. A lock file
+ * pruned under us (`'replaced'`) is retried at once.
  */
 export async function lockTransition(request: TransitionLockRequest): Promise<number> {
   const { io, path, signal, deadline } = request;
@@ -51,7 +58,7 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
       );
     }
     if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
-    else await waitForUnlock(io, path, left, signal);
+    else await waitForUnlock(io, path, Math.min(left, TRANSITION_LOOK_AGAIN_MS), signal, undefined, undefined, true);
   }
 }
 

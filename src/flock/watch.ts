@@ -36,7 +36,8 @@ export const NO_HAND_OFF: unique symbol = Symbol('flocklease.noHandOff');
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
  * reason). One plain timer per wait. Resolves with what `handOff.take` returned when the watch
- * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`.
+ * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `cueOnly`: see
+ * LeaseIO.watchUnlock (the caller's `ms` is then its next look).
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
@@ -51,6 +52,7 @@ export function waitForUnlock<T = never>(
   signal: AbortSignal | undefined,
   wakers?: Set<() => void>,
   handOff?: HandOffWatch<T>,
+  cueOnly?: boolean,
 ): Promise<T | typeof NO_HAND_OFF | undefined> {
   if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise<T | typeof NO_HAND_OFF | undefined>((resolve, reject) => {
@@ -80,7 +82,7 @@ export function waitForUnlock<T = never>(
       return tidy;
     };
     // First, so that if it throws (rejecting this promise) nothing is left set up.
-    if (path !== undefined && !whenUnlocked(io, path, round, reported, handOff?.probe)) {
+    if (path !== undefined && !whenUnlocked(io, path, round, reported, handOff?.probe, cueOnly)) {
       resolve(undefined);
       return;
     }
@@ -99,8 +101,9 @@ type Unlocked = (token?: bigint | null, expiry?: string) => (() => void) | undef
 /**
  * Calls `unlocked` once nobody holds `path` exclusively (released, or its holder died), from the
  * watch's report itself, with no promise in between; `false` (and no call) if it does not exist or
- * nobody holds it now. `round` only stops a polling fallback. A `probe` is asked only by a watch
- * this call starts: a shared watch already has its own (or none).
+ * nobody holds it now. `round` only stops a polling fallback. A `probe` and `cueOnly` (see
+ * LeaseIO.watchUnlock) are asked only by a watch this call starts: a shared watch already has its
+ * own (every watch of a transition lock is cue-only; none of a liveness file is).
  */
 export function whenUnlocked(
   io: LeaseIO,
@@ -108,6 +111,7 @@ export function whenUnlocked(
   round: WaitRound,
   unlocked: Unlocked,
   probe?: HandOffProbe,
+  cueOnly?: boolean,
 ): boolean {
   const shared = watches.get(path);
   if (shared !== undefined) {
@@ -132,7 +136,7 @@ export function whenUnlocked(
     }
     return later;
   };
-  const started = io.watchUnlock(path, report, probe);
+  const started = io.watchUnlock(path, report, probe, cueOnly);
   if (started) watches.set(path, waiting);
   return started;
 }
