@@ -456,17 +456,29 @@ out:
   return result;
 }
 
-// closeFd(fd). Linux frees the descriptor even when close(2) reports an error, so there is
-// nothing to retry and nothing to report for a lock-only descriptor (no data written through it).
-static napi_value close_fd(napi_env env, napi_callback_info info) {
+// Closes a lock descriptor at the fault point `step`. Linux frees the descriptor even when close(2)
+// reports an error, so there is nothing to retry and nothing to report for a lock-only descriptor
+// (no data written through it).
+static napi_value close_lock(napi_env env, napi_callback_info info, const char *step) {
   ARGS(1);
   int32_t fd;
   if (!get_fd(env, argv[0], &fd)) return NULL;
   int fault_errno;
-  if (STEP("close", 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
+  if (STEP(step, 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
   held_remove(env, fd);
   close(fd);
   return NULL;
+}
+
+// closeFd(fd): a liveness or wait file's descriptor.
+static napi_value close_fd(napi_env env, napi_callback_info info) {
+  return close_lock(env, info, "close");
+}
+
+// unlockTransition(fd): the transition lock's, a fault point of its own ("unlock"): a release
+// closes its .live only after it ("close"), and each can be faulted alone.
+static napi_value unlock_transition(napi_env env, napi_callback_info info) {
+  return close_lock(env, info, "unlock");
 }
 
 // removeFile(path): unlink; a missing file is not an error.
@@ -1563,6 +1575,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"readRecord", NULL, read_record, NULL, NULL, NULL, napi_default, NULL},
       {"probeLive", NULL, probe_live, NULL, NULL, NULL, napi_default, NULL},
       {"closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL},
+      {"unlockTransition", NULL, unlock_transition, NULL, NULL, NULL, napi_default, NULL},
       {"removeFile", NULL, remove_file, NULL, NULL, NULL, napi_default, NULL},
       {"fsType", NULL, fs_type, NULL, NULL, NULL, napi_default, NULL},
       {"lockFile", NULL, lock_file, NULL, NULL, NULL, napi_default, NULL},

@@ -63,8 +63,12 @@ const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) =
 
 /** A holder (its own Lease: its own open files, another process as far as flock can tell) and a
  * waiter queued behind it, watching; `calls` counts the waiter's I/O from then on. */
-async function queuedBehindHolder(dir: string, waiterOptions: { ttlMs?: number; clock?: () => number } = {}) {
-  const holder = new Lease(dir);
+async function queuedBehindHolder(
+  dir: string,
+  waiterOptions: { ttlMs?: number; clock?: () => number } = {},
+  holderIO: LeaseIO = fileIO,
+) {
+  const holder = new Lease(dir, { [kIO]: holderIO } as object);
   const held = await holder.acquire('s', 'holder');
   const observed = observedIO();
   const waiter = new Lease(dir, { ...waiterOptions, [kIO]: observed.io } as object);
@@ -106,6 +110,23 @@ describe.each(filesystems)('on %s', (_fs, root) => {
     await waiter.release(renewed);
     expect(readRecordFile(dir, 's')).toMatchObject({ owner: '', token: grant.token });
     expect(waitFiles(dir)).toEqual([]);
+  });
+
+  test('a release lets go of the transition lock before the close that wakes the waiter', async () => {
+    const dir = freshDir(root);
+    const order: string[] = [];
+    const holderIO: LeaseIO = {
+      ...fileIO,
+      unlockTransition: (fd) => (order.push('unlock'), fileIO.unlockTransition(fd)),
+      closeFile: (fd) => (order.push('close'), fileIO.closeFile(fd)),
+    };
+    const { holder, held, waiting } = await queuedBehindHolder(dir, {}, holderIO);
+    order.length = 0;
+    await holder.release(held);
+    // The close of the released .live is what the waiter's watch wakes on: woken before the
+    // unlock, it would find the transition lock still held.
+    expect(order).toEqual(['unlock', 'close']);
+    expect(await waiting).toMatchObject({ owner: 'waiter' });
   });
 
   test.each(['handoff.open', 'handoff.read', 'handoff.fstat', 'handoff.lstat'])(

@@ -110,6 +110,7 @@ interface NativeIO {
   readRecord(path: string): string | Buffer | undefined;
   probeLive(path: string): boolean;
   closeFd(fd: number): void;
+  unlockTransition(fd: number): void;
   removeFile(path: string): void;
   fsType(path: string): number;
   commit(plan: NativePlan): Promise<CommitResult>;
@@ -201,7 +202,7 @@ export const fileIO: LeaseIO = {
     return fd >= 0 ? fd : fd === -1 ? 'busy' : 'replaced';
   }),
 
-  unlockTransition: (fd) => addon().closeFd(fd),
+  unlockTransition: (fd) => addon().unlockTransition(fd),
 
   readRecord: mapped((path) => addon().readRecord(path)),
 

@@ -80,6 +80,12 @@ type LeaseState =
 
 type TakeoverReason = Extract<LeaseState, 'free' | 'released' | 'expired' | 'crashed'>;
 
+/** A transition as the Lease runs it. `closeAfterUnlock`: a released generation's liveness lock,
+ * closed once the transition lock is let go (see #transition). */
+interface LeaseTransition extends TransitionContext {
+  closeAfterUnlock?: number;
+}
+
 /** The operations that run under the transition lock. */
 interface TransitionRequest {
   /** An acquire fails closed on a predecessor that still will not close (see #retryPending). */
@@ -217,7 +223,8 @@ export class Lease implements SessionLease {
         if ((error as CommitError).committed) this.#dropGeneration(safe, held);
         throw error;
       }
-      this.#dropGeneration(safe, held);
+      this.#held.delete(safe);
+      tx.closeAfterUnlock = held.fd; // its close wakes the waiter: after the transition lock
       publish(channels.release, () => ({ lease: this, grant }));
     });
     this.#wake(safe);
@@ -487,7 +494,7 @@ export class Lease implements SessionLease {
   }
 
   /** Runs `body` with the id's in-process gate and cross-process transition lock held. */
-  async #transition<T>(request: TransitionRequest, body: (tx: TransitionContext) => Promise<T>): Promise<T> {
+  async #transition<T>(request: TransitionRequest, body: (tx: LeaseTransition) => Promise<T>): Promise<T> {
     const { sessionId, signal } = request;
     signal?.throwIfAborted();
     const safe = safeID(sessionId);
@@ -508,11 +515,19 @@ export class Lease implements SessionLease {
               tryLock: (p) => this.#tryLockTransition(p),
               firstTry: first,
             });
+      let tx: LeaseTransition | undefined;
       try {
         this.#retryPending(safe, request.operation === 'acquire');
-        return await body({ sessionId, safe, now: readClock(this.#clock), lockFd, place: request.place });
+        tx = { sessionId, safe, now: readClock(this.#clock), lockFd, place: request.place };
+        return await body(tx);
       } finally {
-        this.#io.unlockTransition(lockFd);
+        try {
+          this.#io.unlockTransition(lockFd);
+        } finally {
+          // Only now: this close wakes whoever watches that generation (the waiter a release handed
+          // the lease to), which would otherwise find the transition lock still ours.
+          if (tx?.closeAfterUnlock !== undefined) this.#closeOrDefer(safe, tx.closeAfterUnlock);
+        }
       }
     } finally {
       leave();
