@@ -1,5 +1,6 @@
 // Operations that complete without the event loop turning (the file lease on tmpfs, MemoryLease)
 // must not starve a caller that awaits them back to back: timers and I/O still run.
+import { readdirSync } from 'node:fs';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { afterEach, describe, expect, test } from 'vitest';
 import { fileIO } from '../src/flock/io.js';
@@ -89,6 +90,22 @@ describe.each(filesystems)('Lease on %s', (_fs, root) => {
     await nextTurn();
     await lease.release(grant);
     expect(turnedBeforeCommit).toEqual([true, true, true]);
+  });
+
+  test('a release that hands the lease to a waiter commits in the turn that read the record', async () => {
+    const { lease, turnedBeforeCommit } = observed();
+    await nextTurn();
+    const grant = await lease.acquire('s1', 'me');
+    const waiter = new Lease(lease.dir); // its own open files: another holder as far as flock can tell
+    const waiting = waiter.acquire('s1', 'waiter', { waitMs: 10_000 });
+    const queued = performance.now() + 5_000;
+    while (!readdirSync(lease.dir).some((name) => name.endsWith('.wait')) && performance.now() < queued)
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    await nextTurn();
+    await lease.release(grant);
+    expect(await waiting).toMatchObject({ owner: 'waiter' });
+    // The acquire began a run and split its turn; the hand-off, begun the same way, did not.
+    expect(turnedBeforeCommit).toEqual([true, false]);
   });
 
   test('the later operations of a back-to-back run commit in the turn that read the record', async () => {

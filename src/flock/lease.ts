@@ -254,10 +254,13 @@ export class Lease implements SessionLease {
       queue.waiters.shift();
       queue.freeSince = 0;
       try {
+        // No turn split (yieldIfRunStarts): the waiter, and the transition lock held here, would
+        // wait for this loop's every ready callback; a hand-off goes straight on.
         await this.#commit(
           safe,
           { owner: waiter.owner, token: next, expiryMs: now + waiter.ttlMs, session: sessionId },
           { live, adoptFrom, remove: [ourLive] },
+          false,
         );
       } catch (error) {
         const failure = error as CommitError;
@@ -636,9 +639,15 @@ export class Lease implements SessionLease {
     return inDir(this.dir, liveName(safe, token));
   }
 
-  /** Writes the record (and whatever else the plan says) as one step; defers failed removals. */
-  async #commit(safe: string, record: LeaseRecord, plan?: Omit<CommitPlan, 'record' | 'data'>): Promise<CommitResult> {
-    const turn = yieldIfRunStarts();
+  /** Writes the record (and whatever else the plan says) as one step; defers failed removals.
+   * `splitTurn`: false for a commit a waiter in line is waiting on (see #handOff). */
+  async #commit(
+    safe: string,
+    record: LeaseRecord,
+    plan?: Omit<CommitPlan, 'record' | 'data'>,
+    splitTurn = true,
+  ): Promise<CommitResult> {
+    const turn = splitTurn ? yieldIfRunStarts() : undefined;
     if (turn !== undefined) await turn;
     // Named fields, not `{ ...plan, record, data }`: V8 builds a spread followed by more fields on
     // a slow path, measured at ~2 µs here, twice a cycle.
