@@ -15,7 +15,8 @@ import { kIO, Lease } from '../src/flock/lease.js';
 import { formatRecord } from '../src/flock/record.js';
 import { filesystems, freshDir } from './helpers/dirs.js';
 import { holdElsewhere } from './helpers/holder.js';
-import { leaseFiles, readRecordFile } from './helpers/lease-files.js';
+import { leaseFiles, readRecordFile, waitFiles } from './helpers/lease-files.js';
+import { until } from './helpers/until.js';
 
 afterEach(() => faults.clear());
 
@@ -50,16 +51,6 @@ function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Repor
   }) satisfies LeaseIO['watchUnlock'];
   return { io: io as unknown as LeaseIO, calls, reports };
 }
-
-async function until(condition: () => boolean, what: string, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
-
-const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
 
 /** A holder (its own Lease: its own open files, another process as far as flock can tell) and a
  * waiter queued behind it, watching; `calls` counts the waiter's I/O from then on. */

@@ -2,6 +2,7 @@
 // one of the built-in classes (a plain object delegating to a MemoryLease), as a user would write.
 import { describe, expect, test } from 'vitest';
 import { holdLease, LeaseHeldError, MemoryLease, type LeaseGrant, type SessionLease } from '../src/index.js';
+import { until } from './helpers/until.js';
 
 function thirdParty(memory: MemoryLease): SessionLease & { renews: number } {
   const backend = {
@@ -14,14 +15,6 @@ function thirdParty(memory: MemoryLease): SessionLease & { renews: number } {
     release: (grant: LeaseGrant, options?: { signal?: AbortSignal }) => memory.release(grant, options),
   };
   return backend;
-}
-
-async function until(condition: () => boolean, what: string, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 describe('holdLease over a third-party backend', () => {

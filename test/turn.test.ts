@@ -1,6 +1,5 @@
 // Operations that complete without the event loop turning (the file lease on tmpfs, MemoryLease)
 // must not starve a caller that awaits them back to back: timers and I/O still run.
-import { readdirSync } from 'node:fs';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { afterEach, describe, expect, test } from 'vitest';
 import { fileIO } from '../src/flock/io.js';
@@ -8,6 +7,8 @@ import { kIO, Lease } from '../src/flock/lease.js';
 import { MemoryLease } from '../src/memory/memory-lease.js';
 import type { SessionLease } from '../src/port/types.js';
 import { filesystems, freshDir } from './helpers/dirs.js';
+import { waitFiles } from './helpers/lease-files.js';
+import { until } from './helpers/until.js';
 
 /** How late a 1 ms timer set before `loop` fired, and how long `loop` took. */
 async function timerDuring(loop: () => Promise<void>): Promise<{ firedAtMs: number; loopMs: number }> {
@@ -98,9 +99,7 @@ describe.each(filesystems)('Lease on %s', (_fs, root) => {
     const grant = await lease.acquire('s1', 'me');
     const waiter = new Lease(lease.dir); // its own open files: another holder as far as flock can tell
     const waiting = waiter.acquire('s1', 'waiter', { waitMs: 10_000 });
-    const queued = performance.now() + 5_000;
-    while (!readdirSync(lease.dir).some((name) => name.endsWith('.wait')) && performance.now() < queued)
-      await new Promise((resolve) => setTimeout(resolve, 5));
+    await until(() => waitFiles(lease.dir).length === 1, 'the waiter queued');
     await nextTurn();
     await lease.release(grant);
     expect(await waiting).toMatchObject({ owner: 'waiter' });

@@ -14,21 +14,13 @@ import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
 import type { LeaseGrant } from '../src/port/types.js';
 import { LeaseAgent } from './helpers/agent.js';
 import { freshDir } from './helpers/dirs.js';
-import { isFlocked, leaseFiles, readRecordFile } from './helpers/lease-files.js';
+import { isFlocked, leaseFiles, readRecordFile, waitFiles } from './helpers/lease-files.js';
+import { until } from './helpers/until.js';
 
 afterEach(() => faults.clear());
 
 const now = (): number => performance.timeOrigin + performance.now();
-const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
 const queueText = (dir: string, id: string): string => fs.readFileSync(leaseFiles(dir, id).lock, 'utf8');
-
-async function until(condition: () => boolean | Promise<boolean>, what: string, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
 
 /** Queued, and out of its transition: a SIGSTOP inside one would hold the lock others need. */
 const queuedAndIdle = (dir: string, id: string) => async (): Promise<boolean> =>

@@ -14,6 +14,9 @@ export function leaseFiles(dir: string, id: string) {
   };
 }
 
+/** The `.wait` files of queued waiters in a lease dir. */
+export const waitFiles = (dir: string): string[] => fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
+
 export function writeRecordFile(dir: string, id: string, record: LeaseRecord): void {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   fs.writeFileSync(leaseFiles(dir, id).record, formatRecord(record), { mode: 0o600 });

@@ -14,7 +14,8 @@ import { describe, expect, test } from 'vitest';
 import { Lease } from '../../src/flock/lease.js';
 import { formatRecord, parseRecord } from '../../src/flock/record.js';
 import { filesystems, freshDir } from '../helpers/dirs.js';
-import { isFlocked, leaseFiles } from '../helpers/lease-files.js';
+import { isFlocked, leaseFiles, waitFiles } from '../helpers/lease-files.js';
+import { until } from '../helpers/until.js';
 import { Agent, dirState } from './harness.js';
 
 const TTL = 60_000;
@@ -104,11 +105,7 @@ async function queuedBehindHolder(dir: string, step: string) {
   const waiter = await Agent.start(dir, { ttlMs: TTL });
   const waiting = waiter.call({ op: 'acquire', id: 's1', owner: 'bob', waitMs: 20_000 });
   const lock = leaseFiles(dir, 's1').lock;
-  const queued = Date.now() + 5_000;
-  while (!fs.readdirSync(dir).some((name) => name.endsWith('.wait')) || (await isFlocked(lock))) {
-    if (Date.now() > queued) throw new Error(`${step}: bob never queued`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await until(async () => waitFiles(dir).length > 0 && !(await isFlocked(lock)), `${step}: bob queued`);
   return { holder, holderToken, waiter, waiting };
 }
 
@@ -261,10 +258,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
         else expect(token, `${step}: new token vs ${seen}`).toBeGreaterThan(seen);
       }
       expect(await isFlocked(files.live(token)), step).toBe(true);
-      expect(
-        fs.readdirSync(dir).filter((name) => name.endsWith('.wait')),
-        step,
-      ).toEqual([]);
+      expect(waitFiles(dir), step).toEqual([]);
       await waiter.must({ op: 'renew', id: 's1' });
       await waiter.must({ op: 'release', id: 's1' });
       expect(dirState(dir, files.safe).record).toMatchObject({ owner: '', token });
@@ -307,7 +301,7 @@ describe.each(filesystems)('on %s', (_fs, root) => {
           token: holderToken,
         });
       }
-      const waits = fs.readdirSync(dir).filter((name) => name.endsWith('.wait'));
+      const waits = waitFiles(dir);
       // Renamed (the adoption), the .wait file is the new .live: none is left; before that, its own.
       const adopted = ADOPTING_STEPS.indexOf(step) > ADOPTING_STEPS.indexOf('adopt.rename');
       expect(waits.length, `${step}: .wait files ${JSON.stringify(waits)}`).toBe(adopted ? 0 : 1);
