@@ -405,6 +405,12 @@ fail:
   return err;
 }
 
+static bool is_ascii(const char *text, size_t length) {
+  for (size_t i = 0; i < length; i++)
+    if ((unsigned char)text[i] >= 0x80) return false;
+  return true;
+}
+
 // readRecord(path) → the file's text when it is all ASCII (the lease's own records: the woken
 // waiter then skips a Buffer and a decoder, see docs/bench.md, "The ninth round"), else a Buffer
 // of its bytes (decoded, and validated as UTF-8, in JavaScript); undefined when there is no record.
@@ -416,9 +422,8 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
   const char *call;
   int err = read_record_file(path, "read", &content, &length, &call);
   if (err == 0) {
-    bool ascii = true;
-    for (size_t i = 0; i < length && ascii; i++) ascii = (unsigned char)content[i] < 0x80;
-    if (ascii) NAPI_CHECK_OR(env, napi_create_string_latin1(env, content, length, &result), result = NULL);
+    if (is_ascii(content, length))
+      NAPI_CHECK_OR(env, napi_create_string_latin1(env, content, length, &result), result = NULL);
     else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, length, content, NULL, &result), result = NULL);
   } else if (err == ENOENT && strcmp(call, "open") == 0) {
     result = undefined_value(env);
@@ -832,8 +837,9 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
   return result;
 }
 
-// readLockData(fd) → the transition lock file's content (the wait queue), or undefined if empty.
-// Only called with the transition lock held.
+// readLockData(fd) → the transition lock file's content (the wait queue): its text when it is all
+// ASCII (as the lease writes it for ASCII owners: no Buffer to decode in JavaScript), else a Buffer
+// of its bytes; undefined if empty. Only called with the transition lock held.
 static napi_value read_lock_data(napi_env env, napi_callback_info info) {
   ARGS(1);
   int32_t fd;
@@ -850,6 +856,8 @@ static napi_value read_lock_data(napi_env env, napi_callback_info info) {
   do n = STEP("queue.read", pread(fd, buffer, (size_t)st.st_size, 0));
   while (n < 0 && errno == EINTR);
   if (n < 0) throw_errno(env, errno, "pread", NULL);
+  else if (is_ascii(buffer, (size_t)n))
+    NAPI_CHECK_OR(env, napi_create_string_latin1(env, buffer, (size_t)n, &result), result = NULL);
   else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, (size_t)n, buffer, NULL, &result), result = NULL);
   free(buffer);
   return result;

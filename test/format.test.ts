@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
 import { JsonNumber, parseJson } from '../src/flock/json.js';
 import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
+import { formatQueue, parseQueue, type WaitQueue } from '../src/flock/queue.js';
 import {
   expiresAtMs,
   formatRecord,
@@ -218,6 +219,88 @@ describe('UTC formatting (the writer side)', () => {
       const record = parseRecord(bytes(formatRecord({ owner: 'a', token: 7n, expiryMs, session: 's' })));
       expect(record).toEqual({ owner: 'a', token: 7n, expiryMs, session: 's' });
     }
+  });
+});
+
+describe("wait queue (the .lock file's content)", () => {
+  // Owners as a caller may name them: quotes, backslashes, control characters, non-ASCII, an emoji,
+  // a lone surrogate (which JSON.stringify escapes).
+  const owners = ['alice', 'p12345', 'say "hi"', 'back\\slash', 'tab\there', 'wörker ☃', '🦀', '\ud800', '\u007f'];
+  const queues: WaitQueue[] = [
+    { waiters: [{ ticket: 1_764_000_000_000_000, owner: 'alice', ttlMs: 30_000 }], freeSince: 0 },
+    {
+      waiters: owners.map((owner, i) => ({
+        ticket: 1_764_000_000_000_000 + i,
+        owner,
+        ttlMs: i === 2 ? 0.5 : 1_000 + i,
+      })),
+      freeSince: 1_764_000_000_123.25,
+    },
+    { waiters: [{ ticket: 0, owner: 'x', ttlMs: Number.MAX_SAFE_INTEGER }], freeSince: Number.MAX_SAFE_INTEGER },
+  ];
+  /** What the queue is as JSON: what formatQueue must write, byte for byte. */
+  const asJson = (q: WaitQueue): string =>
+    JSON.stringify({
+      waiters: q.waiters.map(({ ticket, owner, ttlMs }) => ({ t: ticket, o: owner, ttl: ttlMs })),
+      freeSince: q.freeSince,
+    });
+  // A leading space keeps a text from the scanner (it only reads formatQueue's own layout) and is
+  // valid JSON: the general reader's answer for the same text.
+  const general = (text: string): WaitQueue => parseQueue(` ${text}`);
+
+  test('writes what JSON.stringify writes, and reads it back exactly, as text and as bytes', () => {
+    for (const queue of queues) {
+      const text = formatQueue(queue);
+      expect(text).toBe(asJson(queue));
+      expect(parseQueue(text)).toEqual(queue);
+      expect(parseQueue(new TextEncoder().encode(text))).toEqual(queue);
+      expect(general(text)).toEqual(queue);
+    }
+    expect(formatQueue({ waiters: [], freeSince: 5 })).toBe('');
+    expect(parseQueue('')).toEqual({ waiters: [], freeSince: 0 });
+    expect(parseQueue(undefined)).toEqual({ waiters: [], freeSince: 0 });
+  });
+
+  test('the scanner and the general reader agree on every text: each cut short, and changed', () => {
+    const texts = new Set<string>();
+    for (const queue of queues) {
+      const text = formatQueue(queue);
+      for (let cut = 0; cut <= text.length; cut++) texts.add(text.slice(0, cut));
+    }
+    const base = formatQueue(queues[0]!);
+    for (const [from, to] of [
+      ['"t":1764', '"t":01764'],
+      ['"t":1764000000000000', '"t":-1'],
+      ['"t":1764000000000000', '"t":1.5'],
+      ['"t":1764000000000000', '"t":99999999999999999'],
+      ['"t":1764000000000000', '"t":1e3'],
+      ['"o":"alice"', '"o":""'],
+      ['"o":"alice"', '"o":"al\\qice"'],
+      ['"o":"alice"', '"o":"al\\u00e9ice"'],
+      ['"o":"alice"', '"o":"al\nice"'],
+      ['"o":"alice"', '"o":7'],
+      ['"ttl":30000', '"ttl":0'],
+      ['"ttl":30000', '"ttl":-5'],
+      ['"ttl":30000', '"ttl":3e4'],
+      ['"ttl":30000', '"ttl":30000.'],
+      ['"ttl":30000}', '"ttl":30000,"x":1}'],
+      ['"freeSince":0', '"freeSince":-1'],
+      ['"freeSince":0', '"freeSince":"0"'],
+      ['"freeSince":0', '"freeSince":00'],
+      ['{"waiters":[', '{"waiters": ['],
+      ['{"waiters":[', '{"freeSince":3,"waiters":['],
+      ['}],"freeSince"', '},],"freeSince"'],
+      ['}],"freeSince"', '},{"t":2,"o":"bob","ttl":5}],"freeSince"'],
+      ['}],"freeSince"', '}, {"t":2,"o":"bob","ttl":5}],"freeSince"'],
+    ]) {
+      texts.add(base.replace(from!, to!));
+    }
+    texts.add(`${base} `);
+    texts.add(`${base}x`);
+    texts.add('{"waiters":[],"freeSince":0}');
+    texts.add('{"waiters":[]}');
+    texts.add('[]');
+    for (const text of texts) expect([text, parseQueue(text)]).toEqual([text, general(text)]);
   });
 });
 

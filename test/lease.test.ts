@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { faults, fileIO, type LeaseIO } from '../src/flock/io.js';
 import { kIO, Lease, type FileLeaseOptions } from '../src/flock/lease.js';
+import { formatQueue, parseQueue, type WaitQueue } from '../src/flock/queue.js';
 import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaustedError } from '../src/port/errors.js';
 import { MAX_TOKEN } from '../src/kernel/token.js';
 import type { LeaseGrant } from '../src/port/types.js';
@@ -701,6 +702,27 @@ describe('the addon: every system call a named fault point, every argument check
         .acquire(id, 'bob')
         .catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'ELEASEHELD', holder: { owner: grant.owner, token: grant.token } });
+    }
+  });
+
+  test("readLockData: an ASCII queue's text, any other queue's bytes; both read the same", () => {
+    fs.mkdirSync(dir, { recursive: true });
+    const lockFd = (name: string): number => fileIO.tryLockTransition(join(dir, name)) as number;
+    const [ascii, other, empty] = [lockFd('a.lock'), lockFd('b.lock'), lockFd('c.lock')];
+    try {
+      const queue = (owner: string): WaitQueue => ({ waiters: [{ ticket: 7, owner, ttlMs: TTL }], freeSince: 0 });
+      fileIO.writeLockData(ascii, formatQueue(queue('alice')));
+      fileIO.writeLockData(other, formatQueue(queue('wörker ☃')));
+      const text = fileIO.readLockData(ascii);
+      const bytes = fileIO.readLockData(other);
+      expect(text).toBe(fs.readFileSync(join(dir, 'a.lock'), 'latin1'));
+      expect(bytes).toBeInstanceOf(Uint8Array);
+      expect(Buffer.from(bytes as Uint8Array)).toEqual(fs.readFileSync(join(dir, 'b.lock')));
+      expect(parseQueue(text)).toEqual(queue('alice'));
+      expect(parseQueue(bytes)).toEqual(queue('wörker ☃'));
+      expect(fileIO.readLockData(empty)).toBeUndefined();
+    } finally {
+      for (const fd of [ascii, other, empty]) fileIO.unlockTransition(fd);
     }
   });
 

@@ -65,8 +65,9 @@ export interface LeaseIO {
   lockFile(path: string): number | undefined;
   /** Does `path` (not followed) name the file open as `fd`? */
   sameFile(fd: number, path: string): boolean;
-  /** The transition lock file's content (the wait queue), or `undefined` when empty. */
-  readLockData(lockFd: number): Uint8Array | undefined;
+  /** The transition lock file's content (the wait queue), or `undefined` when empty: its text when it
+   * is all ASCII (as the lease writes it for ASCII owners), else its bytes (see queue.ts). */
+  readLockData(lockFd: number): string | Uint8Array | undefined;
   /** Replaces the transition lock file's content; not fsynced (the queue is soft state). */
   writeLockData(lockFd: number, text: string): void;
   /**
@@ -117,7 +118,7 @@ interface NativeIO {
   commitSync(plan: NativePlan): CommitResult;
   lockFile(path: string): number;
   sameFile(fd: number, path: string): boolean;
-  readLockData(fd: number): Buffer | undefined;
+  readLockData(fd: number): string | Buffer | undefined;
   writeLockData(fd: number, text: string): void;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
   watchUnlock(path: string, id: number, probe?: HandOffProbe, cueOnly?: boolean): boolean;

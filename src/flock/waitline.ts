@@ -9,7 +9,15 @@ import { MAX_EXPIRY_MS } from '../port/validate.js';
 import type { LeaseIO } from './io.js';
 import { inDir, waitName } from './layout.js';
 import { holderOf, type LeaseRecord } from './record.js';
-import { formatQueue, MAX_QUEUE_TEXT, nextTicket, parseQueue, type QueuedWaiter, type WaitQueue } from './queue.js';
+import {
+  formatQueue,
+  MAX_QUEUE_TEXT,
+  nextTicket,
+  parseQueue,
+  queueText,
+  type QueuedWaiter,
+  type WaitQueue,
+} from './queue.js';
 
 /** A waiting acquire's place in the id's queue, once it has one. */
 export interface Place {
@@ -91,9 +99,8 @@ export class WaitLine {
    * for. `record` is what the refusal names as the holder (expired, released), as in any refusal.
    */
   claim(tx: TransitionContext, record: LeaseRecord | undefined): Refused | undefined {
-    const queue = parseQueue(this.#io.readLockData(tx.lockFd));
+    const { queue, original } = this.#read(tx.lockFd);
     if (queue.waiters.length > 0) {
-      const original = formatQueue(queue);
       const ahead = this.#waiterAhead(tx, queue);
       if (ahead !== undefined) {
         const refusal = (): LeaseHeldError =>
@@ -127,25 +134,27 @@ export class WaitLine {
     const { place, safe, lockFd } = tx;
     let queue = known?.queue;
     let original = known?.original;
+    let text: string | undefined; // the queue's text as it is to be written, once made
     if (place !== undefined) {
-      if (queue === undefined) {
-        queue = parseQueue(this.#io.readLockData(lockFd));
-        original = formatQueue(queue);
-      }
+      if (queue === undefined) ({ queue, original } = this.#read(lockFd));
       if (place.ticket === undefined || !queue.waiters.some((w) => w.ticket === place.ticket)) {
         // First refusal, or skipped while away: (re)join at the back.
         this.leave(safe, place);
         if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(safe, queue);
         const waiter = { ticket: nextTicket(queue, tx.now), owner: place.owner, ttlMs: this.#ttlMs };
         queue.waiters.push(waiter);
-        const fits = formatQueue(queue).length <= MAX_QUEUE_TEXT;
-        const fd = fits ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
-        if (fd === undefined)
+        text = formatQueue(queue);
+        const fd = text.length <= MAX_QUEUE_TEXT ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
+        if (fd === undefined) {
           queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
-        else Object.assign(place, { ticket: waiter.ticket, fd });
+          text = undefined;
+        } else Object.assign(place, { ticket: waiter.ticket, fd });
       }
     }
-    if (queue !== undefined && formatQueue(queue) !== original) this.#io.writeLockData(lockFd, formatQueue(queue));
+    if (queue !== undefined) {
+      text ??= formatQueue(queue);
+      if (text !== original) this.#io.writeLockData(lockFd, text);
+    }
     const at = place?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === place.ticket);
     if (at > 0) {
       // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
@@ -163,9 +172,8 @@ export class WaitLine {
    * (dead ones are dropped, and the queue written back), with the token it gets.
    */
   nextInLine(tx: TransitionContext, token: bigint): HandOff | undefined {
-    const queue = parseQueue(this.#io.readLockData(tx.lockFd));
+    const { queue, original } = this.#read(tx.lockFd);
     if (queue.waiters.length === 0) return undefined;
-    const original = formatQueue(queue);
     let found: QueuedWaiter | undefined;
     while (queue.waiters.length > 0) {
       const front = queue.waiters[0]!;
@@ -179,7 +187,8 @@ export class WaitLine {
     }
     const next = nextToken(token, tx.now);
     if (found === undefined || next === undefined) {
-      if (formatQueue(queue) !== original) this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+      const text = formatQueue(queue);
+      if (text !== original) this.#io.writeLockData(tx.lockFd, text);
       return undefined;
     }
     return { waiter: found, next, queue };
@@ -222,6 +231,13 @@ export class WaitLine {
       queue.freeSince = now;
     }
     return undefined;
+  }
+
+  /** The queue under the transition lock, and its text as read ('' when empty): a queue formatted
+   * to the same text is unchanged, and is not written again. */
+  #read(lockFd: number): { queue: WaitQueue; original: string } {
+    const original = queueText(this.#io.readLockData(lockFd));
+    return { queue: parseQueue(original), original };
   }
 
   #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
