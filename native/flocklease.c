@@ -175,16 +175,14 @@ static char *get_string(napi_env env, napi_value value, const char *what) {
   return buffer;
 }
 
-// An optional string property: *out is NULL when absent (undefined). false with an exception
-// pending on any other failure.
-static bool get_optional_string(napi_env env, napi_value object, const char *name, char **out) {
-  napi_value value;
+// An optional string argument: *out is NULL when it is undefined. false with an exception pending
+// on any other failure (`what` names the call for ENOMEM).
+static bool get_optional_string(napi_env env, napi_value value, const char *what, char **out) {
   napi_valuetype type;
   *out = NULL;
-  NAPI_CHECK_OR(env, napi_get_named_property(env, object, name, &value), return false);
   NAPI_CHECK_OR(env, napi_typeof(env, value, &type), return false);
   if (type == napi_undefined) return true;
-  *out = get_string(env, value, "commit");
+  *out = get_string(env, value, what);
   return *out != NULL;
 }
 
@@ -205,6 +203,12 @@ static bool get_fd(napi_env env, napi_value value, int32_t *fd) {
     napi_throw_type_error(env, NULL, "missing argument");                \
     return NULL;                                                         \
   }
+
+// Up to `n` arguments into argv, the missing ones undefined (napi_get_cb_info fills them so).
+#define OPTIONAL_ARGS(n)  \
+  size_t argc = n;        \
+  napi_value argv[n];     \
+  NAPI_CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL))
 
 // ...and a path argument as `path` (malloc'd; the function frees it), for calls on one file.
 #define PATH_ARGS(n, index, syscall)                      \
@@ -359,13 +363,10 @@ out:
 
 // Reads the record at `path` into *content (malloc'd, *length bytes): 0, or the errno (ENOENT: no
 // record; EFBIG: too big for one; FTYPE_ERROR: not a regular file) with *syscall naming the call.
-// `step` prefixes its fault points ("<step>.open", "<step>.read").
-static int read_record_file(const char *path, const char *step, char **content, size_t *length, const char **syscall) {
+static int read_record_file(const char *path, char **content, size_t *length, const char **syscall) {
   int fault_errno, err;
-  char point[32];
   struct stat st;
-  snprintf(point, sizeof point, "%s.open", step);
-  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, point, &st, &err, syscall);
+  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "read.open", &st, &err, syscall);
   if (fd < 0) return err;
   *syscall = "read";
   char *buffer = NULL;
@@ -378,10 +379,9 @@ static int read_record_file(const char *path, const char *step, char **content, 
     err = ENOMEM;
     goto fail;
   }
-  snprintf(point, sizeof point, "%s.read", step);
   for (;;) {
     size_t wanted = capacity - got;
-    ssize_t n = STEP(point, read(fd, buffer + got, wanted));
+    ssize_t n = STEP("read.read", read(fd, buffer + got, wanted));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       err = errno;
@@ -418,9 +418,9 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
   PATH_ARGS(1, 0, "open");
   napi_value result = NULL;
   char *content = NULL;
-  size_t length;
+  size_t length = 0;
   const char *call;
-  int err = read_record_file(path, "read", &content, &length, &call);
+  int err = read_record_file(path, &content, &length, &call);
   if (err == 0) {
     if (is_ascii(content, length))
       NAPI_CHECK_OR(env, napi_create_string_latin1(env, content, length, &result), result = NULL);
@@ -739,8 +739,11 @@ static void commit_complete(napi_env env, napi_status status, void *data) {
   commit_free(c);
 }
 
-// The plan's fields; NULL with an exception pending when one is missing or not a string.
-static commit_t *commit_parse(napi_env env, napi_value plan) {
+// The plan, as commit's arguments (record, dir, data, live, adoptFrom, remove0, remove1): positional,
+// so that a call makes no plan object in JavaScript and looks up no property here. NULL with an
+// exception pending when one is missing or not a string.
+#define COMMIT_ARGS 7
+static commit_t *commit_parse(napi_env env, const napi_value *argv) {
   commit_t *c = calloc(1, sizeof *c);
   if (!c) {
     throw_errno(env, ENOMEM, "commit", NULL);
@@ -748,12 +751,10 @@ static commit_t *commit_parse(napi_env env, napi_value plan) {
   }
   c->live_fd = -1;
   c->durable = 1;
-  bool ok = get_optional_string(env, plan, "live", &c->live_path) &&
-            get_optional_string(env, plan, "adoptFrom", &c->adopt_from) &&
-            get_optional_string(env, plan, "record", &c->record_path) &&
-            get_optional_string(env, plan, "dir", &c->dir_path) && get_optional_string(env, plan, "data", &c->data) &&
-            get_optional_string(env, plan, "remove0", &c->remove_paths[0]) &&
-            get_optional_string(env, plan, "remove1", &c->remove_paths[1]);
+  char **fields[COMMIT_ARGS] = {&c->record_path, &c->dir_path,        &c->data,           &c->live_path,
+                                &c->adopt_from,  &c->remove_paths[0], &c->remove_paths[1]};
+  bool ok = true;
+  for (int i = 0; ok && i < COMMIT_ARGS; i++) ok = get_optional_string(env, argv[i], "commit", fields[i]);
   if (ok && (!c->record_path || !c->dir_path || !c->data)) {
     napi_throw_type_error(env, NULL, "commit plan needs record, dir and data strings");
     ok = false;
@@ -766,10 +767,11 @@ static commit_t *commit_parse(napi_env env, napi_value plan) {
   return c;
 }
 
-// commit(plan) → Promise<{ liveFd, removalErrors }>, on a libuv worker thread.
+// commit(record, dir, data, live, adoptFrom, remove0, remove1) → Promise<{ liveFd, removalErrors }>,
+// on a libuv worker thread.
 static napi_value commit_async(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  commit_t *c = commit_parse(env, argv[0]);
+  OPTIONAL_ARGS(COMMIT_ARGS);
+  commit_t *c = commit_parse(env, argv);
   if (!c) return NULL;
   napi_value promise, name;
   NAPI_CHECK_OR(env, napi_create_promise(env, &c->deferred, &promise), commit_free(c); return NULL);
@@ -791,11 +793,12 @@ static napi_value commit_async(napi_env env, napi_callback_info info) {
   return promise;
 }
 
-// commitSync(plan) → { liveFd, removalErrors }, on this thread: for tmpfs, where every step is a
-// memory operation of a few microseconds and a thread hop would cost more than the work.
+// commitSync(record, dir, data, live, adoptFrom, remove0, remove1) → { liveFd, removalErrors }, on
+// this thread: for tmpfs, where every step is a memory operation of a few microseconds and a thread
+// hop would cost more than the work.
 static napi_value commit_sync(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  commit_t *c = commit_parse(env, argv[0]);
+  OPTIONAL_ARGS(COMMIT_ARGS);
+  commit_t *c = commit_parse(env, argv);
   if (!c) return NULL;
   commit_run(c);
   napi_value result = NULL;
@@ -887,14 +890,15 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id[, probe[, cueOnly]]) → false when there is nothing to wait for (no such file, or nobody
-// holds an exclusive flock on it), else true, and later the environment's dispatcher (set by
-// watchInit) is called with (id, errno or 0) once nobody holds it: its holder released it or died. A watch cannot be cancelled; it ends when the lock it watches ends, so
-// callers share one watch per file (see watch.ts). The dispatcher ignores an id it has already been
-// called with. A waiting acquire passes its hand-off probe (the record and the layout it expects
-// there, its flocked .wait, how the id's .live files are named): if the release handed it the lease,
-// the inotify side's report is (id, 0, token, expiry), so the woken waiter makes no call of its own
-// and parses almost nothing (handoff_check).
+// watchUnlock(path, id, cueOnly[, fd, record, livePrefix, liveSuffix, before, between, after]) →
+// false when there is nothing to wait for (no such file, or nobody holds an exclusive flock on it),
+// else true, and later the environment's dispatcher (set by watchInit) is called with (id, errno or
+// 0) once nobody holds it: its holder released it or died. A watch cannot be cancelled; it ends when
+// the lock it watches ends, so callers share one watch per file (see watch.ts). The dispatcher
+// ignores an id it has already been called with. A waiting acquire passes its hand-off probe (its
+// flocked .wait, the record and the layout it expects there, how the id's .live files are named):
+// if the release handed it the lease, the inotify side's report is (id, 0, token, expiry), so the
+// woken waiter makes no call of its own and parses almost nothing (handoff_check).
 //
 // Two watchers, and the first to report wins:
 // - inotify, read by the event loop's own epoll (a uv_poll handle): the holder's close (or its
@@ -932,6 +936,9 @@ typedef struct {
   char *before, *between, *after;  // its layout for this waiter: before, token, between, expiry, after
   char *live_prefix, *live_suffix; // a generation's .live: the prefix, its token in decimal, the suffix
   int wait_fd;                     // the waiter's flocked .wait file (JavaScript's: never closed here)
+  dev_t wait_dev;                  // ...and its inode, taken as the watch starts (it never changes),
+  ino_t wait_ino;                  // so that the woken waiter's check makes one system call less
+  size_t longest;                  // the longest record of this layout (a longer one is not a match)
 } handoff_probe;
 
 // One path watched through inotify: its own descriptor to probe the lock with (a probe by fd
@@ -1100,13 +1107,21 @@ static void handoff_free(handoff_probe *p) {
 // answer at once. Then the token is *token and the expiry's text is *expiry (malloc'd); or false:
 // anything else is left to the lease's locked path, which reads and reports it properly.
 static bool handoff_check(const handoff_probe *p, uint64_t *token, char **expiry) {
-  const char *call;
-  char *content = NULL;
-  size_t length;
-  if (read_record_file(p->record, "handoff", &content, &length, &call) != 0) return false;
-  const char *at = content, *end = content + length;
-  size_t before = strlen(p->before), between = strlen(p->between), after = strlen(p->after);
+  int fault_errno;
+  char *content = malloc(p->longest + 1);
+  if (!content) return false;
   bool handed = false;
+  // Not open_lease_file: no fstat for the file's type and size. This is a check, not a read: a
+  // record that is not a regular file, or is longer than the layout allows, simply does not match.
+  int fd = STEP("handoff.open", open(p->record, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+  if (fd < 0) goto out;
+  ssize_t n;
+  do n = STEP("handoff.read", read(fd, content, p->longest + 1));
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n < 0 || (size_t)n > p->longest) goto out;
+  const char *at = content, *end = content + n;
+  size_t before = strlen(p->before), between = strlen(p->between), after = strlen(p->after);
   if ((size_t)(end - at) < before || memcmp(at, p->before, before) != 0) goto out;
   at += before;
   uint64_t value = 0;
@@ -1123,11 +1138,10 @@ static bool handoff_check(const handoff_probe *p, uint64_t *token, char **expiry
   const char *quote = memchr(at, '"', (size_t)(end - at));
   if (quote == NULL || (size_t)(end - quote) != after || memcmp(quote, p->after, after) != 0) goto out;
   char live[PATH_MAX];
-  struct stat mine, named;
-  int fault_errno;
+  struct stat named;
   if (snprintf(live, sizeof live, "%s%" PRIu64 "%s", p->live_prefix, value, p->live_suffix) >= (int)sizeof live ||
-      STEP("handoff.fstat", fstat(p->wait_fd, &mine)) != 0 || STEP("handoff.lstat", lstat(live, &named)) != 0 ||
-      mine.st_ino != named.st_ino || mine.st_dev != named.st_dev || !(*expiry = strndup(at, (size_t)(quote - at))))
+      STEP("handoff.lstat", lstat(live, &named)) != 0 || named.st_ino != p->wait_ino || named.st_dev != p->wait_dev ||
+      !(*expiry = strndup(at, (size_t)(quote - at))))
     goto out;
   *token = value;
   handed = true;
@@ -1399,40 +1413,52 @@ static bool watch_queue(watch_env *e, int fd, uint32_t id) {
   return true;
 }
 
-// watchUnlock's optional probe, { record, fd, livePrefix, liveSuffix, before, between, after }, in
-// *out. false with an exception pending if it is malformed.
-static bool handoff_arg(napi_env env, napi_value object, handoff_probe **out) {
+// watchUnlock's optional probe, its arguments fd, record, livePrefix, liveSuffix, before, between,
+// after, in *out (NULL when fd is undefined: no probe). false with an exception pending if it is
+// malformed.
+#define PROBE_ARGS 7
+static bool handoff_arg(napi_env env, const napi_value *argv, handoff_probe **out) {
+  napi_valuetype type;
+  *out = NULL;
+  NAPI_CHECK_OR(env, napi_typeof(env, argv[0], &type), return false);
+  if (type == napi_undefined) return true;
   handoff_probe *p = calloc(1, sizeof *p);
   if (!p) {
     throw_errno(env, ENOMEM, "watchUnlock", NULL);
     return false;
   }
-  struct {
-    const char *name;
-    char **field;
-  } strings[] = {{"record", &p->record}, {"livePrefix", &p->live_prefix}, {"liveSuffix", &p->live_suffix},
-                 {"before", &p->before}, {"between", &p->between},        {"after", &p->after}};
-  napi_value fd;
-  bool ok = napi_get_named_property(env, object, "fd", &fd) == napi_ok && get_fd(env, fd, &p->wait_fd);
-  for (size_t i = 0; ok && i < sizeof strings / sizeof strings[0]; i++) {
-    ok = get_optional_string(env, object, strings[i].name, strings[i].field);
-    if (ok && *strings[i].field == NULL) {
+  char **strings[PROBE_ARGS - 1] = {&p->record, &p->live_prefix, &p->live_suffix,
+                                    &p->before, &p->between,     &p->after};
+  bool ok = get_fd(env, argv[0], &p->wait_fd);
+  for (int i = 0; ok && i < PROBE_ARGS - 1; i++) {
+    ok = get_optional_string(env, argv[1 + i], "watchUnlock", strings[i]);
+    if (ok && *strings[i] == NULL) {
       napi_throw_type_error(env, NULL, "watchUnlock: a hand-off probe's fields are strings");
       ok = false;
     }
+  }
+  struct stat mine;
+  int fault_errno;
+  // A .wait that cannot be looked at now will not be later: the watch then asks no probe, and the
+  // waiter checks for itself (its report says "no hand-off").
+  if (ok && STEP("handoff.fstat", fstat(p->wait_fd, &mine)) != 0) {
+    handoff_free(p);
+    return true;
   }
   if (!ok) {
     handoff_free(p);
     return false;
   }
+  p->wait_dev = mine.st_dev;
+  p->wait_ino = mine.st_ino;
+  // before, a uint64's 20 digits, between, the longest RFC 3339 text the lease reads (40), after.
+  p->longest = strlen(p->before) + 20 + strlen(p->between) + 40 + strlen(p->after);
   *out = p;
   return true;
 }
 
 static napi_value watch_unlock(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  NAPI_CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  OPTIONAL_ARGS(3 + PROBE_ARGS);
   if (argc < 2) {
     napi_throw_type_error(env, NULL, "missing argument");
     return NULL;
@@ -1449,18 +1475,14 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     return NULL;
   }
   bool cue_only = false;
-  if (argc == 4) {
-    napi_valuetype cue_type;
-    NAPI_CHECK(env, napi_typeof(env, argv[3], &cue_type));
-    if (cue_type != napi_undefined && napi_get_value_bool(env, argv[3], &cue_only) != napi_ok) {
-      napi_throw_type_error(env, NULL, "watchUnlock: cueOnly is a boolean");
-      return NULL;
-    }
+  napi_valuetype cue_type;
+  NAPI_CHECK(env, napi_typeof(env, argv[2], &cue_type));
+  if (cue_type != napi_undefined && napi_get_value_bool(env, argv[2], &cue_only) != napi_ok) {
+    napi_throw_type_error(env, NULL, "watchUnlock: cueOnly is a boolean");
+    return NULL;
   }
-  handoff_probe *handoff = NULL;
-  napi_valuetype probe_type = napi_undefined;
-  if (argc >= 3) NAPI_CHECK(env, napi_typeof(env, argv[2], &probe_type));
-  if (probe_type != napi_undefined && !handoff_arg(env, argv[2], &handoff)) return NULL;
+  handoff_probe *handoff;
+  if (!handoff_arg(env, argv + 3, &handoff)) return NULL;
   char *path = get_string(env, argv[0], "open");
   if (!path) {
     handoff_free(handoff);

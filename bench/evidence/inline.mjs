@@ -13,7 +13,7 @@ const inlineIO = {
   ...fileIO,
   async commit(dir, plan) {
     const { record, data, live, adoptFrom, remove } = plan;
-    return addon.commitSync({ record, dir, data, live, adoptFrom, remove0: remove?.[0], remove1: remove?.[1] });
+    return addon.commitSync(record, dir, data, live, adoptFrom, remove?.[0], remove?.[1]);
   },
 };
 const root = process.argv[2] ?? '/tmp';

@@ -114,26 +114,37 @@ interface NativeIO {
   unlockTransition(fd: number): void;
   removeFile(path: string): void;
   fsType(path: string): number;
-  commit(plan: NativePlan): Promise<CommitResult>;
-  commitSync(plan: NativePlan): CommitResult;
+  commit(...plan: NativePlan): Promise<CommitResult>;
+  commitSync(...plan: NativePlan): CommitResult;
   lockFile(path: string): number;
   sameFile(fd: number, path: string): boolean;
   readLockData(fd: number): string | Buffer | undefined;
   writeLockData(fd: number, text: string): void;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
-  watchUnlock(path: string, id: number, probe?: HandOffProbe, cueOnly?: boolean): boolean;
+  watchUnlock(path: string, id: number, cueOnly: boolean | undefined, ...probe: NativeProbe | []): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
-interface NativePlan {
-  record: string;
-  dir: string;
-  data: string;
-  live?: string | undefined;
-  adoptFrom?: string | undefined;
-  remove0?: string | undefined;
-  remove1?: string | undefined;
-}
+/** A hand-off probe as the addon takes it: the fields of HandOffProbe, as arguments. */
+type NativeProbe = [
+  fd: number,
+  record: string,
+  livePrefix: string,
+  liveSuffix: string,
+  before: string,
+  between: string,
+  after: string,
+];
+/** A commit's plan as the addon takes it: record, dir, data, live, adoptFrom, two removals. */
+type NativePlan = [
+  record: string,
+  dir: string,
+  data: string,
+  live: string | undefined,
+  adoptFrom: string | undefined,
+  remove0: string | undefined,
+  remove1: string | undefined,
+];
 
 function addon(): NativeIO {
   return nativeAddon() as NativeIO;
@@ -184,11 +195,6 @@ function mapped<R>(call: (path: string) => R): (path: string) => R {
   };
 }
 
-function nativePlan(dir: string, plan: CommitPlan): NativePlan {
-  const { record, data, live, adoptFrom, remove } = plan;
-  return { record, dir, data, live, adoptFrom, remove0: remove?.[0], remove1: remove?.[1] };
-}
-
 export const fileIO: LeaseIO = {
   prepareDir(dir) {
     const io = addon();
@@ -210,12 +216,16 @@ export const fileIO: LeaseIO = {
   probeLive: mapped((path) => addon().probeLive(path)),
 
   // Not an async function: on tmpfs the result is there at once, and an async frame per commit
-  // showed in the cycle's profile. Every failure, thrown or rejected, is a rejection.
-  commit(dir, plan) {
+  // showed in the cycle's profile. Every failure, thrown or rejected, is a rejection. The plan goes
+  // to the addon as arguments: no object to make here, no property to look up there.
+  commit(dir, { record, data, live, adoptFrom, remove }) {
     try {
       const io = addon();
-      if (!inlineCommitDirs.has(dir)) return io.commit(nativePlan(dir, plan)).catch(rejectMapped);
-      return Promise.resolve(io.commitSync(nativePlan(dir, plan)));
+      const remove0 = remove?.[0];
+      const remove1 = remove?.[1];
+      if (!inlineCommitDirs.has(dir))
+        return io.commit(record, dir, data, live, adoptFrom, remove0, remove1).catch(rejectMapped);
+      return Promise.resolve(io.commitSync(record, dir, data, live, adoptFrom, remove0, remove1));
     } catch (error) {
       return rejectMapped(error);
     }
@@ -261,7 +271,22 @@ export const fileIO: LeaseIO = {
     const id = (nextWatchId = (nextWatchId + 1) >>> 0);
     let watching: boolean;
     try {
-      watching = io.watchUnlock(path, id, probe, cueOnly);
+      // The probe as arguments: no property for the addon to look up, seven times a waiting round.
+      watching =
+        probe === undefined
+          ? io.watchUnlock(path, id, cueOnly)
+          : io.watchUnlock(
+              path,
+              id,
+              cueOnly,
+              probe.fd,
+              probe.record,
+              probe.livePrefix,
+              probe.liveSuffix,
+              probe.before,
+              probe.between,
+              probe.after,
+            );
     } catch (error) {
       throw leaseError(error);
     }
