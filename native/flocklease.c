@@ -906,13 +906,19 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   one wake-up for the hand-off, as a C process blocked in flock has. Each event is only a cue
 //   to probe the lock again: other processes' probes close the file too, and the event is queued
 //   just before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file).
-// - a pool thread blocked in flock(LOCK_SH): exact whatever the file system's notifications do,
-//   so it waits beside every inotify watch (and alone when inotify cannot watch: no instance or
-//   watch left for this user). It reports a release the probe missed, and it wakes the event loop
-//   through a threadsafe function (a second wake-up), usually to find the watch already reported;
-//   when it reports first, it delivers through the watch's inotify side (with its hand-off probe's
-//   answer), which is then done. Pool threads are reused (a wait costs no thread creation) and run
-//   as SCHED_IDLE: a release wakes one beside the event loop it would wake, often on one CPU.
+// - a pool thread blocked in flock(LOCK_SH), exact whatever the notifications do: alone when
+//   inotify cannot watch (no instance or watch left for this user), else started by the first event
+//   whose probe finds the lock still held. Every release a holder makes by closing its file (as
+//   this port and the Go original do; a death closes them all) queues an event, after the lock is
+//   dropped or just before: so the thread is there for the one release the probe can miss, and a
+//   watch nothing else touches wakes no second thread when its holder lets go (a hand-off's
+//   wake-up: docs/bench.md, "The fourteenth round"). Only a holder that unlocks and keeps its file
+//   open is seen late: by the caller's own timer, or the file's next close. The thread reports a
+//   release the probe missed, and it wakes the event loop through a threadsafe function (a second
+//   wake-up), usually to find the watch already reported; when it reports first, it delivers
+//   through the watch's inotify side (with its hand-off probe's answer), which is then done. Pool
+//   threads are reused (a wait costs no thread creation) and run as SCHED_IDLE: a release wakes one
+//   beside the event loop it would wake, often on one CPU.
 // A cueOnly watch has no pool thread while inotify watches (a transition lock's: see transition.ts).
 // Woken, that thread holds the lock shared until it closes it, and a waiter that takes the lock
 // exclusively fails meanwhile; at idle priority on busy CPUs it can be kept off the CPU with the
@@ -949,6 +955,8 @@ struct notify_watch {
   int fd;
   uint32_t id;
   handoff_probe *handoff; // NULL when nobody asked
+  int thread_fd;          // the pool thread's descriptor until an event starts it; -1 once it has
+                          // it, or for a watch that never starts one (cue-only)
   struct notify_watch *next;
 };
 
@@ -1006,6 +1014,7 @@ static void watch_env_cleanup(void *arg) {
 static notify_watch *notify_unlink(notify_env *n, uint32_t id);
 static void notify_deliver(notify_env *n, notify_watch *w, int err);
 static void notify_forget(notify_env *n, notify_watch *w);
+static bool watch_queue(watch_env *e, int fd, uint32_t id);
 
 // Calls the environment's drain (see watchInit): after a batch of reports, outside any JS.
 static void watch_drain(watch_env *e, napi_async_context async) {
@@ -1191,6 +1200,7 @@ static int notify_probe(int fd) {
 // one inode share one).
 static void notify_forget(notify_env *n, notify_watch *w) {
   close(w->fd);
+  if (w->thread_fd >= 0) close(w->thread_fd);
   handoff_free(w->handoff);
   bool shared = false;
   for (notify_watch *other = n->watches; other; other = other->next) shared |= other->wd == w->wd;
@@ -1244,6 +1254,9 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
     for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
     int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
     if (err == EWOULDBLOCK) {
+      // A close, and still held: another process's probe, or a release the kernel has not finished
+      // (its event comes first). The pool thread waits for whichever it was.
+      if (hit && w->thread_fd >= 0 && watch_queue(n->owner, w->thread_fd, w->id)) w->thread_fd = -1;
       link = &w->next;
       continue;
     }
@@ -1275,6 +1288,7 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
     notify_watch *w = n->watches;
     n->watches = w->next;
     close(w->fd);
+    if (w->thread_fd >= 0) close(w->thread_fd);
     handoff_free(w->handoff);
     free(w);
   }
@@ -1327,8 +1341,10 @@ fail:
 }
 
 // Adds an inotify watch for the file open as `fd` (the inode we opened, not whatever the path names
-// by now). 1: watching; 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched).
-static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff) {
+// by now), with `thread_fd` (or -1) for the pool thread an event may start. 1: watching (both fds are
+// the watch's); 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched). The
+// caller keeps `thread_fd` unless it is watching.
+static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff, int thread_fd) {
   char self[32];
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
   int wd = inotify_add_watch(n->fd, self, IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
@@ -1341,13 +1357,14 @@ static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff
     }
     return -1;
   }
-  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
+  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .thread_fd = -1, .next = n->watches};
   // Released before the watch was in place: no event will come.
   if (notify_probe(fd) != EWOULDBLOCK) {
     notify_forget(n, w); // not the probe: the caller still owns it
     return 0;
   }
   w->handoff = handoff;
+  w->thread_fd = thread_fd;
   n->watches = w;
   return 1;
 }
@@ -1504,27 +1521,21 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     char self[32];
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff);
+    // A cue-only watch never starts its thread: inotify alone reports (see above).
+    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff, cue_only ? -1 : fd);
     if (watching == 1) handoff = NULL; // the watch's now
     if (watching < 0 && own >= 0) close(own);
-    if (watching == 0) {
-      close(fd);
-      result = bool_value(env, false);
+    if (watching == 0 || (watching == 1 && cue_only)) close(fd);
+    if (watching >= 0) {
+      result = bool_value(env, watching == 1);
       goto out;
     }
   }
-  if (watching == 1 && cue_only) {
-    close(fd); // the pool thread's descriptor: inotify alone reports (see above)
-    result = bool_value(env, true);
-    goto out;
-  }
+  // No inotify side: the pool thread alone reports.
   if (!watch_queue(e, fd, id)) {
     close(fd);
-    // Without its pool thread a watch still has its inotify side, which reports every close.
-    if (watching < 0) {
-      throw_errno(env, ENOMEM, "watchUnlock", path);
-      goto out;
-    }
+    throw_errno(env, ENOMEM, "watchUnlock", path);
+    goto out;
   }
   result = bool_value(env, true);
 out:

@@ -1,8 +1,9 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
-// inotify event wakes the event loop itself, and a pool thread blocked in flock beside it is the
-// exact fallback. Each path is checked by faulting the other one.
+// inotify event wakes the event loop itself, and a pool thread blocked in flock, started by a close
+// that leaves the lock held, is the exact fallback. Each path is checked by faulting the other one.
 import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { constants } from 'node:os';
 import { afterEach, expect, test } from 'vitest';
 import { faults, fileIO } from '../src/flock/io.js';
 import { waitForUnlock } from '../src/flock/watch.js';
@@ -92,6 +93,18 @@ test('the pool thread is the fallback when the inotify probe cannot see the rele
     // The thread reported first: the watch's inotify side (its descriptor) is gone too.
     await new Promise((resolve) => setTimeout(resolve, 100));
     expect(openFdCount()).toBe(fds);
+  });
+});
+
+test('the pool thread starts only when a close leaves the lock held (a probe, or a release not yet done)', async () => {
+  await whileHeld('j.live', async (holder, path) => {
+    faults.fail('watch.flock', 'EIO'); // the pool thread's flock, once it runs, reports EIO at once
+    const w = watch(path);
+    expect(w.started).toBe(true);
+    expect(await within(w.when, 300)).toBe('timeout'); // no close yet: no thread, no report
+    closeSync(openSync(path, 'r')); // another process's probe: the lock is still held
+    expect(await within(w.when, 5_000)).toBe(constants.errno.EIO);
+    await holder.release();
   });
 });
 

@@ -71,10 +71,12 @@ export interface LeaseIO {
   /** Replaces the transition lock file's content; not fsynced (the queue is soft state). */
   writeLockData(lockFd: number, text: string): void;
   /**
-   * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder released it
-   * or died): woken by the kernel in the event loop itself (inotify), with a thread blocked in
-   * flock as the exact fallback. `false` (and no call) when there is nothing to wait for: no such
-   * file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it watches.
+   * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder closed it,
+   * or died): woken by the kernel in the event loop itself (inotify), and by a thread blocked in
+   * flock once a close left it still locked (the kernel's notice of a release comes just before it
+   * drops the lock; see native/flocklease.c). `false` (and no call) when there is nothing to wait
+   * for: no such file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it
+   * watches.
    * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
    * `onUnlocked(0, token, expiry)` (see HandOffProbe). `cueOnly`: no thread while inotify watches,
    * so a release whose event came before the kernel dropped the lock goes unreported and the caller
