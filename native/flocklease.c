@@ -907,18 +907,19 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   to probe the lock again: other processes' probes close the file too, and the event is queued
 //   just before the kernel drops the lock (__fput: fsnotify_close, then locks_remove_file).
 // - a pool thread blocked in flock(LOCK_SH), exact whatever the notifications do: alone when
-//   inotify cannot watch (no instance or watch left for this user), else started by the first event
-//   whose probe finds the lock still held. Every release a holder makes by closing its file (as
-//   this port and the Go original do; a death closes them all) queues an event, after the lock is
-//   dropped or just before: so the thread is there for the one release the probe can miss, and a
-//   watch nothing else touches wakes no second thread when its holder lets go (a hand-off's
-//   wake-up: docs/bench.md, "The fourteenth round"). Only a holder that unlocks and keeps its file
-//   open is seen late: by the caller's own timer, or the file's next close. The thread reports a
-//   release the probe missed, and it wakes the event loop through a threadsafe function (a second
-//   wake-up), usually to find the watch already reported; when it reports first, it delivers
-//   through the watch's inotify side (with its hand-off probe's answer), which is then done. Pool
-//   threads are reused (a wait costs no thread creation) and run as SCHED_IDLE: a release wakes one
-//   beside the event loop it would wake, often on one CPU.
+//   inotify cannot watch (no instance or watch left for this user), else started once a close left
+//   the lock held and it is still held when probed again, on the loop's next turn and RECHECK_MS
+//   later (notify_held). Every release a holder makes by closing its file (as this port and the Go
+//   original do; a death closes them all) queues an event, after the lock is dropped or just
+//   before: so the rechecks see the release the first probe can miss, and the thread waits for it
+//   if it takes longer; a watch nothing else touches wakes no second thread when its holder lets go
+//   (a hand-off's wake-up: docs/bench.md, "The fourteenth round"). Only a holder that unlocks and
+//   keeps its file open is seen late: by the caller's own timer, or the file's next close. The
+//   thread wakes the event loop through a threadsafe function (a second wake-up), often to find the
+//   watch already reported; when it reports first, it delivers through the watch's inotify side
+//   (with its hand-off probe's answer), which is then done. Pool threads are reused (a wait costs
+//   no thread creation) and run as SCHED_IDLE: a release wakes one beside the event loop it would
+//   wake, often on one CPU.
 // A cueOnly watch has no pool thread while inotify watches (a transition lock's: see transition.ts).
 // Woken, that thread holds the lock shared until it closes it, and a waiter that takes the lock
 // exclusively fails meanwhile; at idle priority on busy CPUs it can be kept off the CPU with the
@@ -957,6 +958,9 @@ struct notify_watch {
   handoff_probe *handoff; // NULL when nobody asked
   int thread_fd;          // the pool thread's descriptor until an event starts it; -1 once it has
                           // it, or for a watch that never starts one (cue-only)
+  bool rechecking;        // a close left the lock held: probe again at recheck_at (uv_now, ms)
+  uint64_t recheck_at;
+  int rechecks; // probes made again since that close
   struct notify_watch *next;
 };
 
@@ -968,6 +972,8 @@ typedef struct {
   napi_async_context async;
   int fd; // the inotify instance; -1 when unavailable
   uv_poll_t poll;
+  uv_timer_t recheck; // fires at the earliest recheck_at of the watches
+  int handles;        // poll and recheck until each has closed
   notify_watch *watches;
   napi_async_cleanup_hook_handle cleanup;
 } notify_env;
@@ -1221,6 +1227,84 @@ static notify_watch *notify_unlink(notify_env *n, uint32_t id) {
 }
 
 #define NOTIFY_BATCH 64
+// After a close that left the lock held: probe again on the loop's next turn (a release the kernel
+// was finishing is done by then), then RECHECK_MS later, then leave it to the pool thread.
+#define RECHECKS 2
+#define RECHECK_MS 5
+
+static void on_recheck(uv_timer_t *timer);
+
+// Arms the recheck timer for the earliest watch that wants one, or stops it.
+static void notify_arm(notify_env *n) {
+  bool any = false;
+  uint64_t next = 0;
+  for (notify_watch *w = n->watches; w; w = w->next) {
+    if (w->rechecking && (!any || w->recheck_at < next)) next = w->recheck_at;
+    any |= w->rechecking;
+  }
+  if (!any) {
+    uv_timer_stop(&n->recheck);
+    return;
+  }
+  uint64_t now = uv_now(n->poll.loop);
+  uv_timer_start(&n->recheck, on_recheck, next > now ? next - now : 0, 0);
+}
+
+// A watch whose probe found the lock still held after a close (its event's, or a `due` recheck's).
+// Other processes' probes close the file too, and its holder keeps it; when they come often (a
+// contended lease: each holder is probed twice a cycle) a thread started at the first would wake
+// the process a second time at every hand-off. The rechecks see a release that was under way;
+// past them, the pool thread waits, exactly.
+static void notify_held(notify_env *n, notify_watch *w, bool due, uint64_t now) {
+  if (w->thread_fd < 0) return; // the thread has it, or there is none (cue-only)
+  if (!due) {
+    if (w->rechecking) return; // already looking again
+    w->rechecking = true;
+    w->rechecks = 0;
+    w->recheck_at = now;
+  } else if (++w->rechecks < RECHECKS) {
+    w->recheck_at = now + RECHECK_MS;
+  } else if (watch_queue(n->owner, w->thread_fd, w->id)) {
+    w->rechecking = false;
+    w->thread_fd = -1;
+  } else {
+    w->recheck_at = now + RECHECK_MS; // no memory for the request: try again
+  }
+}
+
+// Probes the watches named by `woken` (all of them if `all`) or, with `rechecks`, those whose
+// recheck is due; delivers the released ones.
+static void notify_scan(notify_env *n, bool all, const int *woken, int nwoken, bool rechecks) {
+  uint64_t now = uv_now(n->poll.loop);
+  // Unlink the finished watches first, deliver after: a dispatcher may add watches. Their
+  // descriptors and inotify watches go only after delivering, off the waiter's path to its grant
+  // (a watch the dispatcher added meanwhile on the same inode shares the wd, so it is kept).
+  notify_watch *done[NOTIFY_BATCH];
+  int errs[NOTIFY_BATCH], ndone = 0;
+  for (notify_watch **link = &n->watches; *link && ndone < NOTIFY_BATCH;) {
+    notify_watch *w = *link;
+    bool due = rechecks && w->rechecking && w->recheck_at <= now;
+    bool hit = all || due;
+    for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
+    int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
+    if (err == EWOULDBLOCK) {
+      if (hit) notify_held(n, w, due, now);
+      link = &w->next;
+      continue;
+    }
+    *link = w->next;
+    done[ndone] = w;
+    errs[ndone++] = err;
+  }
+  for (int i = 0; i < ndone; i++) notify_deliver(n, done[i], errs[i]);
+  for (int i = 0; i < ndone; i++) notify_forget(n, done[i]);
+  if (ndone > 0) watch_drain(n->owner, n->async);
+  notify_arm(n);
+}
+
+static void on_recheck(uv_timer_t *timer) {
+  notify_scan(timer->data, false, NULL, 0, true);
+}
 
 static void on_notify(uv_poll_t *handle, int status, int events) {
   (void)events;
@@ -1243,39 +1327,18 @@ static void on_notify(uv_poll_t *handle, int status, int events) {
     // (one system call less on a hand-off; an event queued since makes the poll report again).
     if (sizeof buffer - (size_t)length >= sizeof(struct inotify_event) + NAME_MAX + 1) break;
   }
-  // Unlink the finished watches first, deliver after: a dispatcher may add watches. Their
-  // descriptors and inotify watches go only after delivering, off the waiter's path to its grant
-  // (a watch the dispatcher added meanwhile on the same inode shares the wd, so it is kept).
-  notify_watch *done[NOTIFY_BATCH];
-  int errs[NOTIFY_BATCH], ndone = 0;
-  for (notify_watch **link = &n->watches; *link && ndone < NOTIFY_BATCH;) {
-    notify_watch *w = *link;
-    bool hit = all;
-    for (int i = 0; i < nwoken && !hit; i++) hit = woken[i] == w->wd;
-    int err = hit ? notify_probe(w->fd) : EWOULDBLOCK;
-    if (err == EWOULDBLOCK) {
-      // A close, and still held: another process's probe, or a release the kernel has not finished
-      // (its event comes first). The pool thread waits for whichever it was.
-      if (hit && w->thread_fd >= 0 && watch_queue(n->owner, w->thread_fd, w->id)) w->thread_fd = -1;
-      link = &w->next;
-      continue;
-    }
-    *link = w->next;
-    done[ndone] = w;
-    errs[ndone++] = err;
-  }
-  for (int i = 0; i < ndone; i++) notify_deliver(n, done[i], errs[i]);
-  for (int i = 0; i < ndone; i++) notify_forget(n, done[i]);
-  if (ndone > 0) watch_drain(n->owner, n->async);
+  notify_scan(n, all, woken, nwoken, false);
 }
 
-// The close callback of a handle whose set-up failed: nothing else refers to it.
+// The close callback of the handles of a set-up that failed: nothing else refers to them.
 static void notify_free(uv_handle_t *handle) {
-  free(handle->data);
+  notify_env *n = handle->data;
+  if (--n->handles == 0) free(n);
 }
 
 static void notify_closed(uv_handle_t *handle) {
   notify_env *n = handle->data;
+  if (--n->handles > 0) return;
   napi_async_cleanup_hook_handle cleanup = n->cleanup;
   free(n);
   napi_remove_async_cleanup_hook(cleanup);
@@ -1296,8 +1359,10 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
   napi_delete_reference(n->env, n->dispatcher);
   napi_async_destroy(n->env, n->async);
   uv_poll_stop(&n->poll);
+  uv_timer_stop(&n->recheck);
   close(n->fd);
   uv_close((uv_handle_t *)&n->poll, notify_closed);
+  uv_close((uv_handle_t *)&n->recheck, notify_closed);
 }
 
 // The inotify side of an environment, or NULL (then every watch is a pool thread's).
@@ -1316,16 +1381,20 @@ static notify_env *notify_setup(watch_env *e, napi_env env, napi_value dispatche
     goto fail_fd;
   if (napi_create_reference(env, dispatcher, 1, &n->dispatcher) != napi_ok) goto fail_async;
   if (uv_poll_init(loop, &n->poll, n->fd) != 0) goto fail_ref;
-  n->poll.data = n;
+  uv_timer_init(loop, &n->recheck); // cannot fail
+  n->poll.data = n->recheck.data = n;
+  n->handles = 2;
   // Pending watches must not keep the process alive.
   uv_unref((uv_handle_t *)&n->poll);
+  uv_unref((uv_handle_t *)&n->recheck);
   if (uv_poll_start(&n->poll, UV_READABLE, on_notify) != 0 ||
       napi_add_async_cleanup_hook(env, notify_cleanup, n, NULL) != napi_ok) {
-    // The handle is initialized: it can only go through uv_close.
+    // The handles are initialized: they can only go through uv_close.
     napi_delete_reference(env, n->dispatcher);
     napi_async_destroy(env, n->async);
     close(n->fd);
     uv_close((uv_handle_t *)&n->poll, notify_free);
+    uv_close((uv_handle_t *)&n->recheck, notify_free);
     return NULL;
   }
   return n;

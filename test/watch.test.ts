@@ -96,7 +96,7 @@ test('the pool thread is the fallback when the inotify probe cannot see the rele
   });
 });
 
-test('the pool thread starts only when a close leaves the lock held (a probe, or a release not yet done)', async () => {
+test('the pool thread starts only when a close leaves the lock held, looked at again (a probe, or a long release)', async () => {
   await whileHeld('j.live', async (holder, path) => {
     faults.fail('watch.flock', 'EIO'); // the pool thread's flock, once it runs, reports EIO at once
     const w = watch(path);
@@ -105,6 +105,17 @@ test('the pool thread starts only when a close leaves the lock held (a probe, or
     closeSync(openSync(path, 'r')); // another process's probe: the lock is still held
     expect(await within(w.when, 5_000)).toBe(constants.errno.EIO);
     await holder.release();
+  });
+});
+
+test('a release its event comes just before (the lock still held at the first look) is seen when the watch looks again', async () => {
+  await whileHeld('l.live', async (holder, path) => {
+    const w = watch(path);
+    expect(w.started).toBe(true);
+    faults.stall('watch.flock', 10_000); // a pool thread would report only after 10 s
+    faults.fail('watch.probe', 'EWOULDBLOCK'); // the event's probe: the kernel has not dropped the lock yet
+    await holder.release();
+    expect(await within(w.when, 5_000)).toBe(0);
   });
 });
 
