@@ -171,6 +171,47 @@ describe('waiting acquire', () => {
     }
   });
 
+  test('a waiter that finds others in line queues behind them without probing the holder', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'holder');
+    const firstLease = new Lease(dir);
+    const first = firstLease.acquire('s1', 'first', { waitMs: 20_000 });
+    await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
+    // The probe's close would wake the first waiter, whose watch is on the holder's .live.
+    let probes = 0;
+    const io: LeaseIO = { ...fileIO, probeLive: (path) => (probes++, fileIO.probeLive(path)) };
+    const secondLease = new Lease(dir, { [kIO]: io } as object);
+    const second = secondLease.acquire('s1', 'second', { waitMs: 20_000 });
+    await until(() => waitFiles(dir).length === 2, 'the second waiter to queue');
+    expect(probes).toBe(0);
+    await holder.call({ op: 'release' });
+    await firstLease.release(await first);
+    expect((await second).owner).toBe('second');
+  });
+
+  test('a waiter queued behind a stopped front waiter of a crashed holder gets the lease after the grace', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    await holder.acquire('s1', 'holder');
+    const stopped = await LeaseAgent.start(dir, 300);
+    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
+    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
+    stopped.kill('SIGSTOP');
+    try {
+      holder.kill('SIGKILL');
+      await holder.exited;
+      // Its first try queues without asking whether the holder lives; the line it joined finds out.
+      const started = Date.now();
+      const grant = await new Lease(dir, { ttlMs: 300 }).acquire('s1', 'late', { waitMs: 5_000 });
+      expect(grant.owner).toBe('late');
+      expect(Date.now() - started).toBeLessThan(3_000); // two graces of min(ttl, 1 s) at most
+      expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'late', token: grant.token });
+    } finally {
+      stopped.kill('SIGCONT');
+    }
+  });
+
   test('a release hands the lease to a stopped waiter, which then holds it until its expiry', async () => {
     const dir = freshDir();
     const holder = await LeaseAgent.start(dir, 30_000);

@@ -75,7 +75,7 @@ type LeaseState =
   | 'released' // a tombstone
   | 'expired' // replaceable even if the old process is alive and still holds its .live
   | 'refresh' // this process holds the live generation for this owner
-  | 'held' // unexpired, and its holder (here, or another live process) keeps it
+  | 'held' // unexpired, and its holder (here, or another live process) keeps it; or others wait in line
   | 'crashed'; // unexpired, but nobody holds its .live
 
 type TakeoverReason = Extract<LeaseState, 'free' | 'released' | 'expired' | 'crashed'>;
@@ -333,7 +333,10 @@ export class Lease implements SessionLease {
     if (isExpired(record, tx.now)) return 'expired';
     // This process holds the live generation: only its own owner may refresh it.
     if (this.#held.get(tx.safe)?.token === record.token) return record.owner === owner ? 'refresh' : 'held';
-    // Unexpired and not ours (same owner without the local handle gets no favour): ask the kernel.
+    // Unexpired and not ours (same owner without the local handle gets no favour). A waiting
+    // acquire's first try with others in line queues behind them either way, so it does not ask:
+    // the probe's close would wake the waiter watching that .live for nothing, under this lock.
+    if (this.#line.othersInLine(tx)) return 'held';
     return this.#io.probeLive(this.#livePath(tx.safe, record.token)) ? 'held' : 'crashed';
   }
 

@@ -36,6 +36,16 @@ export interface TransitionContext {
   readonly lockFd: number;
   /** The place of a waiting acquire; `undefined` for every other operation. */
   readonly place?: Place | undefined;
+  /** The wait queue as this transition read it: the WaitLine's own, read once and kept in step
+   * with what it writes. */
+  queue?: QueueRead | undefined;
+}
+
+/** A queue as read under the transition lock, with its text as last read or written ('' when
+ * empty): a queue formatted to the same text is unchanged, and is not written again. */
+interface QueueRead {
+  readonly queue: WaitQueue;
+  original: string;
 }
 
 /** A refused try, and what to wait for before the next one. */
@@ -99,7 +109,7 @@ export class WaitLine {
    * for. `record` is what the refusal names as the holder (expired, released), as in any refusal.
    */
   claim(tx: TransitionContext, record: LeaseRecord | undefined): Refused | undefined {
-    const { queue, original } = this.#read(tx.lockFd);
+    const { queue } = this.#read(tx);
     if (queue.waiters.length > 0) {
       const ahead = this.#waiterAhead(tx, queue);
       if (ahead !== undefined) {
@@ -110,33 +120,33 @@ export class WaitLine {
             record && holderOf(record),
           );
         const watch = this.waitPath(tx.safe, ahead);
-        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, { queue, original });
+        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs);
       }
       const mine = queue.waiters.findIndex((w) => w.ticket === tx.place?.ticket);
       if (mine >= 0) queue.waiters.splice(mine, 1);
       queue.freeSince = 0;
-      this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+      this.#write(tx, formatQueue(queue));
     }
     return undefined;
   }
 
   /**
-   * A refusal; a waiting acquire also takes (or keeps) its place in the queue here. `known` is the
-   * queue as already read (and maybe changed) under this transition, with its text as read.
+   * Whether a waiting acquire's first try finds others in line. It then joins the line behind them
+   * whether the holder is alive or not (a crashed lease is reserved for the front waiter, whom the
+   * holder's death wakes), so it need not ask the kernel: see Lease's state rule.
    */
-  refuse(
-    tx: TransitionContext,
-    refusal: () => LeaseHeldError,
-    watch: string,
-    until: number,
-    known?: { queue: WaitQueue; original: string },
-  ): Refused {
-    const { place, safe, lockFd } = tx;
-    let queue = known?.queue;
-    let original = known?.original;
+  othersInLine(tx: TransitionContext): boolean {
+    return tx.place !== undefined && tx.place.ticket === undefined && this.#read(tx).queue.waiters.length > 0;
+  }
+
+  /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. */
+  refuse(tx: TransitionContext, refusal: () => LeaseHeldError, watch: string, until: number): Refused {
+    const { place, safe } = tx;
+    // A waiting acquire reads the queue; any other refusal writes back what this transition changed.
+    const read = place !== undefined ? this.#read(tx) : tx.queue;
+    const queue = read?.queue;
     let text: string | undefined; // the queue's text as it is to be written, once made
-    if (place !== undefined) {
-      if (queue === undefined) ({ queue, original } = this.#read(lockFd));
+    if (place !== undefined && queue !== undefined) {
       if (place.ticket === undefined || !queue.waiters.some((w) => w.ticket === place.ticket)) {
         // First refusal, or skipped while away: (re)join at the back.
         this.leave(safe, place);
@@ -151,9 +161,9 @@ export class WaitLine {
         } else Object.assign(place, { ticket: waiter.ticket, fd });
       }
     }
-    if (queue !== undefined) {
-      text ??= formatQueue(queue);
-      if (text !== original) this.#io.writeLockData(lockFd, text);
+    if (read !== undefined) {
+      text ??= formatQueue(read.queue);
+      if (text !== read.original) this.#write(tx, text);
     }
     const at = place?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === place.ticket);
     if (at > 0) {
@@ -172,7 +182,8 @@ export class WaitLine {
    * (dead ones are dropped, and the queue written back), with the token it gets.
    */
   nextInLine(tx: TransitionContext, token: bigint): HandOff | undefined {
-    const { queue, original } = this.#read(tx.lockFd);
+    const read = this.#read(tx);
+    const { queue } = read;
     if (queue.waiters.length === 0) return undefined;
     let found: QueuedWaiter | undefined;
     while (queue.waiters.length > 0) {
@@ -188,7 +199,7 @@ export class WaitLine {
     const next = nextToken(token, tx.now);
     if (found === undefined || next === undefined) {
       const text = formatQueue(queue);
-      if (text !== original) this.#io.writeLockData(tx.lockFd, text);
+      if (text !== read.original) this.#write(tx, text);
       return undefined;
     }
     return { waiter: found, next, queue };
@@ -196,7 +207,7 @@ export class WaitLine {
 
   /** Writes the queue back after a hand-off took (or skipped) its front waiter. */
   handedOff(tx: TransitionContext, queue: WaitQueue): void {
-    this.#io.writeLockData(tx.lockFd, formatQueue(queue));
+    this.#write(tx, formatQueue(queue));
   }
 
   /** Gives up a place in the queue: the entry goes stale and is pruned by whoever meets it. */
@@ -233,11 +244,16 @@ export class WaitLine {
     return undefined;
   }
 
-  /** The queue under the transition lock, and its text as read ('' when empty): a queue formatted
-   * to the same text is unchanged, and is not written again. */
-  #read(lockFd: number): { queue: WaitQueue; original: string } {
-    const original = queueText(this.#io.readLockData(lockFd));
-    return { queue: parseQueue(original), original };
+  /** The queue under the transition lock: read at the transition's first need of it. */
+  #read(tx: TransitionContext): QueueRead {
+    if (tx.queue !== undefined) return tx.queue;
+    const original = queueText(this.#io.readLockData(tx.lockFd));
+    return (tx.queue = { queue: parseQueue(original), original });
+  }
+
+  #write(tx: TransitionContext, text: string): void {
+    this.#io.writeLockData(tx.lockFd, text);
+    if (tx.queue !== undefined) tx.queue.original = text;
   }
 
   #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
