@@ -890,7 +890,7 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// watchUnlock(path, id, cueOnly[, fd, record, livePrefix, liveSuffix, before, between, after]) →
+// watchUnlock(path, id, mode[, fd, record, livePrefix, liveSuffix, before, between, after]) →
 // false when there is nothing to wait for (no such file, or nobody holds an exclusive flock on it),
 // else true, and later the environment's dispatcher (set by watchInit) is called with (id, errno or
 // 0) once nobody holds it: its holder released it or died. A watch cannot be cancelled; it ends when
@@ -898,7 +898,8 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 // ignores an id it has already been called with. A waiting acquire passes its hand-off probe (its
 // flocked .wait, the record and the layout it expects there, how the id's .live files are named):
 // if the release handed it the lease, the inotify side's report is (id, 0, token, expiry), so the
-// woken waiter makes no call of its own and parses almost nothing (handoff_check).
+// woken waiter makes no call of its own and parses almost nothing (handoff_check). `mode`: 0, or
+// WATCH_CUE_ONLY or WATCH_WRITERS_ONLY (below).
 //
 // Two watchers, and the first to report wins:
 // - inotify, read by the event loop's own epoll (a uv_poll handle): the holder's close (or its
@@ -920,7 +921,12 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   (with its hand-off probe's answer), which is then done. Pool threads are reused (a wait costs
 //   no thread creation) and run as SCHED_IDLE: a release wakes one beside the event loop it would
 //   wake, often on one CPU.
-// A cueOnly watch has no pool thread while inotify watches (a transition lock's: see transition.ts).
+// A writers-only watch is for a file that only this port's processes lock, always through a
+// descriptor open for writing (a waiter's .wait): its holder's close, or death, queues
+// IN_CLOSE_WRITE, and the read-only probes of other processes (a releaser asking whether the front
+// waiter lives, `flocklease inspect`) wake nobody. A file a Go process may hold gets every close:
+// Go opens its lock files read-only.
+// A cue-only watch has no pool thread while inotify watches (a transition lock's: see transition.ts).
 // Woken, that thread holds the lock shared until it closes it, and a waiter that takes the lock
 // exclusively fails meanwhile; at idle priority on busy CPUs it can be kept off the CPU with the
 // lock held, and every other waiter then spins. Its caller looks again on a timer of its own,
@@ -935,6 +941,8 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 // async cleanup hook (its poll handle needs the loop to close).
 
 #define MAX_WATCH_THREADS 64
+#define WATCH_CUE_ONLY 1
+#define WATCH_WRITERS_ONLY 2
 
 // What a waiting acquire asks its watch to find out as the lock is let go, before JavaScript runs:
 // whether the release handed it the lease (see handoff_check).
@@ -1410,13 +1418,17 @@ fail:
 }
 
 // Adds an inotify watch for the file open as `fd` (the inode we opened, not whatever the path names
-// by now), with `thread_fd` (or -1) for the pool thread an event may start. 1: watching (both fds are
-// the watch's); 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched). The
-// caller keeps `thread_fd` unless it is watching.
-static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff, int thread_fd) {
+// by now), with `thread_fd` (or -1) for the pool thread an event may start; `writers_only`: only the
+// close of a descriptor open for writing is a cue (see watchUnlock). 1: watching (both fds are the
+// watch's); 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched). The caller
+// keeps `thread_fd` unless it is watching.
+static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff, int thread_fd, bool writers_only) {
   char self[32];
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
-  int wd = inotify_add_watch(n->fd, self, IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
+  // Watches of one inode share its watch descriptor: masks only add up (a watch that wants every
+  // close keeps getting them beside one that wants only writers' closes, which then sees more).
+  uint32_t mask = IN_MASK_ADD | IN_CLOSE_WRITE | (writers_only ? 0 : IN_CLOSE_NOWRITE);
+  int wd = inotify_add_watch(n->fd, self, mask);
   notify_watch *w = wd < 0 ? NULL : malloc(sizeof *w);
   if (!w) {
     if (wd >= 0) {
@@ -1560,13 +1572,12 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "expected a watch id");
     return NULL;
   }
-  bool cue_only = false;
-  napi_valuetype cue_type;
-  NAPI_CHECK(env, napi_typeof(env, argv[2], &cue_type));
-  if (cue_type != napi_undefined && napi_get_value_bool(env, argv[2], &cue_only) != napi_ok) {
-    napi_throw_type_error(env, NULL, "watchUnlock: cueOnly is a boolean");
+  uint32_t mode;
+  if (napi_get_value_uint32(env, argv[2], &mode) != napi_ok || mode > WATCH_WRITERS_ONLY) {
+    napi_throw_type_error(env, NULL, "watchUnlock: mode is 0, 1 (cue only) or 2 (writers only)");
     return NULL;
   }
+  bool cue_only = mode == WATCH_CUE_ONLY;
   handoff_probe *handoff;
   if (!handoff_arg(env, argv + 3, &handoff)) return NULL;
   char *path = get_string(env, argv[0], "open");
@@ -1591,7 +1602,8 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     // A cue-only watch never starts its thread: inotify alone reports (see above).
-    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff, cue_only ? -1 : fd);
+    bool writers_only = mode == WATCH_WRITERS_ONLY;
+    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff, cue_only ? -1 : fd, writers_only);
     if (watching == 1) handoff = NULL; // the watch's now
     if (watching < 0 && own >= 0) close(own);
     if (watching == 0 || (watching == 1 && cue_only)) close(fd);

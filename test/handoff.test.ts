@@ -37,7 +37,7 @@ function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Repor
       return call(...args);
     };
   }
-  io.watchUnlock = ((path, report, probe, cueOnly) => {
+  io.watchUnlock = ((path, report, probe, mode) => {
     calls.set('watchUnlock', (calls.get('watchUnlock') ?? 0) + 1);
     return fileIO.watchUnlock(
       path,
@@ -46,7 +46,7 @@ function observedIO(): { io: LeaseIO; calls: Map<string, number>; reports: Repor
         return report(errno, token, expiry);
       },
       probe,
-      cueOnly,
+      mode,
     );
   }) satisfies LeaseIO['watchUnlock'];
   return { io: io as unknown as LeaseIO, calls, reports };

@@ -279,7 +279,7 @@ describe('waiting acquire', () => {
     const lease: Lease = new Lease(dir, {
       [kIO]: {
         ...fileIO,
-        watchUnlock: ((path, report, probe, cueOnly) =>
+        watchUnlock: ((path, report, probe, mode) =>
           fileIO.watchUnlock(
             path,
             (errno, token, expiry) => {
@@ -293,7 +293,7 @@ describe('waiting acquire', () => {
               return report(errno, token, expiry);
             },
             probe,
-            cueOnly,
+            mode,
           )) satisfies LeaseIO['watchUnlock'],
       },
     } as object);

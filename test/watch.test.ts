@@ -5,7 +5,7 @@ import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { constants } from 'node:os';
 import { afterEach, expect, test } from 'vitest';
-import { faults, fileIO } from '../src/flock/io.js';
+import { faults, fileIO, type WatchMode } from '../src/flock/io.js';
 import { waitForUnlock } from '../src/flock/watch.js';
 import { freshDir } from './helpers/dirs.js';
 import { holdElsewhere, type Holder } from './helpers/holder.js';
@@ -24,9 +24,9 @@ async function whileHeld(name: string, body: (holder: Holder, path: string) => P
   }
 }
 
-/** Starts a watch (`cueOnly`: see LeaseIO.watchUnlock); `fired` counts its reports, `when`
+/** Starts a watch (`mode`: see WatchMode); `fired` counts its reports, `when`
  * resolves at the first. */
-function watch(path: string, cueOnly?: boolean) {
+function watch(path: string, mode?: WatchMode) {
   let fired = 0;
   let report!: (errno: number) => void;
   const when = new Promise<number>((resolve) => (report = resolve));
@@ -37,7 +37,7 @@ function watch(path: string, cueOnly?: boolean) {
       report(errno);
     },
     undefined,
-    cueOnly,
+    mode,
   );
   return { started, when, fired: () => fired };
 }
@@ -119,6 +119,19 @@ test('a release its event comes just before (the lock still held at the first lo
   });
 });
 
+test('a writers-only watch is not woken by read-only closes (probes), and reports its holder’s close', async () => {
+  await whileHeld('m.wait', async (holder, path) => {
+    faults.fail('watch.flock', 'EIO'); // a pool thread, once started, would report EIO
+    const w = watch(path, 'writers');
+    expect(w.started).toBe(true);
+    for (let i = 0; i < 5; i++) closeSync(openSync(path, 'r')); // other processes' probes
+    expect(await within(w.when, 300)).toBe('timeout');
+    faults.clear();
+    await holder.release(); // it locked the file through a writable descriptor, as a waiter does
+    expect(await within(w.when, 5_000)).toBe(0);
+  });
+});
+
 test('without inotify (no watch could be added), the pool thread alone reports', async () => {
   await whileHeld('d.live', async (holder, path) => {
     faults.fail('watch.reopen', 'EMFILE');
@@ -132,7 +145,7 @@ test('without inotify (no watch could be added), the pool thread alone reports',
 test('a cue-only watch has no pool thread: a release the inotify probe cannot see goes unreported', async () => {
   await whileHeld('h.lock', async (holder, path) => {
     faults.fail('watch.probe', 'EWOULDBLOCK', -1); // as the exact watch's fallback test above
-    const w = watch(path, true);
+    const w = watch(path, 'cue');
     expect(w.started).toBe(true);
     await holder.release();
     expect(await within(w.when, 500)).toBe('timeout'); // an exact watch's thread reports at once
@@ -146,7 +159,7 @@ test('a cue-only watch has no pool thread: a release the inotify probe cannot se
 test('without inotify, a cue-only watch still has its pool thread', async () => {
   await whileHeld('i.lock', async (holder, path) => {
     faults.fail('watch.reopen', 'EMFILE');
-    const w = watch(path, true);
+    const w = watch(path, 'cue');
     expect(w.started).toBe(true);
     await holder.kill();
     expect(await within(w.when, 5_000)).toBe(0);

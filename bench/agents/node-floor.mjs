@@ -34,8 +34,9 @@ async function fairCycle(token, holdMs) {
   const mfd = io.lockFile(mine);
   if (mfd === undefined) throw new Error(`${mine} is locked`);
   io.unlockTransition(lfd);
-  // The one ahead lets go of its ticket file when it releases (or is gone already).
-  if (ticket > 1) await unlocked(`${dir}/fair.${ticket - 1}.wait`);
+  // The one ahead lets go of its ticket file when it releases (or is gone already); watched as the
+  // Lease watches a waiter's .wait.
+  if (ticket > 1) await unlocked(`${dir}/fair.${ticket - 1}.wait`, io, 'writers');
   // The release committed the record naming us before it woke us: read it without the transition
   // lock, as the Lease's hand-off does (waiting for that lock would be a second wake-up).
   io.readRecord(recordPath);

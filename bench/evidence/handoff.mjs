@@ -46,12 +46,12 @@ if (role === 'waiter') {
   const marks = {};
   const io = {
     ...fileIO,
-    watchUnlock: (path, report, probe, cueOnly) =>
+    watchUnlock: (path, report, probe, mode) =>
       fileIO.watchUnlock(
         path,
         (errno, token, expiry) => ((marks.reported ??= now()), report(errno, token, expiry)),
         probe,
-        cueOnly,
+        mode,
       ),
     // Only when the watch's probe could not confirm the hand-off (the waiter then reads it itself).
     readRecord: (path) => (marks.reported !== undefined && (marks.read ??= now()), fileIO.readRecord(path)),

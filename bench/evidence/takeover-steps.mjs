@@ -30,7 +30,7 @@ for (const [name, call] of Object.entries(fileIO)) {
     return result instanceof Promise ? result.then(done) : done(result);
   };
 }
-io.watchUnlock = (path, report, probe, cueOnly) =>
+io.watchUnlock = (path, report, probe, mode) =>
   fileIO.watchUnlock(
     path,
     (...args) => {
@@ -38,7 +38,7 @@ io.watchUnlock = (path, report, probe, cueOnly) =>
       return report(...args);
     },
     probe,
-    cueOnly,
+    mode,
   );
 
 const holderCode = `

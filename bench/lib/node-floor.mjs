@@ -60,10 +60,11 @@ export function nodeFloor(dir, { io = fileIO, splitTurn = false } = {}) {
 // A wait that never ends early: whenUnlocked's round only stops a polling fallback.
 const forever = { over: false };
 
-/** Resolves once nobody holds `path` exclusively, woken by the lease's own watch. */
-export function unlocked(path, io = fileIO) {
+/** Resolves once nobody holds `path` exclusively, woken by the lease's own watch (`mode`: as the
+ * Lease watches that kind of file, see WatchMode). */
+export function unlocked(path, io = fileIO, mode = undefined) {
   return new Promise((resolve) => {
-    if (!whenUnlocked(io, path, forever, resolve)) resolve();
+    if (!whenUnlocked(io, path, forever, resolve, undefined, mode)) resolve();
   });
 }
 

@@ -78,12 +78,22 @@ export interface LeaseIO {
    * for: no such file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it
    * watches.
    * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
-   * `onUnlocked(0, token, expiry)` (see HandOffProbe). `cueOnly`: no thread while inotify watches,
-   * so a release whose event came before the kernel dropped the lock goes unreported and the caller
-   * must look again on its own timer (a transition lock's waiter: see transition.ts).
+   * `onUnlocked(0, token, expiry)` (see HandOffProbe). `mode`: see WatchMode.
    */
-  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe, cueOnly?: boolean): boolean;
+  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe, mode?: WatchMode): boolean;
 }
+
+/**
+ * How a watch learns that a lock was let go; by default every close of the file is a cue to probe
+ * it, and a close that left it held is waited out exactly (see watchUnlock).
+ * - `'cue'`: the cues only, no thread while inotify watches: a release whose event came before
+ *   the kernel dropped the lock goes unreported, and the caller must look again on its own timer
+ *   (a transition lock's waiter: see transition.ts);
+ * - `'writers'`: only the close of a descriptor open for writing is a cue. For a file that only
+ *   this port's processes lock, always through such a descriptor (a waiter's `.wait`): the
+ *   read-only probes of other processes then wake nobody. (Go opens its lock files read-only.)
+ */
+export type WatchMode = 'cue' | 'writers';
 
 /**
  * What a waiting acquire asks its watch to find out as the lock is let go, before its JavaScript
@@ -123,7 +133,7 @@ interface NativeIO {
   readLockData(fd: number): string | Buffer | undefined;
   writeLockData(fd: number, text: string): void;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
-  watchUnlock(path: string, id: number, cueOnly: boolean | undefined, ...probe: NativeProbe | []): boolean;
+  watchUnlock(path: string, id: number, mode: number, ...probe: NativeProbe | []): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
@@ -251,7 +261,7 @@ export const fileIO: LeaseIO = {
 
   writeLockData: (fd, text) => addon().writeLockData(fd, text),
 
-  watchUnlock(path, onUnlocked, probe, cueOnly) {
+  watchUnlock(path, onUnlocked, probe, mode) {
     const io = addon();
     if (watchCallbacks === undefined) {
       const callbacks = new Map<number, UnlockReport>();
@@ -271,16 +281,17 @@ export const fileIO: LeaseIO = {
       watchCallbacks = callbacks;
     }
     const id = (nextWatchId = (nextWatchId + 1) >>> 0);
+    const code = mode === undefined ? 0 : WATCH_MODES[mode]; // the addon's WATCH_* values
     let watching: boolean;
     try {
       // The probe as arguments: no property for the addon to look up, seven times a waiting round.
       watching =
         probe === undefined
-          ? io.watchUnlock(path, id, cueOnly)
+          ? io.watchUnlock(path, id, code)
           : io.watchUnlock(
               path,
               id,
-              cueOnly,
+              code,
               probe.fd,
               probe.record,
               probe.livePrefix,
@@ -296,6 +307,8 @@ export const fileIO: LeaseIO = {
     return watching;
   },
 };
+
+const WATCH_MODES: Record<WatchMode, number> = { cue: 1, writers: 2 };
 
 /** Pending watches by id; the addon reports (id, errno) through one dispatcher, and may report an
  * id twice (its inotify side and its pool thread race): the second report finds nothing. */

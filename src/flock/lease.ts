@@ -490,7 +490,8 @@ export class Lease implements SessionLease {
     let wakers = this.#wakers.get(safe);
     if (wakers === undefined) this.#wakers.set(safe, (wakers = new Set()));
     const untilMs = attempt.until === undefined ? Infinity : Math.max(0, attempt.until - readClock(this.#clock)) + 1;
-    return waitForUnlock(this.#io, attempt.watch, Math.min(leftMs, untilMs), signal, wakers, handOff);
+    const ms = Math.min(leftMs, untilMs);
+    return waitForUnlock(this.#io, attempt.watch, ms, signal, wakers, handOff, attempt.watchMode);
   }
 
   /** Wakes this process's waiting acquires on `safe` to look again. */

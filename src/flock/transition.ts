@@ -58,7 +58,7 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
       );
     }
     if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
-    else await waitForUnlock(io, path, Math.min(left, TRANSITION_LOOK_AGAIN_MS), signal, undefined, undefined, true);
+    else await waitForUnlock(io, path, Math.min(left, TRANSITION_LOOK_AGAIN_MS), signal, undefined, undefined, 'cue');
   }
 }
 

@@ -6,7 +6,7 @@
 import { LeaseHeldError } from '../port/errors.js';
 import { nextToken } from '../kernel/token.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
-import type { LeaseIO } from './io.js';
+import type { LeaseIO, WatchMode } from './io.js';
 import { inDir, waitName } from './layout.js';
 import { holderOf, type LeaseRecord } from './record.js';
 import {
@@ -53,8 +53,11 @@ export interface Refused {
   /** The error, made only if it is thrown: a waiting acquire is refused every round, and the
    * error's stack capture showed in a contention profile. */
   readonly refusal: () => LeaseHeldError;
-  /** A lock file whose release is worth waking for (the holder's .live, or the front waiter's .wait). */
+  /** A lock file whose release is worth waking for (the holder's .live, or a waiter's .wait). */
   readonly watch: string | undefined;
+  /** How to watch it: 'writers' for a waiter's .wait, which only this port locks, always through a
+   * descriptor open for writing (see WatchMode); every close of a .live (Go holds its read-only). */
+  readonly watchMode?: WatchMode | undefined;
   /** Clock time (epoch ms) at which to look again regardless (the holder's expiry, a waiter's grace). */
   readonly until: number | undefined;
 }
@@ -120,7 +123,7 @@ export class WaitLine {
             record && holderOf(record),
           );
         const watch = this.waitPath(tx.safe, ahead);
-        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs);
+        return this.refuse(tx, refusal, watch, queue.freeSince + this.#graceMs, 'writers');
       }
       const mine = queue.waiters.findIndex((w) => w.ticket === tx.place?.ticket);
       if (mine >= 0) queue.waiters.splice(mine, 1);
@@ -140,7 +143,13 @@ export class WaitLine {
   }
 
   /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. */
-  refuse(tx: TransitionContext, refusal: () => LeaseHeldError, watch: string, until: number): Refused {
+  refuse(
+    tx: TransitionContext,
+    refusal: () => LeaseHeldError,
+    watch: string,
+    until: number,
+    watchMode?: WatchMode,
+  ): Refused {
     const { place, safe } = tx;
     // A waiting acquire reads the queue; any other refusal writes back what this transition changed.
     const read = place !== undefined ? this.#read(tx) : tx.queue;
@@ -172,9 +181,9 @@ export class WaitLine {
       // became the .live, when it releases: exactly when our turn comes. So a release wakes one
       // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
       const ahead = this.waitPath(safe, queue!.waiters[at - 1]!.ticket);
-      return { refusal, watch: ahead, until: tx.now + this.#graceMs };
+      return { refusal, watch: ahead, watchMode: 'writers', until: tx.now + this.#graceMs };
     }
-    return { refusal, watch, until };
+    return { refusal, watch, watchMode, until };
   }
 
   /**

@@ -4,7 +4,7 @@
  * ends, so sharing bounds them). Past MAX_WATCHES watched files, waiters poll instead.
  */
 import { timerDelay } from '../kernel/timers.js';
-import type { HandOffProbe, LeaseIO, UnlockReport } from './io.js';
+import type { HandOffProbe, LeaseIO, UnlockReport, WatchMode } from './io.js';
 
 const MAX_WATCHES = 64;
 const POLL_MS = 10;
@@ -36,8 +36,8 @@ export const NO_HAND_OFF: unique symbol = Symbol('flocklease.noHandOff');
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
  * reason). One plain timer per wait. Resolves with what `handOff.take` returned when the watch
- * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `cueOnly`: see
- * LeaseIO.watchUnlock (the caller's `ms` is then its next look).
+ * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `mode`: see
+ * WatchMode (for 'cue', the caller's `ms` is its next look).
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
@@ -52,7 +52,7 @@ export function waitForUnlock<T = never>(
   signal: AbortSignal | undefined,
   wakers?: Set<() => void>,
   handOff?: HandOffWatch<T>,
-  cueOnly?: boolean,
+  mode?: WatchMode,
 ): Promise<T | typeof NO_HAND_OFF | undefined> {
   if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise<T | typeof NO_HAND_OFF | undefined>((resolve, reject) => {
@@ -82,7 +82,7 @@ export function waitForUnlock<T = never>(
       return tidy;
     };
     // First, so that if it throws (rejecting this promise) nothing is left set up.
-    if (path !== undefined && !whenUnlocked(io, path, round, reported, handOff?.probe, cueOnly)) {
+    if (path !== undefined && !whenUnlocked(io, path, round, reported, handOff?.probe, mode)) {
       resolve(undefined);
       return;
     }
@@ -101,9 +101,9 @@ type Unlocked = (token?: bigint | null, expiry?: string) => (() => void) | undef
 /**
  * Calls `unlocked` once nobody holds `path` exclusively (released, or its holder died), from the
  * watch's report itself, with no promise in between; `false` (and no call) if it does not exist or
- * nobody holds it now. `round` only stops a polling fallback. A `probe` and `cueOnly` (see
+ * nobody holds it now. `round` only stops a polling fallback. A `probe` and a `mode` (see
  * LeaseIO.watchUnlock) are asked only by a watch this call starts: a shared watch already has its
- * own (every watch of a transition lock is cue-only; none of a liveness file is).
+ * own (every watch of a file kind has the same mode: see WatchMode).
  */
 export function whenUnlocked(
   io: LeaseIO,
@@ -111,7 +111,7 @@ export function whenUnlocked(
   round: WaitRound,
   unlocked: Unlocked,
   probe?: HandOffProbe,
-  cueOnly?: boolean,
+  mode?: WatchMode,
 ): boolean {
   const shared = watches.get(path);
   if (shared !== undefined) {
@@ -136,7 +136,7 @@ export function whenUnlocked(
     }
     return later;
   };
-  const started = io.watchUnlock(path, report, probe, cueOnly);
+  const started = io.watchUnlock(path, report, probe, mode);
   if (started) watches.set(path, waiting);
   return started;
 }
