@@ -964,8 +964,7 @@ struct notify_watch {
   int fd;
   uint32_t id;
   handoff_probe *handoff; // NULL when nobody asked
-  int thread_fd;          // the pool thread's descriptor until an event starts it; -1 once it has
-                          // it, or for a watch that never starts one (cue-only)
+  bool thread_later;      // an event may yet start its pool thread (not cue-only, not started)
   bool rechecking;        // a close left the lock held: probe again at recheck_at (uv_now, ms)
   uint64_t recheck_at;
   int rechecks; // probes made again since that close
@@ -1028,7 +1027,7 @@ static void watch_env_cleanup(void *arg) {
 static notify_watch *notify_unlink(notify_env *n, uint32_t id);
 static void notify_deliver(notify_env *n, notify_watch *w, int err);
 static void notify_forget(notify_env *n, notify_watch *w);
-static bool watch_queue(watch_env *e, int fd, uint32_t id);
+static bool watch_thread(watch_env *e, int fd, uint32_t id);
 
 // Calls the environment's drain (see watchInit): after a batch of reports, outside any JS.
 static void watch_drain(watch_env *e, napi_async_context async) {
@@ -1214,7 +1213,6 @@ static int notify_probe(int fd) {
 // one inode share one).
 static void notify_forget(notify_env *n, notify_watch *w) {
   close(w->fd);
-  if (w->thread_fd >= 0) close(w->thread_fd);
   handoff_free(w->handoff);
   bool shared = false;
   for (notify_watch *other = n->watches; other; other = other->next) shared |= other->wd == w->wd;
@@ -1264,7 +1262,7 @@ static void notify_arm(notify_env *n) {
 // the process a second time at every hand-off. The rechecks see a release that was under way;
 // past them, the pool thread waits, exactly.
 static void notify_held(notify_env *n, notify_watch *w, bool due, uint64_t now) {
-  if (w->thread_fd < 0) return; // the thread has it, or there is none (cue-only)
+  if (!w->thread_later) return; // the thread has it, or there is none (cue-only)
   if (!due) {
     if (w->rechecking) return; // already looking again
     w->rechecking = true;
@@ -1272,11 +1270,11 @@ static void notify_held(notify_env *n, notify_watch *w, bool due, uint64_t now) 
     w->recheck_at = now;
   } else if (++w->rechecks < RECHECKS) {
     w->recheck_at = now + RECHECK_MS;
-  } else if (watch_queue(n->owner, w->thread_fd, w->id)) {
+  } else if (watch_thread(n->owner, w->fd, w->id)) {
     w->rechecking = false;
-    w->thread_fd = -1;
+    w->thread_later = false;
   } else {
-    w->recheck_at = now + RECHECK_MS; // no memory for the request: try again
+    w->recheck_at = now + RECHECK_MS; // no descriptor or memory for it: try again
   }
 }
 
@@ -1359,7 +1357,6 @@ static void notify_cleanup(napi_async_cleanup_hook_handle cleanup, void *arg) {
     notify_watch *w = n->watches;
     n->watches = w->next;
     close(w->fd);
-    if (w->thread_fd >= 0) close(w->thread_fd);
     handoff_free(w->handoff);
     free(w);
   }
@@ -1418,17 +1415,18 @@ fail:
 }
 
 // Adds an inotify watch for the file open as `fd` (the inode we opened, not whatever the path names
-// by now), with `thread_fd` (or -1) for the pool thread an event may start; `writers_only`: only the
-// close of a descriptor open for writing is a cue (see watchUnlock). 1: watching (both fds are the
-// watch's); 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd untouched). The caller
-// keeps `thread_fd` unless it is watching.
-static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff, int thread_fd, bool writers_only) {
+// by now), which its probes use; `thread_later`: an event may start a pool thread (not cue-only);
+// `writers_only`: only the close of a descriptor open for writing is a cue (see watchUnlock).
+// 1: watching (fd is the watch's); 0: nobody holds it (fd closed); -1: inotify cannot watch it (fd
+// untouched).
+static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff, bool thread_later, bool writers_only) {
   char self[32];
   snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int fault_errno;
   // Watches of one inode share its watch descriptor: masks only add up (a watch that wants every
   // close keeps getting them beside one that wants only writers' closes, which then sees more).
   uint32_t mask = IN_MASK_ADD | IN_CLOSE_WRITE | (writers_only ? 0 : IN_CLOSE_NOWRITE);
-  int wd = inotify_add_watch(n->fd, self, mask);
+  int wd = STEP("watch.inotify", inotify_add_watch(n->fd, self, mask));
   notify_watch *w = wd < 0 ? NULL : malloc(sizeof *w);
   if (!w) {
     if (wd >= 0) {
@@ -1438,14 +1436,14 @@ static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff
     }
     return -1;
   }
-  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .thread_fd = -1, .next = n->watches};
+  *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
   // Released before the watch was in place: no event will come.
   if (notify_probe(fd) != EWOULDBLOCK) {
     notify_forget(n, w); // not the probe: the caller still owns it
     return 0;
   }
   w->handoff = handoff;
-  w->thread_fd = thread_fd;
+  w->thread_later = thread_later;
   n->watches = w;
   return 1;
 }
@@ -1509,6 +1507,20 @@ static bool watch_queue(watch_env *e, int fd, uint32_t id) {
     pthread_attr_destroy(&attr);
   }
   return true;
+}
+
+// Starts the pool thread of an inotify watch whose probes use `fd`: on a second open of its inode,
+// its own open file description, so that its blocking flock and the probes never touch each
+// other's lock. false (nothing started) if that open or the request fails.
+static bool watch_thread(watch_env *e, int fd, uint32_t id) {
+  char self[32];
+  int fault_errno;
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (own < 0) return false;
+  if (watch_queue(e, own, id)) return true;
+  close(own);
+  return false;
 }
 
 // watchUnlock's optional probe, its arguments fd, record, livePrefix, liveSuffix, before, between,
@@ -1586,7 +1598,7 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     return NULL;
   }
   napi_value result = NULL;
-  int err, fault_errno;
+  int err;
   const char *call;
   int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "watch.open", NULL, &err, &call);
   if (fd < 0) {
@@ -1594,19 +1606,10 @@ static napi_value watch_unlock(napi_env env, napi_callback_info info) {
     else throw_errno(env, err, call, path);
     goto out;
   }
-  int watching = -1; // the inotify side: 1 watching, 0 nothing to wait for, -1 not watching
   if (e->notify != NULL) {
-    // A second open of the same inode: its own open file description, so its probes and the
-    // pool thread's blocking flock never touch each other's lock.
-    char self[32];
-    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
-    int own = STEP("watch.reopen", open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     // A cue-only watch never starts its thread: inotify alone reports (see above).
-    bool writers_only = mode == WATCH_WRITERS_ONLY;
-    watching = own < 0 ? -1 : notify_add(e->notify, own, id, handoff, cue_only ? -1 : fd, writers_only);
+    int watching = notify_add(e->notify, fd, id, handoff, !cue_only, mode == WATCH_WRITERS_ONLY);
     if (watching == 1) handoff = NULL; // the watch's now
-    if (watching < 0 && own >= 0) close(own);
-    if (watching == 0 || (watching == 1 && cue_only)) close(fd);
     if (watching >= 0) {
       result = bool_value(env, watching == 1);
       goto out;

@@ -132,9 +132,19 @@ test('a writers-only watch is not woken by read-only closes (probes), and report
   });
 });
 
+test('a pool thread that could not start (no descriptor for it) is started at the next look', async () => {
+  await whileHeld('n.live', async (holder, path) => {
+    faults.fail('watch.probe', 'EWOULDBLOCK', -1); // only the thread can see the release
+    const w = watch(path);
+    faults.fail('watch.reopen', 'EMFILE'); // the thread's own descriptor, the first time
+    await holder.release();
+    expect(await within(w.when, 5_000)).toBe(0);
+  });
+});
+
 test('without inotify (no watch could be added), the pool thread alone reports', async () => {
   await whileHeld('d.live', async (holder, path) => {
-    faults.fail('watch.reopen', 'EMFILE');
+    faults.fail('watch.inotify', 'ENOSPC'); // the user's inotify watches are all in use
     const w = watch(path);
     expect(w.started).toBe(true);
     await holder.kill();
@@ -158,7 +168,7 @@ test('a cue-only watch has no pool thread: a release the inotify probe cannot se
 
 test('without inotify, a cue-only watch still has its pool thread', async () => {
   await whileHeld('i.lock', async (holder, path) => {
-    faults.fail('watch.reopen', 'EMFILE');
+    faults.fail('watch.inotify', 'ENOSPC');
     const w = watch(path, 'cue');
     expect(w.started).toBe(true);
     await holder.kill();
