@@ -26,6 +26,37 @@ const queueText = (dir: string, id: string): string => fs.readFileSync(leaseFile
 const queuedAndIdle = (dir: string, id: string) => async (): Promise<boolean> =>
   waitFiles(dir).length === 1 && !(await isFlocked(leaseFiles(dir, id).lock));
 
+/** Runs `body` while s1's holder (another process) holds it and its queued front waiter (another
+ * process, with `waiterTtlMs`) is stopped; the waiter is continued after. */
+async function behindStoppedWaiter(
+  dir: string,
+  waiterTtlMs: number,
+  body: (holder: LeaseAgent) => Promise<void>,
+): Promise<void> {
+  // A long lease: it must not expire (and go to the waiter by expiry) before the waiter queues,
+  // however long starting the waiter's process takes on a loaded machine.
+  const holder = await LeaseAgent.start(dir, 30_000);
+  await holder.acquire('s1', 'holder');
+  const stopped = await LeaseAgent.start(dir, waiterTtlMs);
+  void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
+  await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
+  stopped.kill('SIGSTOP');
+  try {
+    await body(holder);
+  } finally {
+    stopped.kill('SIGCONT');
+  }
+}
+
+/** behindStoppedWaiter, its holder crashed: the lease is free but reserved for a waiter that does
+ * not come (nobody hands it over). */
+const afterCrashBehindStoppedWaiter = (dir: string, body: () => Promise<void>): Promise<void> =>
+  behindStoppedWaiter(dir, 300, async (holder) => {
+    holder.kill('SIGKILL');
+    await holder.exited;
+    await body();
+  });
+
 describe('waiting acquire', () => {
   test('wakes within milliseconds of a release by another process', async () => {
     const dir = freshDir('/dev/shm');
@@ -146,17 +177,7 @@ describe('waiting acquire', () => {
 
   test('a free lease waits for a stopped front waiter only for a grace, then the next may take it', async () => {
     const dir = freshDir();
-    // A long lease: it must not expire (and go to the waiter by expiry) before the waiter queues,
-    // however long starting the waiter's process takes on a loaded machine.
-    const holder = await LeaseAgent.start(dir, 30_000);
-    await holder.acquire('s1', 'holder');
-    const stopped = await LeaseAgent.start(dir, 300);
-    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
-    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
-    stopped.kill('SIGSTOP');
-    try {
-      holder.kill('SIGKILL'); // a crash: nobody hands the lease over, so it is free but reserved
-      await holder.exited;
+    await afterCrashBehindStoppedWaiter(dir, async () => {
       const lease = new Lease(dir, { ttlMs: 300 });
       const refused = await lease.acquire('s1', 'eager').catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(LeaseHeldError);
@@ -166,9 +187,7 @@ describe('waiting acquire', () => {
       const grant = await lease.acquire('s1', 'eager', { waitMs: 5_000 });
       expect(grant.owner).toBe('eager');
       expect(Date.now() - started).toBeLessThan(2_000); // the grace is min(ttl, 1 s)
-    } finally {
-      stopped.kill('SIGCONT');
-    }
+    });
   });
 
   test('a waiter that finds others in line queues behind them without probing the holder', async () => {
@@ -192,35 +211,19 @@ describe('waiting acquire', () => {
 
   test('a waiter queued behind a stopped front waiter of a crashed holder gets the lease after the grace', async () => {
     const dir = freshDir();
-    const holder = await LeaseAgent.start(dir, 30_000);
-    await holder.acquire('s1', 'holder');
-    const stopped = await LeaseAgent.start(dir, 300);
-    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
-    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
-    stopped.kill('SIGSTOP');
-    try {
-      holder.kill('SIGKILL');
-      await holder.exited;
+    await afterCrashBehindStoppedWaiter(dir, async () => {
       // Its first try queues without asking whether the holder lives; the line it joined finds out.
       const started = Date.now();
       const grant = await new Lease(dir, { ttlMs: 300 }).acquire('s1', 'late', { waitMs: 5_000 });
       expect(grant.owner).toBe('late');
       expect(Date.now() - started).toBeLessThan(3_000); // two graces of min(ttl, 1 s) at most
       expect(readRecordFile(dir, 's1')).toMatchObject({ owner: 'late', token: grant.token });
-    } finally {
-      stopped.kill('SIGCONT');
-    }
+    });
   });
 
   test('a release hands the lease to a stopped waiter, which then holds it until its expiry', async () => {
     const dir = freshDir();
-    const holder = await LeaseAgent.start(dir, 30_000);
-    await holder.acquire('s1', 'holder');
-    const stopped = await LeaseAgent.start(dir, 400);
-    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
-    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
-    stopped.kill('SIGSTOP');
-    try {
+    await behindStoppedWaiter(dir, 400, async (holder) => {
       await holder.call({ op: 'release' });
       const record = readRecordFile(dir, 's1');
       expect(record.owner).toBe('stopped'); // handed over while asleep: its flock guards it
@@ -228,9 +231,7 @@ describe('waiting acquire', () => {
       const grant = await new Lease(dir).acquire('s1', 'eager', { waitMs: 5_000 });
       expect(Date.now()).toBeGreaterThanOrEqual(record.expiryMs);
       expect(grant.token).toBeGreaterThan(record.token);
-    } finally {
-      stopped.kill('SIGCONT');
-    }
+    });
   });
 
   test('a release whose front waiter just gave up hands the lease to the next one instead of failing', async () => {
