@@ -158,6 +158,9 @@ type NativePlan = [
   remove1: string | undefined,
 ];
 
+/** WatchMode as the addon takes it (its WATCH_* values; 0 is the default). */
+const WATCH_MODES: Record<WatchMode, number> = { cue: 1, writers: 2 };
+
 function addon(): NativeIO {
   return nativeAddon() as NativeIO;
 }
@@ -281,7 +284,7 @@ export const fileIO: LeaseIO = {
       watchCallbacks = callbacks;
     }
     const id = (nextWatchId = (nextWatchId + 1) >>> 0);
-    const code = mode === undefined ? 0 : WATCH_MODES[mode]; // the addon's WATCH_* values
+    const code = mode === undefined ? 0 : WATCH_MODES[mode];
     let watching: boolean;
     try {
       // The probe as arguments: no property for the addon to look up, seven times a waiting round.
@@ -307,8 +310,6 @@ export const fileIO: LeaseIO = {
     return watching;
   },
 };
-
-const WATCH_MODES: Record<WatchMode, number> = { cue: 1, writers: 2 };
 
 /** Pending watches by id; the addon reports (id, errno) through one dispatcher, and may report an
  * id twice (its inotify side and its pool thread race): the second report finds nothing. */
