@@ -967,7 +967,7 @@ struct notify_watch {
   bool thread_later;      // an event may yet start its pool thread (not cue-only, not started)
   bool rechecking;        // a close left the lock held: probe again at recheck_at (uv_now, ms)
   uint64_t recheck_at;
-  int rechecks; // probes made again since that close
+  int rechecks;           // probes made again since that close
   struct notify_watch *next;
 };
 

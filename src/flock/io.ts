@@ -72,11 +72,11 @@ export interface LeaseIO {
   writeLockData(lockFd: number, text: string): void;
   /**
    * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder closed it,
-   * or died): woken by the kernel in the event loop itself (inotify), and by a thread blocked in
-   * flock once a close left it still locked (the kernel's notice of a release comes just before it
-   * drops the lock; see native/flocklease.c). `false` (and no call) when there is nothing to wait
-   * for: no such file, or nobody holds it. Cannot be cancelled: the watch ends with the lock it
-   * watches.
+   * or died): woken by the kernel in the event loop itself (inotify); a close that left it locked
+   * is looked at again, and if it stays locked a thread blocked in flock waits for it (the kernel's
+   * notice of a release comes just before it drops the lock; see native/flocklease.c). `false` (and
+   * no call) when there is nothing to wait for: no such file, or nobody holds it. Cannot be
+   * cancelled: the watch ends with the lock it watches.
    * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
    * `onUnlocked(0, token, expiry)` (see HandOffProbe). `mode`: see WatchMode.
    */
