@@ -74,7 +74,14 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs, quietMs = 0, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs), String(quietMs)];
-  const runs = await Promise.all([run(args, runtime), run(args, runtime)]);
+  return handOffsOf(await Promise.all([run(args, runtime), run(args, runtime)]), runtime);
+}
+
+/**
+ * The hand-offs of two processes taking turns, from each one's `acquiredNs` and `releasedNs`:
+ * ms from one letting go to the other's acquire done, in the order they happened.
+ */
+export function handOffsOf(runs, label) {
   // An acquisition is a hand-off when the other process held the lease since this one last did;
   // it starts when that hold let go (timed just before the waking close), so it is never negative.
   const handOffs = []; // [acquired at, hand-off ms]
@@ -86,7 +93,7 @@ export async function floorHandOffs(dir, { cycles, durable, holdMs, quietMs = 0,
       const own = lastBefore(mine.acquiredNs, t);
       if (held >= 0 && (own < 0 || other.acquiredNs[held] > mine.acquiredNs[own])) {
         const handOff = (t - other.releasedNs[held]) / 1e6;
-        if (!(handOff > 0)) throw new Error(`${runtime} floor: a hand-off of ${handOff} ms`);
+        if (!(handOff > 0)) throw new Error(`${label} floor: a hand-off of ${handOff} ms`);
         handOffs.push([t, handOff]);
       }
     }
