@@ -12,11 +12,10 @@
 //   release: the lock; the record read; the queue read; the front waiter's `.wait` probed; the
 //            hand-off commit (its `.wait` renamed to the next `.live`, the record, ours removed);
 //            the queue written; the lock let go; our `.live` closed (which wakes the front waiter).
-// The queue is a line of `ticket:owner` words; the token is found by indexOf. A busy transition
-// lock is tried again after a turn of the loop (the Lease, after three such tries, waits on a
-// watch: 0.01 times a cycle in the contention figure's loop). Rounds of the Lease
-// (bench/agents/contender.mjs), this floor, the fair Node floor and the fair C floor interleave,
-// their order rotating, after the same warm-up, as in the contention figure.
+// The queue is a line of `ticket:owner` words; the token is found by indexOf; a busy transition
+// lock is waited for as the Lease waits (bench/lib/node-floor.mjs, waitTransition). Rounds of the
+// Lease, this floor, the fair Node floor and the fair C floor interleave, their order rotating,
+// after the same warm-up: the contention figure's own rounds (bench/figures/contention.mjs).
 //
 // `handoff` runs the wake-up figure's hand-off the same way (T8): two processes taking turns, each
 // holding 40 ms and idling 20 ms after it lets go; the Lease's side is the figure's own wakeUp.
@@ -29,7 +28,6 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-const here = fileURLToPath(new URL('.', import.meta.url));
 const args = process.argv.slice(2);
 
 if (args[0] === '--child') {
@@ -37,6 +35,7 @@ if (args[0] === '--child') {
   const { fileIO: io } = await import('../../dist/flock/io.js');
   const { whenUnlocked } = await import('../../dist/flock/watch.js');
   const { recordLayout } = await import('../../dist/flock/record.js');
+  const { waitTransition } = await import('../lib/node-floor.mjs');
   const id = 'contended';
   const lockPath = `${dir}/${id}.lock`;
   const recordPath = `${dir}/${id}.lease.json`;
@@ -56,13 +55,7 @@ if (args[0] === '--child') {
     return at < 0 ? 0n : BigInt(text.slice(at + 8, text.indexOf(',', at)));
   };
   const ownerOf = (text) => (text === undefined ? '' : text.slice(10, text.indexOf('"', 10)));
-  const lockTransition = async () => {
-    for (;;) {
-      const fd = io.tryLockTransition(lockPath);
-      if (typeof fd === 'number') return fd;
-      await new Promise(setImmediate);
-    }
-  };
+  const lockTransition = () => waitTransition(lockPath, io);
   io.prepareDir(dir);
   const keepAlive = setInterval(() => {}, 1 << 30);
 
@@ -202,55 +195,41 @@ if (figure !== 'contention' && figure !== 'handoff') {
   );
   process.exit(64);
 }
-const { floorContender, floorHandOffs, handOffsOf, buildFloor } = await import('../lib/floor.mjs');
-const { median, sharedNow } = await import('../lib/stats.mjs');
+const { floorHandOffs, handOffsOf, buildFloor } = await import('../lib/floor.mjs');
+const { median } = await import('../lib/stats.mjs');
 const { wakeUp } = await import('../figures/takeover.mjs');
+const { nodeRound, floorRound } = await import('../figures/contention.mjs');
+const { rotate } = await import('../figures/latency.mjs');
 buildFloor();
 const rounds = Number(roundsArg);
 const seconds = Number(secondsArg);
 const warmup = Number(warmupArg);
 const processes = Number(processesArg);
 
-function child(argv) {
-  const proc = spawn(process.execPath, argv, { stdio: ['pipe', 'pipe', 'inherit'] });
+/** A protocol floor process: its one line of JSON. */
+function protocolFloor(dir, ...rest) {
+  const proc = spawn(process.execPath, [fileURLToPath(import.meta.url), '--child', dir, ...rest.map(String)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
-  return {
-    proc,
-    next: async () => {
-      const { value, done } = await lines.next();
-      if (done) throw new Error(`${argv.join(' ')} exited early`);
-      return JSON.parse(value);
-    },
-  };
+  return lines.next().then(({ value, done }) => {
+    if (done) throw new Error(`protocol floor ${rest[0]} exited early`);
+    return JSON.parse(value);
+  });
 }
-const protocolFloor = (dir, ...rest) => child([fileURLToPath(import.meta.url), '--child', dir, ...rest.map(String)]);
 
 /** The contention figure's loop (bench/figures/contention.mjs): cycles/s of each side in a round. */
+const window = { processes, warmupMs: warmup * 1000, durationMs: seconds * 1000 };
 const contention = {
-  async lease(dir) {
-    const cs = Array.from({ length: processes }, () =>
-      child([join(here, '..', 'agents', 'contender.mjs'), 'lease', dir, '0']),
-    );
-    await Promise.all(cs.map((c) => c.next()));
-    const startAt = sharedNow() + 50;
-    for (const c of cs)
-      c.proc.stdin.end(`${JSON.stringify({ startAt, warmupMs: warmup * 1000, durationMs: seconds * 1000 })}\n`);
-    return (await Promise.all(cs.map((c) => c.next()))).reduce((n, r) => n + r.cycles, 0) / seconds;
-  },
+  lease: async (dir) => (await nodeRound('lease', dir, { ...window, pollMs: 0 })).cycles / seconds,
   async 'protocol floor'(dir) {
-    const cs = Array.from({ length: processes }, () => protocolFloor(dir, 'contend', warmup, seconds));
-    return (await Promise.all(cs.map((c) => c.next()))).reduce((n, r) => n + r.cycles, 0) / seconds;
-  },
-  async 'node floor'(dir) {
-    const settings = { seconds, warmupSeconds: warmup, durable: true, fair: true, runtime: 'node' };
-    const rs = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
+    const rs = await Promise.all(
+      Array.from({ length: processes }, () => protocolFloor(dir, 'contend', warmup, seconds)),
+    );
     return rs.reduce((n, r) => n + r.cycles, 0) / seconds;
   },
-  async 'C floor'(dir) {
-    const settings = { seconds, warmupSeconds: warmup, durable: true, fair: true, runtime: 'c' };
-    const rs = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
-    return rs.reduce((n, r) => n + r.cycles, 0) / seconds;
-  },
+  'node floor': async (dir) => (await floorRound(dir, { ...window, fair: true, runtime: 'node' })).cycles / seconds,
+  'C floor': async (dir) => (await floorRound(dir, { ...window, fair: true, runtime: 'c' })).cycles / seconds,
 };
 
 /** The wake-up figure's hand-off (bench/run.mjs, 'wake'): p50 ms of each side's hand-offs in a
@@ -270,7 +249,7 @@ const handoff = {
       protocolFloor(dir, 'handoff', cycles, holdMs, quietMs),
       protocolFloor(dir, 'handoff', cycles, holdMs, quietMs),
     ];
-    return handOffsOf(await Promise.all(pair.map((c) => c.next())), 'protocol').slice(WAKE_WARMUP);
+    return handOffsOf(await Promise.all(pair), 'protocol').slice(WAKE_WARMUP);
   },
   async 'node floor'(dir) {
     return (await floorHandOffs(dir, { ...handOffSettings, runtime: 'node' })).slice(WAKE_WARMUP);
@@ -287,7 +266,7 @@ const root = mkdtempSync(join(base, 'protocol-floor-'));
 try {
   for (let r = 0; r < rounds; r++) {
     const line = [];
-    for (const name of names.map((_, i) => names[(i + r) % names.length])) {
+    for (const name of rotate(names, r)) {
       const dir = join(root, `${r}-${name.replaceAll(' ', '-')}`);
       mkdirSync(dir, { recursive: true });
       const result = await sides[name](dir);

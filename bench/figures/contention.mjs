@@ -29,8 +29,8 @@ function startContender(key, dir, pollMs) {
   return { child, next };
 }
 
-/** One window of `processes` node contenders: { cycles, waitsMs }. */
-async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) {
+/** One window of `processes` node contenders: { cycles, waitsMs, perProcess }. */
+export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) {
   const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs));
   await Promise.all(contenders.map((c) => c.next())); // all loaded and ready
   const startAt = sharedNow() + 50;
@@ -43,7 +43,8 @@ async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) 
   };
 }
 
-async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
+/** The same window of the C floor's contenders, or (runtime 'node') the Node floor's. */
+export async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
   const settings = { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair, runtime };
   const results = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
   return {
