@@ -67,7 +67,7 @@ for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : args.busy ? join(here, 'busy') : here));
 
-/** Counts per mode. The full run takes ~15 minutes (busy: ~18); the quick one ~30 s. */
+/** Counts per mode. The full run takes ~20 minutes (busy: ~22); the quick one ~30 s. */
 const config = quick
   ? {
       cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
@@ -86,7 +86,10 @@ const config = quick
       // Each round's processes are fresh: their first hand-offs run cold code (V8 has not compiled the
       // woken path yet), so `warmup` hand-offs a round on every side are set apart, as the cycle's are.
       wake: { rounds: 6, warmup: 8, samples: { lease: 96, peers: 15 } },
-      contention: { rounds: 4, processes: 8, warmupMs: 1000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
+      // 10 s of warm-up: 8 contenders make only ~400 cycles a second each, so V8 takes ~10 s to optimize
+      // most of the Lease's code; after 1 s it made two thirds of its warm throughput (docs/bench.md,
+      // the sixteenth round).
+      contention: { rounds: 4, processes: 8, warmupMs: 10_000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 5, disk: 5 } },
     };
 config.peers = peerSettings();

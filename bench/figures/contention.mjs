@@ -18,8 +18,10 @@ import { rotate } from './latency.mjs';
 
 const CONTENDER = join(dirname(fileURLToPath(import.meta.url)), '..', 'agents', 'contender.mjs');
 
-function startContender(key, dir, pollMs) {
-  const child = spawn(process.execPath, [CONTENDER, key, dir, String(pollMs)], { stdio: ['pipe', 'pipe', 'inherit'] });
+function startContender(key, dir, pollMs, execArgv) {
+  const child = spawn(process.execPath, [...execArgv, CONTENDER, key, dir, String(pollMs)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   const next = async () => {
     const { value, done } = await lines.next();
@@ -29,9 +31,9 @@ function startContender(key, dir, pollMs) {
   return { child, next };
 }
 
-/** One window of `processes` node contenders: { cycles, waitsMs, perProcess }. */
-export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs }) {
-  const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs));
+/** One window of `processes` node contenders (`execArgv`: their Node flags): { cycles, waitsMs, perProcess }. */
+export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs, execArgv = [] }) {
+  const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs, execArgv));
   await Promise.all(contenders.map((c) => c.next())); // all loaded and ready
   const startAt = sharedNow() + 50;
   for (const c of contenders) c.child.stdin.end(`${JSON.stringify({ startAt, warmupMs, durationMs })}\n`);
