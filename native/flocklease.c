@@ -34,6 +34,9 @@
 #include <uv.h>
 
 #define MAX_RECORD_BYTES (64 * 1024)
+// A first read's buffer: a record with names of usual length fits, and a queue of a few dozen
+// waiters; a bigger file costs an fstat and a second read.
+#define RECORD_READ_BYTES 4096
 #define FTYPE_ERROR (-1000) // our code for "not a regular file" (reported as EFTYPE)
 
 // ---------------------------------------------------------------------------------------------
@@ -363,37 +366,77 @@ out:
 
 // Reads the record at `path` into *content (malloc'd, *length bytes): 0, or the errno (ENOENT: no
 // record; EFBIG: too big for one; FTYPE_ERROR: not a regular file) with *syscall naming the call.
+// First straight into a RECORD_READ_BYTES buffer: a short read is a regular file's end, and needs no
+// fstat. An empty or failed read, or a full buffer, is looked at with fstat (a FIFO, a directory, a
+// bigger record), so every answer is the one open_lease_file would give.
 static int read_record_file(const char *path, char **content, size_t *length, const char **syscall) {
   int fault_errno, err;
-  struct stat st;
-  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "read.open", &st, &err, syscall);
-  if (fd < 0) return err;
-  *syscall = "read";
+  *syscall = "open";
+  int fd = STEP("read.open", open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+  if (fd < 0) return errno;
+  char small[RECORD_READ_BYTES];
+  ssize_t n;
+  do n = STEP("read.read", read(fd, small, sizeof small));
+  while (n < 0 && errno == EINTR);
+  int read_errno = n < 0 ? errno : 0;
   char *buffer = NULL;
-  size_t capacity = (size_t)st.st_size + 1, got = 0; // +1: notice a file that grew
-  if (st.st_size > MAX_RECORD_BYTES) {
-    err = EFBIG;
-    goto fail;
-  }
-  if (!(buffer = malloc(capacity))) {
-    err = ENOMEM;
-    goto fail;
-  }
-  for (;;) {
-    size_t wanted = capacity - got;
-    ssize_t n = STEP("read.read", read(fd, buffer + got, wanted));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
+  size_t capacity = 0, got = 0;
+  if (n > 0 && (size_t)n < sizeof small) {
+    got = (size_t)n;
+  } else {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
       err = errno;
+      *syscall = "fstat";
       goto fail;
     }
-    got += (size_t)n;
-    if (got == capacity) {
-      err = EFBIG;
+    if (!S_ISREG(st.st_mode)) {
+      err = FTYPE_ERROR;
       goto fail;
     }
-    // A regular file on a local file system reads short only at its end: no second read for the 0.
-    if ((size_t)n < wanted) break;
+    *syscall = "read";
+    if (read_errno != 0) {
+      err = read_errno;
+      goto fail;
+    }
+    if (n > 0) {
+      // Bigger than the buffer: read it whole, as its size says (+1: notice a file that grew).
+      if (st.st_size > MAX_RECORD_BYTES) {
+        err = EFBIG;
+        goto fail;
+      }
+      capacity = (size_t)st.st_size + 1;
+      if (capacity <= sizeof small) capacity = sizeof small + 1;
+      if (!(buffer = malloc(capacity))) {
+        err = ENOMEM;
+        goto fail;
+      }
+      memcpy(buffer, small, (size_t)n);
+      got = (size_t)n;
+      for (;;) {
+        size_t wanted = capacity - got;
+        do n = STEP("read.read", read(fd, buffer + got, wanted));
+        while (n < 0 && errno == EINTR);
+        if (n < 0) {
+          err = errno;
+          goto fail;
+        }
+        got += (size_t)n;
+        if (got == capacity) {
+          err = EFBIG;
+          goto fail;
+        }
+        // A regular file on a local file system reads short only at its end: no second read for the 0.
+        if ((size_t)n < wanted) break;
+      }
+    }
+  }
+  if (buffer == NULL) {
+    if (!(buffer = malloc(got + 1))) {
+      err = ENOMEM;
+      goto fail;
+    }
+    memcpy(buffer, small, got);
   }
   close(fd);
   *content = buffer;
@@ -436,24 +479,30 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
 }
 
 // probeLive(path) → true when some process holds the generation's liveness lock. A shared probe,
-// so two probes (an acquirer and `flocklease inspect`) never take each other for a holder.
+// so two probes (an acquirer and `flocklease inspect`) never take each other for a holder. Held is
+// the answer a release's probe of its front waiter gets every time, and a lock file someone holds
+// is one this port made: only a free one is looked at with fstat (a FIFO or a directory planted
+// there is an error, not a free lock).
 static napi_value probe_live(napi_env env, napi_callback_info info) {
   PATH_ARGS(1, 0, "open");
-  int fault_errno, err;
-  const char *call;
+  int fault_errno;
   napi_value result = NULL;
-  int fd = open_lease_file(path, O_RDONLY | O_NONBLOCK, "probe.open", NULL, &err, &call);
+  int fd = STEP("probe.open", open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
   if (fd < 0) {
-    if (err == ENOENT) result = bool_value(env, false); // no liveness file: nobody holds it
-    else throw_errno(env, err, call, path);
+    if (errno == ENOENT) result = bool_value(env, false); // no liveness file: nobody holds it
+    else throw_errno(env, errno, "open", path);
     goto out;
   }
-  if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) == 0) {
-    result = bool_value(env, false);
-  } else if (errno == EWOULDBLOCK) {
-    result = bool_value(env, true);
+  struct stat st;
+  if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) != 0) {
+    if (errno == EWOULDBLOCK) result = bool_value(env, true);
+    else throw_errno(env, errno, "flock", path);
+  } else if (fstat(fd, &st) != 0) {
+    throw_errno(env, errno, "fstat", path);
+  } else if (!S_ISREG(st.st_mode)) {
+    throw_errno(env, FTYPE_ERROR, "open", path);
   } else {
-    throw_errno(env, errno, "flock", path);
+    result = bool_value(env, false);
   }
   close(fd);
 out:
@@ -557,6 +606,11 @@ typedef struct {
 } commit_t;
 
 static uint32_t temp_counter;
+// This process's pid, for temp file names: read as the addon loads (and again in a forked child),
+// not once per commit.
+static pid_t process_id;
+static int process_id_watched;
+static void process_forked(void) { __atomic_store_n(&process_id, getpid(), __ATOMIC_RELAXED); }
 
 static void commit_free(commit_t *c) {
   free(c->live_path);
@@ -620,7 +674,8 @@ static void commit_run(commit_t *c) {
 
   for (int attempt = 0;; attempt++) {
     uint32_t n = __atomic_add_fetch(&temp_counter, 1, __ATOMIC_RELAXED);
-    snprintf(temp_path, sizeof temp_path, "%s.%d-%08x.tmp", c->record_path, (int)getpid(), n);
+    int pid = (int)__atomic_load_n(&process_id, __ATOMIC_RELAXED);
+    snprintf(temp_path, sizeof temp_path, "%s.%d-%08x.tmp", c->record_path, pid, n);
     temp_fd = STEP("temp.open", open(temp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (temp_fd >= 0) break;
     if (errno != EEXIST || attempt == 3) {
@@ -847,22 +902,33 @@ static napi_value read_lock_data(napi_env env, napi_callback_info info) {
   ARGS(1);
   int32_t fd;
   if (!get_fd(env, argv[0], &fd)) return NULL;
-  struct stat st;
   int fault_errno;
   napi_value result = NULL;
-  if (STEP("queue.fstat", fstat(fd, &st)) != 0) return throw_errno(env, errno, "fstat", NULL);
-  if (st.st_size == 0) return undefined_value(env);
-  if (st.st_size > MAX_RECORD_BYTES) return throw_errno(env, EFBIG, "read", NULL);
-  char *buffer = malloc((size_t)st.st_size);
-  if (!buffer) return throw_errno(env, ENOMEM, "pread", NULL);
+  // First straight into a RECORD_READ_BYTES buffer: a short read is all of it, and needs no fstat;
+  // a full one is read again whole, as its size says.
+  char small[RECORD_READ_BYTES];
+  char *buffer = small;
   ssize_t n;
-  do n = STEP("queue.read", pread(fd, buffer, (size_t)st.st_size, 0));
+  do n = STEP("queue.read", pread(fd, small, sizeof small, 0));
   while (n < 0 && errno == EINTR);
-  if (n < 0) throw_errno(env, errno, "pread", NULL);
-  else if (is_ascii(buffer, (size_t)n))
+  if (n < 0) return throw_errno(env, errno, "pread", NULL);
+  if (n == 0) return undefined_value(env);
+  if ((size_t)n == sizeof small) {
+    struct stat st;
+    if (STEP("queue.fstat", fstat(fd, &st)) != 0) return throw_errno(env, errno, "fstat", NULL);
+    if (st.st_size > MAX_RECORD_BYTES) return throw_errno(env, EFBIG, "read", NULL);
+    if (!(buffer = malloc((size_t)st.st_size + 1))) return throw_errno(env, ENOMEM, "pread", NULL);
+    do n = STEP("queue.read", pread(fd, buffer, (size_t)st.st_size, 0));
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      free(buffer);
+      return throw_errno(env, errno, "pread", NULL);
+    }
+  }
+  if (is_ascii(buffer, (size_t)n))
     NAPI_CHECK_OR(env, napi_create_string_latin1(env, buffer, (size_t)n, &result), result = NULL);
   else NAPI_CHECK_OR(env, napi_create_buffer_copy(env, (size_t)n, buffer, NULL, &result), result = NULL);
-  free(buffer);
+  if (buffer != small) free(buffer);
   return result;
 }
 
@@ -1690,7 +1756,9 @@ static napi_value clear_faults(napi_env env, napi_callback_info info) {
 // ---------------------------------------------------------------------------------------------
 
 static napi_value init(napi_env env, napi_value exports) {
-  temp_counter = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+  process_forked(); // every environment (worker thread) of the process reads the same pid
+  if (!__atomic_exchange_n(&process_id_watched, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, process_forked);
+  temp_counter = (uint32_t)time(NULL) ^ ((uint32_t)process_id << 16);
   env_state *s = calloc(1, sizeof *s);
   if (!s) return throw_errno(env, ENOMEM, "init", NULL);
   NAPI_CHECK_OR(env, napi_set_instance_data(env, s, NULL, NULL), free(s); return NULL);

@@ -2,6 +2,7 @@
 // renew and release in the spec, the failure paths (with an injected I/O layer where a fault is
 // the point), corrupt records, and bad input. Real files and real flocks throughout; "another
 // process" is a second Lease instance (its flocks are separate open file descriptions).
+import { spawnSync } from 'node:child_process';
 import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import { LeaseCorruptError, LeaseHeldError, LeaseTimeoutError, LeaseTokenExhaust
 import { MAX_TOKEN } from '../src/kernel/token.js';
 import type { LeaseGrant } from '../src/port/types.js';
 import { freshDir } from './helpers/dirs.js';
+import { holdElsewhere } from './helpers/holder.js';
 import {
   fdsOf,
   isFlocked,
@@ -723,6 +725,72 @@ describe('the addon: every system call a named fault point, every argument check
       expect(fileIO.readLockData(empty)).toBeUndefined();
     } finally {
       for (const fd of [ascii, other, empty]) fileIO.unlockTransition(fd);
+    }
+  });
+
+  // Both reads go straight into a buffer first, and look at the file with fstat only when the read
+  // does not settle it (native/flocklease.c, read_record_file and read_lock_data).
+  test('readRecord and readLockData read every size whole, past the first read too, up to the limit', () => {
+    fs.mkdirSync(dir, { recursive: true });
+    const record = join(dir, 'r.lease.json');
+    const lockFd = fileIO.tryLockTransition(join(dir, 'q.lock')) as number;
+    try {
+      for (const size of [1, 4095, 4096, 4097, 10_000, 64 * 1024]) {
+        const text = 'x'.repeat(size);
+        fs.writeFileSync(record, text);
+        expect(fileIO.readRecord(record)).toBe(text);
+        fileIO.writeLockData(lockFd, text);
+        expect(fileIO.readLockData(lockFd)).toBe(text);
+      }
+      const bytes = Buffer.from(`${'☃'.repeat(2_000)}`); // 6 000 bytes, not ASCII
+      fs.writeFileSync(record, bytes);
+      expect(Buffer.from(fileIO.readRecord(record) as Uint8Array)).toEqual(bytes);
+      fs.writeFileSync(record, '');
+      expect(fileIO.readRecord(record)).toBe('');
+      fs.writeFileSync(record, 'x'.repeat(64 * 1024 + 1));
+      expect(() => fileIO.readRecord(record)).toThrow(
+        expect.objectContaining({ code: 'ELEASECORRUPT', message: `${record} is too big for a lease file` }),
+      );
+    } finally {
+      fileIO.unlockTransition(lockFd);
+    }
+  });
+
+  test('a queue longer than the first read is read whole', async () => {
+    const files = leaseFiles(dir, 's1');
+    fs.mkdirSync(dir, { recursive: true });
+    const waiters = Array.from({ length: 120 }, (_, i) => ({
+      ticket: i + 1,
+      owner: `w${i}-${'o'.repeat(30)}`,
+      ttlMs: TTL,
+    }));
+    const text = formatQueue({ waiters, freeSince: 0 });
+    expect(text.length).toBeGreaterThan(4096);
+    fs.writeFileSync(files.lock, text);
+    // The front waiter lives: a free lease is reserved for it, which only a whole queue says.
+    const front = await holdElsewhere(join(dir, `${files.safe}.1.wait`));
+    try {
+      const refused = await lease()
+        .acquire('s1', 'eager')
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LeaseHeldError);
+      expect((refused as Error).message).toContain('reserved for a queued waiter (ticket 1)');
+    } finally {
+      await front.end();
+    }
+  });
+
+  test.each([
+    ['a FIFO', (path: string) => expect(spawnSync('mkfifo', [path]).status).toBe(0)],
+    ['a directory', (path: string) => fs.mkdirSync(path)],
+  ])('%s where a record or a liveness file should be: ELEASECORRUPT from readRecord and probeLive', (_, plant) => {
+    fs.mkdirSync(dir, { recursive: true });
+    const path = join(dir, 'planted');
+    plant(path);
+    for (const read of [() => fileIO.readRecord(path), () => fileIO.probeLive(path)]) {
+      expect(read).toThrow(
+        expect.objectContaining({ code: 'ELEASECORRUPT', message: `${path} is not a regular file` }),
+      );
     }
   });
 
