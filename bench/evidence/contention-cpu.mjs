@@ -1,9 +1,10 @@
 // CPU per cycle under contention: N processes looping waiting acquire → release on one id (the
-// contention figure's loop), against the fair Node floor (bench/agents/node-floor.mjs) in
-// interleaved rounds. Reported per round: cycles/s and the CPU (user, sys; every thread of every
-// process, from process.cpuUsage over the measured window) per cycle. On a 2-vCPU machine with 8
-// processes the CPU is what bounds the throughput, so this says where the Lease's contention
-// throughput goes. Imports the built package (dist/).
+// contention figure's loop), against the fair Node floor (bench/agents/node-floor.mjs) and the
+// protocol floor (bench/evidence/protocol-floor.mjs: the Lease's own calls, none of its logic) in
+// interleaved rounds, their order rotating. Reported per round: cycles/s and the CPU (user, sys;
+// every thread of every process, from process.cpuUsage over the measured window) per cycle. On a
+// 2-vCPU machine with 8 processes the CPU is what bounds the throughput, so this says where the
+// Lease's contention throughput goes. Imports the built package (dist/).
 //
 //   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8] [warm-up seconds=1]
 //
@@ -13,6 +14,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { rotate } from '../figures/latency.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', role] =
@@ -72,11 +74,16 @@ if (role === 'lease') {
       const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
       return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
     },
+    'protocol floor': async (dir) => {
+      const floor = join(here, 'protocol-floor.mjs');
+      const { out, err } = await run(['--import', preload, floor, '--child', dir, 'contend', warmupArg, secondsArg]);
+      const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
+      return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
+    },
   };
   const n = Number(processesArg);
   for (let r = 0; r < Number(roundsArg); r++) {
-    const order = r % 2 === 0 ? ['lease', 'node floor'] : ['node floor', 'lease'];
-    for (const name of order) {
+    for (const name of rotate(Object.keys(systems), r)) {
       const dir = mkdtempSync(join(base, 'contention-cpu-'));
       try {
         const results = await Promise.all(Array.from({ length: n }, () => systems[name](dir)));
@@ -85,7 +92,7 @@ if (role === 'lease') {
         const system = results.reduce((sum, x) => sum + x.system, 0) / cycles;
         const perSecond = Math.round(cycles / Number(secondsArg));
         console.log(
-          `round ${r + 1} ${name.padEnd(10)} ${String(perSecond).padStart(6)} cycles/s, CPU per cycle ${user.toFixed(0)} µs user + ${system.toFixed(0)} µs sys`,
+          `round ${r + 1} ${name.padEnd(14)} ${String(perSecond).padStart(6)} cycles/s, CPU per cycle ${user.toFixed(0)} µs user + ${system.toFixed(0)} µs sys`,
         );
       } finally {
         rmSync(dir, { recursive: true, force: true });
