@@ -297,11 +297,28 @@ static void state_cleanup(void *arg) {
 // ---------------------------------------------------------------------------------------------
 // Lease files
 
+// Whether the file open as `fd` is a regular file, as every lease file must be (a FIFO or a
+// directory planted there is refused): true, or false with *err (an errno, or FTYPE_ERROR) and
+// *syscall set. `st` receives its fstat.
+static bool regular_file(int fd, struct stat *st, int *err, const char **syscall) {
+  if (fstat(fd, st) != 0) {
+    *err = errno;
+    *syscall = "fstat";
+    return false;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    *err = FTYPE_ERROR;
+    *syscall = "open";
+    return false;
+  }
+  return true;
+}
+
 // Every lease file is opened here: never following a symlink (a planted link is an error, not a
-// redirect), close-on-exec (a child must not inherit a lease), and only if it is a regular file (a
-// FIFO or a directory planted there is refused; O_NONBLOCK in `flags` keeps a FIFO from hanging
-// the open). The fd, or -1 with *err (an errno, or FTYPE_ERROR) and *syscall set. `st`, if given,
-// receives its fstat. `step` names the open's fault point.
+// redirect), close-on-exec (a child must not inherit a lease), and only if it is a regular file
+// (O_NONBLOCK in `flags` keeps a FIFO from hanging the open). The fd, or -1 with *err (an errno, or
+// FTYPE_ERROR) and *syscall set. `st`, if given, receives its fstat. `step` names the open's fault
+// point.
 static int open_lease_file(const char *path, int flags, const char *step, struct stat *st, int *err, const char **syscall) {
   int fault_errno;
   struct stat own;
@@ -312,15 +329,7 @@ static int open_lease_file(const char *path, int flags, const char *step, struct
     *syscall = "open";
     return -1;
   }
-  if (fstat(fd, st) != 0) {
-    *err = errno;
-    *syscall = "fstat";
-  } else if (!S_ISREG(st->st_mode)) {
-    *err = FTYPE_ERROR;
-    *syscall = "open";
-  } else {
-    return fd;
-  }
+  if (regular_file(fd, st, err, syscall)) return fd;
   close(fd);
   return -1;
 }
@@ -385,15 +394,7 @@ static int read_record_file(const char *path, char **content, size_t *length, co
     got = (size_t)n;
   } else {
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-      err = errno;
-      *syscall = "fstat";
-      goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      err = FTYPE_ERROR;
-      goto fail;
-    }
+    if (!regular_file(fd, &st, &err, syscall)) goto fail;
     *syscall = "read";
     if (read_errno != 0) {
       err = read_errno;
@@ -494,13 +495,13 @@ static napi_value probe_live(napi_env env, napi_callback_info info) {
     goto out;
   }
   struct stat st;
+  int err;
+  const char *call;
   if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) != 0) {
     if (errno == EWOULDBLOCK) result = bool_value(env, true);
     else throw_errno(env, errno, "flock", path);
-  } else if (fstat(fd, &st) != 0) {
-    throw_errno(env, errno, "fstat", path);
-  } else if (!S_ISREG(st.st_mode)) {
-    throw_errno(env, FTYPE_ERROR, "open", path);
+  } else if (!regular_file(fd, &st, &err, &call)) {
+    throw_errno(env, err, call, path);
   } else {
     result = bool_value(env, false);
   }

@@ -49,37 +49,33 @@ if (role === 'lease') {
         code === 0 ? resolve({ out, err }) : reject(new Error(`${args.at(-1)} exited ${code}: ${err}`)),
       );
     });
-  // The Node floor prints its waits, not its CPU: a preload reports the CPU of the same window.
+  // The floors print their cycles, not their CPU: a preload reports the CPU of the same window.
   const preload = `data:text/javascript,${encodeURIComponent(
     `let base; setTimeout(() => (base = process.cpuUsage()), ${WARMUP_MS}).unref();` +
       `process.on('exit', () => { const u = process.cpuUsage(base); process.stderr.write('cpu ' + u.user + ' ' + u.system + '\\n'); });`,
   )}`;
+  /** A floor process run with the preload: its cycles and its CPU over the window. */
+  const floorWithCpu = async (args) => {
+    const { out, err } = await run(['--import', preload, ...args]);
+    const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
+    return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
+  };
   const systems = {
     lease: async (dir) =>
       JSON.parse(
         (await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, warmupArg, 'lease'])).out,
       ),
-    'node floor': async (dir) => {
-      const floor = join(here, '..', 'agents', 'node-floor.mjs');
-      const { out, err } = await run([
-        '--import',
-        preload,
-        floor,
+    'node floor': (dir) =>
+      floorWithCpu([
+        join(here, '..', 'agents', 'node-floor.mjs'),
         dir,
         '--contend-fair',
         secondsArg,
         '1',
         String(WARMUP_MS / 1000),
-      ]);
-      const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
-      return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
-    },
-    'protocol floor': async (dir) => {
-      const floor = join(here, 'protocol-floor.mjs');
-      const { out, err } = await run(['--import', preload, floor, '--child', dir, 'contend', warmupArg, secondsArg]);
-      const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
-      return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
-    },
+      ]),
+    'protocol floor': (dir) =>
+      floorWithCpu([join(here, 'protocol-floor.mjs'), '--child', dir, 'contend', warmupArg, secondsArg]),
   };
   const n = Number(processesArg);
   for (let r = 0; r < Number(roundsArg); r++) {
