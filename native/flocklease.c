@@ -514,26 +514,34 @@ out:
 // Closes a lock descriptor at the fault point `step`. Linux frees the descriptor even when close(2)
 // reports an error, so there is nothing to retry and nothing to report for a lock-only descriptor
 // (no data written through it).
-static napi_value close_lock(napi_env env, napi_callback_info info, const char *step) {
+static napi_value close_lock(napi_env env, napi_callback_info info, const char *step, bool unlock_first) {
   ARGS(1);
   int32_t fd;
   if (!get_fd(env, argv[0], &fd)) return NULL;
   int fault_errno;
   if (STEP(step, 0) != 0) return throw_errno(env, errno, "close", NULL); // an injected failure leaves it open
   held_remove(env, fd);
+  if (unlock_first) {
+    flock(fd, LOCK_UN);
+    fault_at("unlocked"); // tests pause here: let go of, not yet closed
+  }
   close(fd);
   return NULL;
 }
 
-// closeFd(fd): a liveness or wait file's descriptor.
+// closeFd(fd): a liveness or wait file's descriptor, unlocked before it is closed. A close queues
+// its inotify event just before the kernel drops the lock: a watch that started between the two
+// (its probe found the lock held, the event already gone) would wait for one that never comes.
+// Let go of first, the close's event comes with the lock free.
 static napi_value close_fd(napi_env env, napi_callback_info info) {
-  return close_lock(env, info, "close");
+  return close_lock(env, info, "close", true);
 }
 
 // unlockTransition(fd): the transition lock's, a fault point of its own ("unlock"): a release
-// closes its .live only after it ("close"), and each can be faulted alone.
+// closes its .live only after it ("close"), and each can be faulted alone. Closed at once: its
+// waiters look again on a short timer of their own (transition.ts), which covers that gap.
 static napi_value unlock_transition(napi_env env, napi_callback_info info) {
-  return close_lock(env, info, "unlock");
+  return close_lock(env, info, "unlock", false);
 }
 
 // removeFile(path): unlink; a missing file is not an error.
@@ -981,13 +989,15 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
 //   original do; a death closes them all) queues an event, after the lock is dropped or just
 //   before: so the rechecks see the release the first probe can miss, and the thread waits for it
 //   if it takes longer; a watch nothing else touches wakes no second thread when its holder lets go
-//   (a hand-off's wake-up: docs/bench.md, "The fourteenth round"). Only a holder that unlocks and
-//   keeps its file open is seen late: by the caller's own timer, or the file's next close. The
-//   thread wakes the event loop through a threadsafe function (a second wake-up), often to find the
-//   watch already reported; when it reports first, it delivers through the watch's inotify side
-//   (with its hand-off probe's answer), which is then done. Pool threads are reused (a wait costs
-//   no thread creation) and run as SCHED_IDLE: a release wakes one beside the event loop it would
-//   wake, often on one CPU.
+//   (a hand-off's wake-up: docs/bench.md, "The fourteenth round"). Seen late, by the caller's own
+//   timer or the file's next close: a holder that unlocks and keeps its file open, and a close
+//   whose event came just before a watch started while its lock went just after the watch's probe
+//   (this port lets go of a .live or .wait before it closes it, close_fd, so only a death or
+//   another program leaves that gap). The thread wakes the event loop through a threadsafe
+//   function (a second wake-up), often to find the watch already reported; when it reports first,
+//   it delivers through the watch's inotify side (with its hand-off probe's answer), which is then
+//   done. Pool threads are reused (a wait costs no thread creation) and run as SCHED_IDLE: a
+//   release wakes one beside the event loop it would wake, often on one CPU.
 // A writers-only watch is for a file that only this port's processes lock, always through a
 // descriptor open for writing (a waiter's .wait): its holder's close, or death, queues
 // IN_CLOSE_WRITE, and the read-only probes of other processes (a releaser asking whether the front
@@ -1504,7 +1514,8 @@ static int notify_add(notify_env *n, int fd, uint32_t id, handoff_probe *handoff
     return -1;
   }
   *w = (notify_watch){.wd = wd, .fd = fd, .id = id, .next = n->watches};
-  // Released before the watch was in place: no event will come.
+  // Released before the watch was in place: no event will come. (Held, but by a close whose event
+  // came before the watch: see close_fd, and the limits above.)
   if (notify_probe(fd) != EWOULDBLOCK) {
     notify_forget(n, w); // not the probe: the caller still owns it
     return 0;

@@ -1,7 +1,7 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
 // inotify event wakes the event loop itself, and a pool thread blocked in flock, started by a close
 // that leaves the lock held, is the exact fallback. Each path is checked by faulting the other one.
-import { closeSync, openSync, writeFileSync } from 'node:fs';
+import fs, { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { constants } from 'node:os';
 import { afterEach, expect, test } from 'vitest';
@@ -9,7 +9,8 @@ import { faults, fileIO, type WatchMode } from '../src/flock/io.js';
 import { waitForUnlock } from '../src/flock/watch.js';
 import { freshDir } from './helpers/dirs.js';
 import { holdElsewhere, type Holder } from './helpers/holder.js';
-import { openFdCount } from './helpers/lease-files.js';
+import { isFlocked, leaseFiles, openFdCount } from './helpers/lease-files.js';
+import { Agent } from './torture/harness.js';
 
 afterEach(() => faults.clear());
 
@@ -117,6 +118,28 @@ test('a release its event comes just before (the lock still held at the first lo
     await holder.release();
     expect(await within(w.when, 5_000)).toBe(0);
   });
+});
+
+test('a release lets go of its .live before it closes the file: no watch can start after the close’s event and still find it held', async () => {
+  // The kernel queues a close's inotify event just before it drops the lock; a watch that started in
+  // between would find the lock held and wait for an event already gone (a fair Node floor of two
+  // processes, each watching the other's ticket as it was released, hung so within minutes).
+  const dir = freshDir('/dev/shm');
+  const agent = await Agent.start(dir, { ttlMs: 60_000 });
+  const grant = await agent.acquire('s1', 'alice');
+  const live = leaseFiles(dir, 's1').live(BigInt(grant.token));
+  await agent.must({ op: 'fault', action: 'stop', step: 'unlocked' });
+  const released = agent.call({ op: 'release', id: 's1' });
+  // Stopped between the unlock and the close that wakes (the release has removed the file).
+  await agent.stopped();
+  const fd = fs
+    .readdirSync(`/proc/${agent.pid}/fd`)
+    .find((n) => fs.readlinkSync(`/proc/${agent.pid}/fd/${n}`) === `${live} (deleted)`);
+  expect(fd, 'the agent still has its .live open').toBeDefined();
+  expect(await isFlocked(`/proc/${agent.pid}/fd/${fd}`)).toBe(false); // opened again: the same inode
+  agent.signal('SIGCONT');
+  expect(await released).toMatchObject({ ok: true });
+  expect(agent.fdTargets().filter((target) => target.startsWith(dir))).toEqual([]);
 });
 
 test('a writers-only watch is not woken by read-only closes (probes), and reports its holder’s close', async () => {

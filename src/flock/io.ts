@@ -59,7 +59,9 @@ export interface LeaseIO {
   commit(dir: string, plan: CommitPlan): Promise<CommitResult>;
   /** unlink; a missing file is not an error. */
   removeFile(path: string): void;
-  /** Throws only if the descriptor may still be open (so a retry makes sense). */
+  /** Lets go of the lock a `.live` or `.wait` descriptor holds, then closes it (so the close's
+   * notice comes with the lock free: see watchUnlock). Throws only if the descriptor may still be
+   * open (so a retry makes sense). */
   closeFile(fd: number): void;
   /** Creates (or reuses) a file and holds it exclusively: the fd, or `undefined` if someone holds it. */
   lockFile(path: string): number | undefined;
@@ -74,7 +76,9 @@ export interface LeaseIO {
    * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder closed it,
    * or died): woken by the kernel in the event loop itself (inotify); a close that left it locked
    * is looked at again, and if it stays locked a thread blocked in flock waits for it (the kernel's
-   * notice of a release comes just before it drops the lock; see native/flocklease.c). `false` (and
+   * notice of a close comes just before it drops the lock; see native/flocklease.c). A watch that
+   * starts in that instant misses it, so the lease unlocks before it closes (closeFile); a holder
+   * that dies then is seen at the file's next close or the caller's own timer. `false` (and
    * no call) when there is nothing to wait for: no such file, or nobody holds it. Cannot be
    * cancelled: the watch ends with the lock it watches.
    * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
