@@ -2,7 +2,8 @@
 // contention figure's loop), against the fair Node floor (bench/agents/node-floor.mjs) and the
 // protocol floor (bench/evidence/protocol-floor.mjs: the Lease's own calls, none of its logic) in
 // interleaved rounds, their order rotating. Reported per round: cycles/s and the CPU (user, sys;
-// every thread of every process, from process.cpuUsage over the measured window) per cycle. On a
+// every thread of every process, from process.cpuUsage over the measured window) per cycle, and the
+// main threads' share of it (bench/lib/thread-cpu.mjs). On a
 // 2-vCPU machine with 8 processes the CPU is what bounds the throughput, so this says where the
 // Lease's contention throughput goes. Imports the built package (dist/).
 //
@@ -15,6 +16,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { rotate } from '../figures/latency.mjs';
+import { mainThreadCpu } from '../lib/thread-cpu.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', role] =
@@ -27,15 +29,20 @@ if (role === 'lease') {
   const lease = new Lease(base, { ttlMs: 30_000 });
   const start = performance.now();
   let cpu;
+  let main;
   let cycles = 0;
   for (let now = start; now < start + WARMUP_MS + Number(secondsArg) * 1000; now = performance.now()) {
-    if (cpu === undefined && now >= start + WARMUP_MS) cpu = process.cpuUsage();
+    if (cpu === undefined && now >= start + WARMUP_MS) {
+      cpu = process.cpuUsage();
+      main = mainThreadCpu();
+    }
     const grant = await lease.acquire('contended', `p${process.pid}`, { waitMs: 30_000 });
     await lease.release(grant);
     if (cpu !== undefined) cycles++;
   }
   const used = process.cpuUsage(cpu);
-  process.stdout.write(`${JSON.stringify({ cycles, user: used.user, system: used.system })}\n`);
+  main = mainThreadCpu() - main;
+  process.stdout.write(`${JSON.stringify({ cycles, user: used.user, system: used.system, main })}\n`);
 } else {
   /** Runs a Node script to its end: its stdout and stderr. */
   const run = (args) =>
@@ -51,14 +58,15 @@ if (role === 'lease') {
     });
   // The floors print their cycles, not their CPU: a preload reports the CPU of the same window.
   const preload = `data:text/javascript,${encodeURIComponent(
-    `let base; setTimeout(() => (base = process.cpuUsage()), ${WARMUP_MS}).unref();` +
-      `process.on('exit', () => { const u = process.cpuUsage(base); process.stderr.write('cpu ' + u.user + ' ' + u.system + '\\n'); });`,
+    `import { mainThreadCpu } from ${JSON.stringify(new URL('../lib/thread-cpu.mjs', import.meta.url).href)};` +
+      `let base; let main; setTimeout(() => { base = process.cpuUsage(); main = mainThreadCpu(); }, ${WARMUP_MS}).unref();` +
+      `process.on('exit', () => { const u = process.cpuUsage(base); process.stderr.write('cpu ' + u.user + ' ' + u.system + ' ' + (mainThreadCpu() - main) + '\\n'); });`,
   )}`;
   /** A floor process run with the preload: its cycles and its CPU over the window. */
   const floorWithCpu = async (args) => {
     const { out, err } = await run(['--import', preload, ...args]);
-    const [, user, system] = /cpu (\d+) (\d+)/.exec(err) ?? [];
-    return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system) };
+    const [, user, system, main] = /cpu (\d+) (\d+) (\d+)/.exec(err) ?? [];
+    return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system), main: Number(main) };
   };
   const systems = {
     lease: async (dir) =>
@@ -86,9 +94,10 @@ if (role === 'lease') {
         const cycles = results.reduce((sum, x) => sum + x.cycles, 0);
         const user = results.reduce((sum, x) => sum + x.user, 0) / cycles;
         const system = results.reduce((sum, x) => sum + x.system, 0) / cycles;
+        const main = results.reduce((sum, x) => sum + x.main, 0) / cycles;
         const perSecond = Math.round(cycles / Number(secondsArg));
         console.log(
-          `round ${r + 1} ${name.padEnd(14)} ${String(perSecond).padStart(6)} cycles/s, CPU per cycle ${user.toFixed(0)} µs user + ${system.toFixed(0)} µs sys`,
+          `round ${r + 1} ${name.padEnd(14)} ${String(perSecond).padStart(6)} cycles/s, CPU per cycle ${user.toFixed(0)} µs user + ${system.toFixed(0)} µs sys (main threads ${((100 * main) / (user + system)).toFixed(0)} %)`,
         );
       } finally {
         rmSync(dir, { recursive: true, force: true });

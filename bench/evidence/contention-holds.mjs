@@ -4,15 +4,17 @@
 // letting go (wall time, and the process's CPU over it) by the operation that held it, and counts
 // the tries of that lock that found it busy and the watches started. Printed per round: cycles/s,
 // CPU per cycle (user, sys), busy tries and watches per cycle, and per operation the holds per
-// cycle, their p50 / p90 and their sum per cycle. A second build (`other`: a directory holding
-// dist/ and native/, e.g. a `git worktree` of an earlier commit after `npm ci`) alternates with
-// this one, round by round, for before/after comparisons. Imports the built package (dist/).
+// cycle, their p50 / p90, the p50 of the time spent in LeaseIO calls within a hold, and their sum
+// per cycle. A second build (`other`: a directory holding dist/ and native/, e.g. a `git worktree`
+// of an earlier commit after `npm ci`) alternates with this one, round by round, for before/after
+// comparisons. Imports the built package (dist/).
 //
 //   node bench/evidence/contention-holds.mjs [dir=/dev/shm] [rounds=4] [seconds=3] [processes=8] [warm-up s=3] [other]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { quantile } from '../lib/stats.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const args = process.argv.slice(2);
@@ -29,29 +31,48 @@ if (args[0] === '--child') {
   let cpuAt;
   const holds = { acquire: [], release: [] };
   const cpu = { acquire: [], release: [] };
+  const inCalls = { acquire: [], release: [] };
   let busy = 0;
   let watches = 0;
+  let callTime = 0; // ms in LeaseIO calls since the hold began
+  // Every call timed (the synchronous part of a commit: all of it on tmpfs); the two below also
+  // mark a hold's start and end.
+  const timed = Object.fromEntries(
+    Object.entries(fileIO).map(([name, call]) => [
+      name,
+      (...args) => {
+        const at = performance.now();
+        try {
+          return call(...args);
+        } finally {
+          callTime += performance.now() - at;
+        }
+      },
+    ]),
+  );
   const io = {
-    ...fileIO,
+    ...timed,
     tryLockTransition(path) {
-      const fd = fileIO.tryLockTransition(path);
+      const fd = timed.tryLockTransition(path);
       if (measuring && typeof fd !== 'number') busy++;
       if (typeof fd === 'number') {
         takenAt = performance.now();
         cpuAt = process.cpuUsage();
+        callTime = 0;
       }
       return fd;
     },
     unlockTransition(fd) {
-      fileIO.unlockTransition(fd);
+      timed.unlockTransition(fd);
       if (!measuring) return;
       holds[operation].push((performance.now() - takenAt) * 1000);
+      inCalls[operation].push(callTime * 1000);
       const used = process.cpuUsage(cpuAt);
       cpu[operation].push(used.user + used.system);
     },
     watchUnlock(...watch) {
       if (measuring) watches++;
-      return fileIO.watchUnlock(...watch);
+      return timed.watchUnlock(...watch);
     },
   };
   const lease = new Lease(dir, { ttlMs: 30_000, [kIO]: io });
@@ -72,7 +93,7 @@ if (args[0] === '--child') {
     if (measuring) cycles++;
   }
   const { user, system } = process.cpuUsage(used);
-  process.stdout.write(`${JSON.stringify({ cycles, user, system, holds, cpu, busy, watches })}\n`);
+  process.stdout.write(`${JSON.stringify({ cycles, user, system, holds, cpu, inCalls, busy, watches })}\n`);
 } else {
   const run = (root, dir) =>
     new Promise((done, fail) => {
@@ -85,7 +106,11 @@ if (args[0] === '--child') {
       child.stdout.on('data', (chunk) => (out += chunk));
       child.on('exit', (code) => (code === 0 ? done(JSON.parse(out)) : fail(new Error(`a contender exited ${code}`))));
     });
-  const quantile = (xs, q) => [...xs].sort((a, b) => a - b)[Math.floor(q * (xs.length - 1))] ?? NaN;
+  const p = (xs, q) =>
+    quantile(
+      [...xs].sort((a, b) => a - b),
+      q,
+    ).toFixed(0);
   const builds = [resolve(here, '..', '..'), ...(other === undefined ? [] : [resolve(other)])];
   for (let r = 0; r < Number(roundsArg); r++) {
     for (const root of r % 2 === 0 ? builds : [...builds].reverse()) {
@@ -105,9 +130,10 @@ if (args[0] === '--child') {
         for (const operation of ['release', 'acquire']) {
           const holds = results.flatMap((x) => x.holds[operation]);
           const cpu = results.flatMap((x) => x.cpu[operation]);
+          const inCalls = results.flatMap((x) => x.inCalls[operation]);
           const sum = holds.reduce((a, b) => a + b, 0) / cycles;
           line.push(
-            `  ${operation}: ${(holds.length / cycles).toFixed(2)} holds per cycle, p50 ${quantile(holds, 0.5).toFixed(0)} / p90 ${quantile(holds, 0.9).toFixed(0)} µs (CPU p50 ${quantile(cpu, 0.5).toFixed(0)}), ${sum.toFixed(0)} µs per cycle`,
+            `  ${operation}: ${(holds.length / cycles).toFixed(2)} holds per cycle, p50 ${p(holds, 0.5)} / p90 ${p(holds, 0.9)} µs (CPU p50 ${p(cpu, 0.5)}; in LeaseIO calls p50 ${p(inCalls, 0.5)}), ${sum.toFixed(0)} µs per cycle`,
           );
         }
         console.log(line.join('\n'));
