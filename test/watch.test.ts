@@ -1,7 +1,7 @@
 // The addon's lock watch (LeaseIO.watchUnlock), which wakes every waiting acquire: the kernel's
 // inotify event wakes the event loop itself, and a pool thread blocked in flock, started by a close
 // that leaves the lock held, is the exact fallback. Each path is checked by faulting the other one.
-import fs, { closeSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { constants } from 'node:os';
 import { afterEach, expect, test } from 'vitest';
@@ -132,11 +132,9 @@ test('a release lets go of its .live before it closes the file: no watch can sta
   const released = agent.call({ op: 'release', id: 's1' });
   // Stopped between the unlock and the close that wakes (the release has removed the file).
   await agent.stopped();
-  const fd = fs
-    .readdirSync(`/proc/${agent.pid}/fd`)
-    .find((n) => fs.readlinkSync(`/proc/${agent.pid}/fd/${n}`) === `${live} (deleted)`);
-  expect(fd, 'the agent still has its .live open').toBeDefined();
-  expect(await isFlocked(`/proc/${agent.pid}/fd/${fd}`)).toBe(false); // opened again: the same inode
+  const reopened = agent.reopenPath(`${live} (deleted)`);
+  expect(reopened, 'the agent still has its .live open').toBeDefined();
+  expect(await isFlocked(reopened!)).toBe(false);
   agent.signal('SIGCONT');
   expect(await released).toMatchObject({ ok: true });
   expect(agent.fdTargets().filter((target) => target.startsWith(dir))).toEqual([]);

@@ -148,19 +148,33 @@ export class Agent {
     }
   }
 
-  /** This agent's open descriptors (from /proc, so it works while the agent is stopped). */
-  fdTargets(): string[] {
+  /** This agent's open descriptors and what each names (from /proc, so it works while the agent
+   * is stopped). */
+  #fds(): Array<[fd: string, target: string]> {
     return fs
       .readdirSync(`/proc/${this.pid}/fd`)
-      .map((fd) => {
+      .map((fd): [string, string] => {
         try {
-          return fs.readlinkSync(`/proc/${this.pid}/fd/${fd}`);
+          return [fd, fs.readlinkSync(`/proc/${this.pid}/fd/${fd}`)];
         } catch {
-          return '';
+          return [fd, ''];
         }
       })
-      .filter((target) => target !== '')
+      .filter(([, target]) => target !== '');
+  }
+
+  /** What this agent's open descriptors name, sorted. */
+  fdTargets(): string[] {
+    return this.#fds()
+      .map(([, target]) => target)
       .sort();
+  }
+
+  /** A path that opens this agent's descriptor of `target` again (the same inode, a removed file
+   * too), or `undefined` if it has none open. */
+  reopenPath(target: string): string | undefined {
+    const fd = this.#fds().find(([, named]) => named === target)?.[0];
+    return fd === undefined ? undefined : `/proc/${this.pid}/fd/${fd}`;
   }
 }
 
