@@ -2,7 +2,15 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
 import { JsonNumber, parseJson } from '../src/flock/json.js';
 import { parseLeaseFileName, safeID } from '../src/flock/layout.js';
-import { formatQueue, parseQueue, type WaitQueue } from '../src/flock/queue.js';
+import {
+  formatQueue,
+  frontWaiter,
+  parseQueue,
+  scanOwnQueue,
+  withoutFront,
+  withWaiter,
+  type WaitQueue,
+} from '../src/flock/queue.js';
 import {
   expiresAtMs,
   formatRecord,
@@ -277,6 +285,10 @@ describe("wait queue (the .lock file's content)", () => {
       ['"o":"alice"', '"o":""'],
       ['"o":"alice"', '"o":"al\\qice"'],
       ['"o":"alice"', '"o":"al\\u00e9ice"'],
+      ['"o":"alice"', '"o":"al\\u00zzice"'],
+      ['"o":"alice"', '"o":"al\\u00e"'],
+      ['"o":"alice"', '"o":"al\\/ice"'],
+      ['"o":"alice"', '"o":"alice\\"'],
       ['"o":"alice"', '"o":"al\nice"'],
       ['"o":"alice"', '"o":7'],
       ['"ttl":30000', '"ttl":0'],
@@ -300,7 +312,57 @@ describe("wait queue (the .lock file's content)", () => {
     texts.add('{"waiters":[],"freeSince":0}');
     texts.add('{"waiters":[]}');
     texts.add('[]');
-    for (const text of texts) expect([text, parseQueue(text)]).toEqual([text, general(text)]);
+    for (const text of texts) {
+      expect([text, parseQueue(text)]).toEqual([text, general(text)]);
+      // A text the scanner takes without building its entries is the queue the reader builds.
+      const shape = scanOwnQueue(text);
+      if (shape !== undefined) expect([text, shapeOfQueue(parseQueue(text))]).toEqual([text, pick(shape)]);
+    }
+  });
+
+  const pick = ({ count, lastTicket, maxTicket, freeSince }: Shape): Shape => ({
+    count,
+    lastTicket,
+    maxTicket,
+    freeSince,
+  });
+  type Shape = Pick<NonNullable<ReturnType<typeof scanOwnQueue>>, 'count' | 'lastTicket' | 'maxTicket' | 'freeSince'>;
+  const shapeOfQueue = ({ waiters, freeSince }: WaitQueue): Shape => ({
+    count: waiters.length,
+    lastTicket: waiters.at(-1)?.ticket ?? 0,
+    maxTicket: Math.max(0, ...waiters.map((w) => w.ticket)),
+    freeSince,
+  });
+
+  test('changed as text, a queue is what formatQueue writes for the same change, byte for byte', () => {
+    const joining = { ticket: 1_764_000_000_000_999, owner: 'late "one"', ttlMs: 250 };
+    const all = [...queues, { waiters: [], freeSince: 0 }];
+    for (const queue of all) {
+      const text = formatQueue(queue);
+      const shape = scanOwnQueue(text)!;
+      expect(pick(shape)).toEqual(shapeOfQueue(text === '' ? { waiters: [], freeSince: 0 } : queue));
+      const joined = { waiters: [...queue.waiters, joining], freeSince: text === '' ? 0 : queue.freeSince };
+      expect(withWaiter(text, shape, joining)).toBe(formatQueue(joined));
+      if (queue.waiters.length === 0) continue;
+      expect(frontWaiter(text)).toEqual(queue.waiters[0]);
+      for (const freeSince of [0, queue.freeSince, 1_764_000_000_555.5]) {
+        const rest = { waiters: queue.waiters.slice(1), freeSince };
+        expect(withoutFront(text, shape, freeSince)).toBe(formatQueue(rest));
+      }
+    }
+    // Own layout with no entries (formatQueue writes '' instead, but a reader must take it).
+    const bare = '{"waiters":[],"freeSince":7}';
+    const shape = scanOwnQueue(bare)!;
+    expect(pick(shape)).toEqual({ count: 0, lastTicket: 0, maxTicket: 0, freeSince: 7 });
+    expect(withWaiter(bare, shape, joining)).toBe(formatQueue({ waiters: [joining], freeSince: 7 }));
+  });
+
+  test('the text shape finds the largest ticket and the last, wherever they are', () => {
+    const text = formatQueue({
+      waiters: [5, 90, 7].map((ticket) => ({ ticket, owner: `w${ticket}`, ttlMs: 1 })),
+      freeSince: 0,
+    });
+    expect(pick(scanOwnQueue(text)!)).toEqual({ count: 3, lastTicket: 7, maxTicket: 90, freeSince: 0 });
   });
 });
 

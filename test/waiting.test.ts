@@ -268,6 +268,56 @@ describe('waiting acquire', () => {
     expect(order).toEqual(['w1', 'w2', 'w3']);
   });
 
+  // A release wakes one waiter, not the line: each one watches the .wait file of the one just ahead
+  // (the front one, the holder's .live). Joined as text (the queue in the layout formatQueue
+  // writes), and through the general reader (a queue in any other layout, here with a leading space).
+  test.each([['own layout'], ['any other layout']])(
+    'each queued waiter watches the waiter just ahead of it, the first one the holder (%s)',
+    async (layout) => {
+      const dir = freshDir();
+      const holder = new Lease(dir);
+      const held = await holder.acquire('s1', 'holder');
+      const files = leaseFiles(dir, 's1');
+      let front = files.live(held.token);
+      let ghost: number | undefined;
+      if (layout === 'any other layout') {
+        // A live waiter already in line, in a text only the general reader takes.
+        const ghostWait = join(dir, `${files.safe}.1.wait`);
+        ghost = fileIO.lockFile(ghostWait);
+        fs.writeFileSync(files.lock, ' {"waiters":[{"t":1,"o":"ghost","ttl":30000}],"freeSince":0}');
+        front = ghostWait;
+      }
+      const controller = new AbortController();
+      const waiting: Promise<unknown>[] = [];
+      try {
+        for (const owner of ['w1', 'w2', 'w3']) {
+          const watched: string[] = [];
+          const io: LeaseIO = {
+            ...fileIO,
+            watchUnlock: (path, report, probe, mode) => (
+              watched.push(path),
+              fileIO.watchUnlock(path, report, probe, mode)
+            ),
+          };
+          const before = new Set(waitFiles(dir));
+          const lease = new Lease(dir, { [kIO]: io } as object);
+          waiting.push(lease.acquire('s1', owner, { waitMs: 20_000, signal: controller.signal }).catch((e) => e));
+          await until(() => watched.length === 1, `${owner} to wait`);
+          expect([owner, watched]).toEqual([owner, [front]]);
+          const own = waitFiles(dir).filter((name) => !before.has(name));
+          expect(own).toHaveLength(1);
+          front = join(dir, own[0]!);
+        }
+        expect(queueText(dir, 's1')).toMatch(/^\{"waiters":\[\{"t":/); // written back in formatQueue's layout
+      } finally {
+        controller.abort();
+        await Promise.all(waiting);
+        if (ghost !== undefined) fileIO.closeFile(ghost);
+        await holder.release(held);
+      }
+    },
+  );
+
   test('a hand-off that wakes a waiter while another operation of its process on the id is under way waits its turn', async () => {
     const dir = freshDir();
     const holder = new Lease(dir); // its own open files: another process, as far as flock can tell

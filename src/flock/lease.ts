@@ -248,11 +248,9 @@ export class Lease implements SessionLease {
         await this.#commitTombstone(tx, token, ourLive);
         return;
       }
-      const { waiter, next, queue } = handOff;
+      const { waiter, next } = handOff;
       const live = this.#livePath(safe, next);
       const adoptFrom = this.#line.waitPath(safe, waiter.ticket);
-      queue.waiters.shift();
-      queue.freeSince = 0;
       try {
         // No turn split (yieldIfRunStarts): the waiter, and the transition lock held here, would
         // wait for this loop's every ready callback; a hand-off goes straight on.
@@ -267,10 +265,10 @@ export class Lease implements SessionLease {
         // The waiter gave up just now (it removes its .wait file without our lock): nothing
         // changed, so hand to the next one in line instead.
         if (failure.committed || failure.code !== 'ENOENT' || failure.path !== adoptFrom) throw error;
-        this.#line.handedOff(tx, queue);
+        this.#line.handedOff(tx);
         continue;
       }
-      this.#line.handedOff(tx, queue);
+      this.#line.handedOff(tx);
       return;
     }
   }

@@ -74,49 +74,162 @@ const OWNER = ',"o":';
 const TTL = ',"ttl":';
 const TAIL = '],"freeSince":';
 
-/** formatQueue's own layout, every entry valid; `undefined` for anything else (the general reader
- * decides, so both readers agree on every text this one accepts). */
-function parseOwnQueue(text: string): WaitQueue | undefined {
+/**
+ * What a text in formatQueue's own layout holds, found by scanning it without building its entries:
+ * enough for the two changes every contended cycle makes to the queue, as text (a release hands the
+ * lease to the front waiter, a refused waiting acquire joins at the back). Building every entry and
+ * formatting them all again, twice a cycle, was a third of what a contended cycle allocated
+ * (docs/bench.md, "The nineteenth round").
+ */
+export interface QueueShape {
+  readonly count: number;
+  /** Where the first entry ends (past its closing brace); HEAD.length when there is none. */
+  readonly frontEnd: number;
+  /** Where the entries end: the index of the `],"freeSince":` tail. */
+  readonly tailAt: number;
+  /** The last entry's ticket, and the largest (0 when there is none). */
+  readonly lastTicket: number;
+  readonly maxTicket: number;
+  readonly freeSince: number;
+}
+
+const EMPTY_SHAPE: QueueShape = { count: 0, frontEnd: 0, tailAt: 0, lastTicket: 0, maxTicket: 0, freeSince: 0 };
+
+/** One entry as readEntry found it; reused, so that a scan allocates nothing per entry. */
+const entry = { ticket: 0, ttlMs: 0, ownerFrom: 0, ownerEnd: 0, escaped: false };
+
+/**
+ * The shape of `text` ('' for the empty queue) when it is formatQueue's own layout, every entry
+ * valid, each pushed to `into` if given; `undefined` for anything else (the general reader decides,
+ * so both readers agree on every text this one accepts).
+ */
+export function scanOwnQueue(text: string, into?: QueuedWaiter[]): QueueShape | undefined {
+  if (text === '') return EMPTY_SHAPE;
   if (!text.startsWith(HEAD)) return undefined;
-  const waiters: QueuedWaiter[] = [];
   let at = HEAD.length;
+  let count = 0;
+  let frontEnd = at;
+  let lastTicket = 0;
+  let maxTicket = 0;
   if (text.charCodeAt(at) !== 0x5d) {
     for (;;) {
-      if (!text.startsWith(TICKET, at)) return undefined;
-      const ticketEnd = decimalEnd(text, (at += TICKET.length), false);
-      const ticket = Number(text.slice(at, ticketEnd));
-      if (ticketEnd < 0 || !Number.isSafeInteger(ticket) || !text.startsWith(OWNER, ticketEnd)) return undefined;
-      // The owner: a JSON string; the text between its quotes when it has no escape.
-      const from = ticketEnd + OWNER.length;
-      if (text.charCodeAt(from) !== 0x22) return undefined;
-      let end = from + 1;
-      let escaped = false;
-      for (let c = text.charCodeAt(end); c !== 0x22; c = text.charCodeAt(end)) {
-        if (!(c >= 0x20)) return undefined; // a raw control character, or the text's end (NaN)
-        if (c === 0x5c) escaped = true;
-        end += c === 0x5c ? 2 : 1;
+      at = readEntry(text, at);
+      if (at < 0) return undefined;
+      if (into !== undefined) {
+        const owner = ownerOf(text);
+        if (owner === undefined) return undefined;
+        into.push({ ticket: entry.ticket, owner, ttlMs: entry.ttlMs });
       }
-      let owner: string;
-      try {
-        owner = escaped ? (JSON.parse(text.slice(from, end + 1)) as string) : text.slice(from + 1, end);
-      } catch {
-        return undefined;
-      }
-      if (owner === '' || !text.startsWith(TTL, end + 1)) return undefined;
-      const ttlEnd = decimalEnd(text, (at = end + 1 + TTL.length), true);
-      const ttlMs = Number(text.slice(at, ttlEnd));
-      if (ttlEnd < 0 || !(ttlMs > 0) || text.charCodeAt(ttlEnd) !== 0x7d) return undefined;
-      waiters.push({ ticket, owner, ttlMs });
-      at = ttlEnd + 1;
+      if (count++ === 0) frontEnd = at;
+      lastTicket = entry.ticket;
+      if (lastTicket > maxTicket) maxTicket = lastTicket;
       if (text.charCodeAt(at) !== 0x2c) break;
       at++;
     }
-    if (!text.startsWith(TAIL, at)) return undefined;
-  } else if (!text.startsWith(TAIL, at)) return undefined;
+  }
+  if (!text.startsWith(TAIL, at)) return undefined;
+  const tailAt = at;
   const freeEnd = decimalEnd(text, (at += TAIL.length), true);
   if (freeEnd < 0 || text.charCodeAt(freeEnd) !== 0x7d || freeEnd + 1 !== text.length) return undefined;
-  const freeSince = Number(text.slice(at, freeEnd));
-  return Number.isFinite(freeSince) ? { waiters, freeSince } : undefined;
+  const freeSince = decimalValue(text, at, freeEnd);
+  return Number.isFinite(freeSince) ? { count, frontEnd, tailAt, lastTicket, maxTicket, freeSince } : undefined;
+}
+
+/** Reads the entry at `at` into `entry`: the index past it, or -1 if it is not a valid entry. */
+function readEntry(text: string, at: number): number {
+  if (!text.startsWith(TICKET, at)) return -1;
+  const ticketEnd = decimalEnd(text, (at += TICKET.length), false);
+  if (ticketEnd < 0) return -1;
+  const ticket = decimalValue(text, at, ticketEnd);
+  if (!Number.isSafeInteger(ticket) || !text.startsWith(OWNER, ticketEnd)) return -1;
+  // The owner: a JSON string with no raw control character, not empty.
+  const from = ticketEnd + OWNER.length;
+  if (text.charCodeAt(from) !== 0x22) return -1;
+  let end = from + 1;
+  let escaped = false;
+  for (let c = text.charCodeAt(end); c !== 0x22; c = text.charCodeAt(end)) {
+    if (!(c >= 0x20)) return -1; // a raw control character, or the text's end (NaN)
+    if (c === 0x5c) {
+      escaped = true;
+      end = escapeEnd(text, end);
+      if (end < 0) return -1;
+    } else end++;
+  }
+  if (end === from + 1 || !text.startsWith(TTL, end + 1)) return -1;
+  const ttlFrom = end + 1 + TTL.length;
+  const ttlEnd = decimalEnd(text, ttlFrom, true);
+  if (ttlEnd < 0 || text.charCodeAt(ttlEnd) !== 0x7d) return -1;
+  const ttlMs = decimalValue(text, ttlFrom, ttlEnd);
+  if (!(ttlMs > 0)) return -1;
+  entry.ticket = ticket;
+  entry.ttlMs = ttlMs;
+  entry.ownerFrom = from;
+  entry.ownerEnd = end;
+  entry.escaped = escaped;
+  return ttlEnd + 1;
+}
+
+/** The owner of the entry readEntry just read; `undefined` if JSON would not read its escapes. */
+function ownerOf(text: string): string | undefined {
+  const { ownerFrom, ownerEnd, escaped } = entry;
+  if (!escaped) return text.slice(ownerFrom + 1, ownerEnd);
+  try {
+    return JSON.parse(text.slice(ownerFrom, ownerEnd + 1)) as string;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Past the JSON escape whose backslash is at `at`; -1 if it is not one. */
+function escapeEnd(text: string, at: number): number {
+  const c = text.charCodeAt(at + 1);
+  if (c === 0x75) {
+    for (let i = at + 2; i < at + 6; i++) if (!isHexDigit(text.charCodeAt(i))) return -1;
+    return at + 6;
+  }
+  // " \ / b f n r t
+  return c === 0x22 || c === 0x5c || c === 0x2f || c === 0x62 || c === 0x66 || c === 0x6e || c === 0x72 || c === 0x74
+    ? at + 2
+    : -1;
+}
+
+/** formatQueue's own layout, every entry valid; `undefined` for anything else. */
+function parseOwnQueue(text: string): WaitQueue | undefined {
+  const waiters: QueuedWaiter[] = [];
+  const shape = scanOwnQueue(text, waiters);
+  return shape === undefined ? undefined : { waiters, freeSince: shape.freeSince };
+}
+
+/** The front waiter of a text whose shape has an entry. */
+export function frontWaiter(text: string): QueuedWaiter {
+  readEntry(text, HEAD.length);
+  return { ticket: entry.ticket, owner: ownerOf(text)!, ttlMs: entry.ttlMs };
+}
+
+/** `text` (of `shape`, with an entry) without its front waiter, and with `freeSince`. */
+export function withoutFront(text: string, shape: QueueShape, freeSince: number): string {
+  if (shape.count === 1) return ''; // as formatQueue writes an empty queue
+  return `${HEAD}${text.slice(shape.frontEnd + 1, shape.tailAt)}${TAIL}${freeSince}}`;
+}
+
+/** `text` (of `shape`) with `waiter` joined at the back. */
+export function withWaiter(text: string, shape: QueueShape, waiter: QueuedWaiter): string {
+  if (text === '') return formatQueue({ waiters: [waiter], freeSince: 0 });
+  const at = shape.tailAt;
+  return `${text.slice(0, at)}${shape.count === 0 ? '' : ','}${entryText(waiter)}${text.slice(at)}`;
+}
+
+/** The value of the plain decimal number from `at` to `end` (see decimalEnd), exactly as Number()
+ * reads it: digit by digit, which is exact for an integer up to Number.MAX_SAFE_INTEGER (every
+ * step is smaller, and rounding keeps a larger one larger), else from its text. */
+function decimalValue(text: string, at: number, end: number): number {
+  let value = 0;
+  for (let i = at; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x2e) return Number(text.slice(at, end)); // a fraction
+    value = value * 10 + (c - 0x30);
+  }
+  return value <= Number.MAX_SAFE_INTEGER ? value : Number(text.slice(at, end));
 }
 
 /** The end of the JSON number at `at` that is plain decimal digits (no sign, no leading zero, no
@@ -135,21 +248,34 @@ function isDigit(c: number): boolean {
   return c >= 0x30 && c <= 0x39;
 }
 
+function isHexDigit(c: number): boolean {
+  return isDigit(c) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+}
+
+/** One waiter as formatQueue writes it. */
+function entryText({ ticket, owner, ttlMs }: QueuedWaiter): string {
+  return `${TICKET}${ticket}${OWNER}${JSON.stringify(owner)}${TTL}${ttlMs}}`;
+}
+
 /** The file content; '' for an empty queue (the file is then truncated to nothing). The text
  * JSON.stringify makes of `{ waiters: [{ t, o, ttl }], freeSince }`, by concatenation. */
 export function formatQueue(queue: WaitQueue): string {
   const { waiters } = queue;
   if (waiters.length === 0) return '';
   let text = HEAD;
-  for (let i = 0; i < waiters.length; i++) {
-    const { ticket, owner, ttlMs } = waiters[i]!;
-    text += `${i === 0 ? '' : ','}${TICKET}${ticket}${OWNER}${JSON.stringify(owner)}${TTL}${ttlMs}}`;
-  }
+  for (let i = 0; i < waiters.length; i++) text += `${i === 0 ? '' : ','}${entryText(waiters[i]!)}`;
   return `${text}${TAIL}${queue.freeSince}}`;
 }
 
-/** A ticket later than every queued one and unique across restarts of the queue: wall-clock µs. */
-export function nextTicket(queue: WaitQueue, nowMs: number): number {
-  const last = queue.waiters.reduce((max, w) => Math.max(max, w.ticket), 0);
-  return Math.max(last + 1, Math.floor(nowMs * 1000));
+/** A ticket later than every queued one (the largest is `maxTicket`) and unique across restarts
+ * of the queue: wall-clock µs. */
+export function nextTicket(maxTicket: number, nowMs: number): number {
+  return Math.max(maxTicket + 1, Math.floor(nowMs * 1000));
+}
+
+/** The largest ticket in `queue` (0 when empty). */
+export function maxTicket(queue: WaitQueue): number {
+  let max = 0;
+  for (const { ticket } of queue.waiters) if (ticket > max) max = ticket;
+  return max;
 }

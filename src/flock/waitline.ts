@@ -11,11 +11,17 @@ import { inDir, waitName } from './layout.js';
 import { holderOf, type LeaseRecord } from './record.js';
 import {
   formatQueue,
+  frontWaiter,
   MAX_QUEUE_TEXT,
+  maxTicket,
   nextTicket,
   parseQueue,
   queueText,
+  scanOwnQueue,
+  withoutFront,
+  withWaiter,
   type QueuedWaiter,
+  type QueueShape,
   type WaitQueue,
 } from './queue.js';
 
@@ -41,11 +47,21 @@ export interface TransitionContext {
   queue?: QueueRead | undefined;
 }
 
-/** A queue as read under the transition lock, with its text as last read or written ('' when
- * empty): a queue formatted to the same text is unchanged, and is not written again. */
+/**
+ * A queue as read under the transition lock. Changed as text while it is formatQueue's own layout
+ * and the change is one the text's shape settles (the front waiter handed the lease or gone, a
+ * waiter joining at the back); built into entries for any other change, and then kept as those.
+ */
 interface QueueRead {
-  readonly queue: WaitQueue;
-  original: string;
+  /** The text in the file, as last read or written ('' when empty): a queue changed back to the
+   * same text is unchanged, and is not written again. */
+  written: string;
+  /** The queue's text as changed so far (when `entries` is not built). */
+  text: string;
+  /** `text`'s shape, once scanned (see queue.ts); `undefined` again after a change. */
+  shape: QueueShape | undefined;
+  /** The queue's entries, once built: from then on the queue. */
+  entries: WaitQueue | undefined;
 }
 
 /** A refused try, and what to wait for before the next one. */
@@ -62,12 +78,11 @@ export interface Refused {
   readonly until: number | undefined;
 }
 
-/** The front waiter a release hands the lease to, with its new token. */
+/** The front waiter a release hands the lease to, with its new token. It stays in front until
+ * the caller says it was handed the lease (or had gone): see WaitLine.handedOff. */
 export interface HandOff {
   readonly waiter: QueuedWaiter;
   readonly next: bigint;
-  /** The queue as read; the caller removes `waiter` and writes it back once the hand-off commits. */
-  readonly queue: WaitQueue;
 }
 
 /** How long a free lease stays reserved for a queued waiter that is alive but does not come for
@@ -112,8 +127,9 @@ export class WaitLine {
    * for. `record` is what the refusal names as the holder (expired, released), as in any refusal.
    */
   claim(tx: TransitionContext, record: LeaseRecord | undefined): Refused | undefined {
-    const { queue } = this.#read(tx);
-    if (queue.waiters.length > 0) {
+    const read = this.#read(tx);
+    if (count(read) > 0) {
+      const queue = entries(read);
       const ahead = this.#waiterAhead(tx, queue);
       if (ahead !== undefined) {
         const refusal = (): LeaseHeldError =>
@@ -128,7 +144,7 @@ export class WaitLine {
       const mine = queue.waiters.findIndex((w) => w.ticket === tx.place?.ticket);
       if (mine >= 0) queue.waiters.splice(mine, 1);
       queue.freeSince = 0;
-      this.#write(tx, formatQueue(queue));
+      this.#flush(tx, read);
     }
     return undefined;
   }
@@ -139,7 +155,7 @@ export class WaitLine {
    * holder's death wakes), so it need not ask the kernel: see Lease's state rule.
    */
   othersInLine(tx: TransitionContext): boolean {
-    return tx.place !== undefined && tx.place.ticket === undefined && this.#read(tx).queue.waiters.length > 0;
+    return tx.place !== undefined && tx.place.ticket === undefined && count(this.#read(tx)) > 0;
   }
 
   /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. */
@@ -153,37 +169,63 @@ export class WaitLine {
     const { place, safe } = tx;
     // A waiting acquire reads the queue; any other refusal writes back what this transition changed.
     const read = place !== undefined ? this.#read(tx) : tx.queue;
-    const queue = read?.queue;
-    let text: string | undefined; // the queue's text as it is to be written, once made
-    if (place !== undefined && queue !== undefined) {
-      if (place.ticket === undefined || !queue.waiters.some((w) => w.ticket === place.ticket)) {
+    let ahead: number | undefined; // the ticket of the waiter just ahead of this one in the line
+    if (place !== undefined && read !== undefined) {
+      if (place.ticket === undefined || !entries(read).waiters.some((w) => w.ticket === place.ticket)) {
         // First refusal, or skipped while away: (re)join at the back.
         this.leave(safe, place);
-        if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(safe, queue);
-        const waiter = { ticket: nextTicket(queue, tx.now), owner: place.owner, ttlMs: this.#ttlMs };
-        queue.waiters.push(waiter);
-        text = formatQueue(queue);
-        const fd = text.length <= MAX_QUEUE_TEXT ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
-        if (fd === undefined) {
-          queue.waiters.pop(); // queue full: wait unqueued, like a non-waiting acquire that retries
-          text = undefined;
-        } else Object.assign(place, { ticket: waiter.ticket, fd });
+        ahead = this.#join(tx, read, place);
+      } else {
+        const { waiters } = entries(read);
+        const at = waiters.findIndex((w) => w.ticket === place.ticket);
+        ahead = at > 0 ? waiters[at - 1]!.ticket : undefined;
       }
     }
-    if (read !== undefined) {
-      text ??= formatQueue(read.queue);
-      if (text !== read.original) this.#write(tx, text);
-    }
-    const at = place?.ticket === undefined ? -1 : queue!.waiters.findIndex((w) => w.ticket === place.ticket);
-    if (at > 0) {
+    if (read !== undefined) this.#flush(tx, read);
+    if (ahead !== undefined) {
       // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
       // leaves the line (gave up, or died) — or, once it was handed the lease and its .wait file
       // became the .live, when it releases: exactly when our turn comes. So a release wakes one
       // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
-      const ahead = this.waitPath(safe, queue!.waiters[at - 1]!.ticket);
-      return { refusal, watch: ahead, watchMode: 'writers', until: tx.now + this.#graceMs };
+      return { refusal, watch: this.waitPath(safe, ahead), watchMode: 'writers', until: tx.now + this.#graceMs };
     }
     return { refusal, watch, watchMode, until };
+  }
+
+  /**
+   * Joins `place` at the back of the line: the ticket of the waiter now just ahead of it, if any.
+   * Its flocked `.wait` file comes first, then the entry (written by the caller). A full queue, or a
+   * ticket's `.wait` file somebody holds, leaves it unqueued (it waits as a non-waiting acquire
+   * retries).
+   */
+  #join(tx: TransitionContext, read: QueueRead, place: Place): number | undefined {
+    const shape = shapeOf(read);
+    if (shape !== undefined && shape.count <= QUEUE_PRUNE_AT) {
+      // The usual case, as text: the entry goes before the tail.
+      const waiter = { ticket: nextTicket(shape.maxTicket, tx.now), owner: place.owner, ttlMs: this.#ttlMs };
+      const text = withWaiter(read.text, shape, waiter);
+      if (!this.#takePlace(tx.safe, place, waiter, text)) return undefined;
+      changeText(read, text);
+      return shape.count > 0 ? shape.lastTicket : undefined;
+    }
+    const queue = entries(read);
+    if (queue.waiters.length > QUEUE_PRUNE_AT) this.#pruneDeadWaiters(tx.safe, queue);
+    const waiter = { ticket: nextTicket(maxTicket(queue), tx.now), owner: place.owner, ttlMs: this.#ttlMs };
+    queue.waiters.push(waiter);
+    if (!this.#takePlace(tx.safe, place, waiter, formatQueue(queue))) {
+      queue.waiters.pop();
+      return undefined;
+    }
+    return queue.waiters.length > 1 ? queue.waiters[queue.waiters.length - 2]!.ticket : undefined;
+  }
+
+  /** Flocks `waiter`'s `.wait` file for `place`, unless the queue's `text` with it is too long. */
+  #takePlace(safe: string, place: Place, waiter: QueuedWaiter, text: string): boolean {
+    const fd = text.length <= MAX_QUEUE_TEXT ? this.#io.lockFile(this.waitPath(safe, waiter.ticket)) : undefined;
+    if (fd === undefined) return false;
+    place.ticket = waiter.ticket;
+    place.fd = fd;
+    return true;
   }
 
   /**
@@ -192,31 +234,30 @@ export class WaitLine {
    */
   nextInLine(tx: TransitionContext, token: bigint): HandOff | undefined {
     const read = this.#read(tx);
-    const { queue } = read;
-    if (queue.waiters.length === 0) return undefined;
     let found: QueuedWaiter | undefined;
-    while (queue.waiters.length > 0) {
-      const front = queue.waiters[0]!;
+    for (let front = frontOf(read); front !== undefined; front = frontOf(read)) {
       const path = this.waitPath(tx.safe, front.ticket);
       if (this.#io.probeLive(path) && tx.now + front.ttlMs <= MAX_EXPIRY_MS) {
         found = front;
         break;
       }
-      queue.waiters.shift(); // its process is gone
+      dropFront(read); // its process is gone
       this.#removeQuietly(path);
     }
     const next = nextToken(token, tx.now);
     if (found === undefined || next === undefined) {
-      const text = formatQueue(queue);
-      if (text !== read.original) this.#write(tx, text);
+      this.#flush(tx, read);
       return undefined;
     }
-    return { waiter: found, next, queue };
+    return { waiter: found, next };
   }
 
-  /** Writes the queue back after a hand-off took (or skipped) its front waiter. */
-  handedOff(tx: TransitionContext, queue: WaitQueue): void {
-    this.#write(tx, formatQueue(queue));
+  /** After a hand-off took the front waiter nextInLine named (or found it gone): it leaves the
+   * line, the lease is no longer reserved, and the queue is written back. */
+  handedOff(tx: TransitionContext): void {
+    const read = this.#read(tx);
+    dropFront(read, 0);
+    this.#flush(tx, read);
   }
 
   /** Gives up a place in the queue: the entry goes stale and is pruned by whoever meets it. */
@@ -256,13 +297,16 @@ export class WaitLine {
   /** The queue under the transition lock: read at the transition's first need of it. */
   #read(tx: TransitionContext): QueueRead {
     if (tx.queue !== undefined) return tx.queue;
-    const original = queueText(this.#io.readLockData(tx.lockFd));
-    return (tx.queue = { queue: parseQueue(original), original });
+    const text = queueText(this.#io.readLockData(tx.lockFd));
+    return (tx.queue = { written: text, text, shape: undefined, entries: undefined });
   }
 
-  #write(tx: TransitionContext, text: string): void {
+  /** Writes the queue if this transition changed it. */
+  #flush(tx: TransitionContext, read: QueueRead): void {
+    const text = read.entries === undefined ? read.text : formatQueue(read.entries);
+    if (text === read.written) return;
     this.#io.writeLockData(tx.lockFd, text);
-    if (tx.queue !== undefined) tx.queue.original = text;
+    read.written = text;
   }
 
   #pruneDeadWaiters(safe: string, queue: WaitQueue): void {
@@ -282,4 +326,43 @@ export class WaitLine {
       // A leftover .wait file of a dead waiter is harmless (nobody holds it); prune takes it later.
     }
   }
+}
+
+/** The text's shape while the queue is still text in formatQueue's own layout; else `undefined`
+ * (and the queue is built into entries). */
+function shapeOf(read: QueueRead): QueueShape | undefined {
+  if (read.entries !== undefined) return undefined;
+  read.shape ??= scanOwnQueue(read.text);
+  if (read.shape === undefined) read.entries = parseQueue(read.text); // the general reader's
+  return read.shape;
+}
+
+/** The queue's entries, built once (see QueueRead). */
+function entries(read: QueueRead): WaitQueue {
+  return (read.entries ??= parseQueue(read.text));
+}
+
+function count(read: QueueRead): number {
+  return shapeOf(read)?.count ?? read.entries!.waiters.length;
+}
+
+function frontOf(read: QueueRead): QueuedWaiter | undefined {
+  const shape = shapeOf(read);
+  if (shape === undefined) return read.entries!.waiters[0];
+  return shape.count > 0 ? frontWaiter(read.text) : undefined;
+}
+
+/** The queue without its front waiter; with `freeSince` if given (as it was, if not). */
+function dropFront(read: QueueRead, freeSince?: number): void {
+  const shape = shapeOf(read);
+  if (shape === undefined) {
+    const queue = read.entries!;
+    queue.waiters.shift();
+    if (freeSince !== undefined) queue.freeSince = freeSince;
+  } else if (shape.count > 0) changeText(read, withoutFront(read.text, shape, freeSince ?? shape.freeSince));
+}
+
+function changeText(read: QueueRead, text: string): void {
+  read.text = text;
+  read.shape = undefined;
 }
