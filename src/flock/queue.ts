@@ -83,7 +83,7 @@ const TAIL = '],"freeSince":';
  */
 export interface QueueShape {
   readonly count: number;
-  /** Where the first entry ends (past its closing brace); HEAD.length when there is none. */
+  /** Where the first entry ends (just past its closing brace), when there is one. */
   readonly frontEnd: number;
   /** Where the entries end: the index of the `],"freeSince":` tail. */
   readonly tailAt: number;
