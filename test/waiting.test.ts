@@ -301,7 +301,9 @@ describe('waiting acquire', () => {
           };
           const before = new Set(waitFiles(dir));
           const lease = new Lease(dir, { [kIO]: io } as object);
-          waiting.push(lease.acquire('s1', owner, { waitMs: 20_000, signal: controller.signal }).catch((e) => e));
+          waiting.push(
+            lease.acquire('s1', owner, { waitMs: 20_000, signal: controller.signal }).catch((e: unknown) => e),
+          );
           await until(() => watched.length === 1, `${owner} to wait`);
           expect([owner, watched]).toEqual([owner, [front]]);
           const own = waitFiles(dir).filter((name) => !before.has(name));
