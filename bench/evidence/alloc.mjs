@@ -9,10 +9,10 @@
 // cycle are. Imports the built package (dist/).
 //
 //   node bench/evidence/alloc.mjs [dir=/dev/shm] [seconds=3] [processes=8] [warm-up s=10] [sites=25]
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { nodeJson } from '../lib/child.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const [base = '/dev/shm', seconds = '3', processes = '8', warmup = '10', siteCount = '25'] = process.argv.slice(2);
@@ -36,21 +36,12 @@ const sampler = `data:text/javascript,${encodeURIComponent(`
 `)}`;
 
 /** Runs one contending process with the sampler: its cycles in the window and its profile. */
-function contender(args, out) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', sampler, ...args], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, FLOCKLEASE_ALLOC_OUT: out },
-    });
-    let text = '';
-    child.stdout.on('data', (chunk) => (text += chunk));
-    child.on('exit', (code) => {
-      if (code !== 0) return reject(new Error(`a contender exited ${code}`));
-      const profile = JSON.parse(readFileSync(out, 'utf8'));
-      if (profile.head === undefined) return reject(new Error(`sampling failed: ${JSON.stringify(profile)}`));
-      resolve({ cycles: JSON.parse(text).cycles, profile });
-    });
-  });
+async function contender(args, out) {
+  const env = { ...process.env, FLOCKLEASE_ALLOC_OUT: out };
+  const { cycles } = await nodeJson(['--import', sampler, ...args], { env });
+  const profile = JSON.parse(readFileSync(out, 'utf8'));
+  if (profile.head === undefined) throw new Error(`sampling failed: ${JSON.stringify(profile)}`);
+  return { cycles, profile };
 }
 
 /** Bytes per allocation site (function, file:line) summed over a profile's tree. */

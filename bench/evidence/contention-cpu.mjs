@@ -11,11 +11,11 @@
 //
 // Each process runs few cycles a second here, so V8 keeps optimizing functions for many seconds
 // (TurboFan was ~20 % of all CPU samples 3.5 s in): a long warm-up (20) measures warm processes.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { rotate } from '../figures/latency.mjs';
+import { runNode } from '../lib/child.mjs';
 import { mainThreadCpu } from '../lib/thread-cpu.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -44,18 +44,7 @@ if (role === 'lease') {
   main = mainThreadCpu() - main;
   process.stdout.write(`${JSON.stringify({ cycles, user: used.user, system: used.system, main })}\n`);
 } else {
-  /** Runs a Node script to its end: its stdout and stderr. */
-  const run = (args) =>
-    new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      child.stdout.on('data', (chunk) => (out += chunk));
-      child.stderr.on('data', (chunk) => (err += chunk));
-      child.on('exit', (code) =>
-        code === 0 ? resolve({ out, err }) : reject(new Error(`${args.at(-1)} exited ${code}: ${err}`)),
-      );
-    });
+  const run = (args) => runNode(args, { pipeStderr: true });
   // The floors print their cycles, not their CPU: a preload reports the CPU of the same window.
   const preload = `data:text/javascript,${encodeURIComponent(
     `import { mainThreadCpu } from ${JSON.stringify(new URL('../lib/thread-cpu.mjs', import.meta.url).href)};` +

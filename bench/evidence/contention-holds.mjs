@@ -10,10 +10,10 @@
 // comparisons. Imports the built package (dist/).
 //
 //   node bench/evidence/contention-holds.mjs [dir=/dev/shm] [rounds=4] [seconds=3] [processes=8] [warm-up s=3] [other]
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { nodeJson } from '../lib/child.mjs';
 import { quantile } from '../lib/stats.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -95,17 +95,7 @@ if (args[0] === '--child') {
   const { user, system } = process.cpuUsage(used);
   process.stdout.write(`${JSON.stringify({ cycles, user, system, holds, cpu, inCalls, busy, watches })}\n`);
 } else {
-  const run = (root, dir) =>
-    new Promise((done, fail) => {
-      const child = spawn(
-        process.execPath,
-        [fileURLToPath(import.meta.url), '--child', root, dir, warmupArg, secondsArg],
-        { stdio: ['ignore', 'pipe', 'inherit'] },
-      );
-      let out = '';
-      child.stdout.on('data', (chunk) => (out += chunk));
-      child.on('exit', (code) => (code === 0 ? done(JSON.parse(out)) : fail(new Error(`a contender exited ${code}`))));
-    });
+  const run = (root, dir) => nodeJson([fileURLToPath(import.meta.url), '--child', root, dir, warmupArg, secondsArg]);
   const p = (xs, q) =>
     quantile(
       [...xs].sort((a, b) => a - b),

@@ -12,12 +12,11 @@
 // Imports the built package (dist/).
 //
 //   node bench/evidence/critical-path.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [warm-up s=10] [processes=8] [spin µs=50]
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { rotate } from '../figures/latency.mjs';
+import { nodeJson } from '../lib/child.mjs';
 import { median } from '../lib/stats.mjs';
 
 const now = () => Number(process.hrtime.bigint()) / 1000; // µs
@@ -74,15 +73,8 @@ if (args[0] === '--child') {
     args;
   const variants = ['plain', 'before close', 'after release'];
   const results = Object.fromEntries(variants.map((v) => [v, { throughput: [], phases: new Map() }]));
-  const child = (dir, variant) => {
-    const proc = spawn(
-      process.execPath,
-      [fileURLToPath(import.meta.url), '--child', dir, warmupArg, secondsArg, variant, spinArg],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
-    return lines.next().then(({ value }) => JSON.parse(value));
-  };
+  const child = (dir, variant) =>
+    nodeJson([fileURLToPath(import.meta.url), '--child', dir, warmupArg, secondsArg, variant, spinArg]);
   for (let r = 0; r < Number(roundsArg); r++) {
     const line = [];
     for (const variant of rotate(variants, r)) {

@@ -22,10 +22,8 @@
 //
 //   node bench/evidence/protocol-floor.mjs contention [dir=/dev/shm] [rounds=4] [seconds=4] [warm-up s=1] [processes=8]
 //   node bench/evidence/protocol-floor.mjs handoff [dir] [rounds=4]
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const args = process.argv.slice(2);
@@ -197,6 +195,7 @@ if (figure !== 'contention' && figure !== 'handoff') {
 }
 const { floorHandOffs, handOffsOf, buildFloor } = await import('../lib/floor.mjs');
 const { median } = await import('../lib/stats.mjs');
+const { nodeJson } = await import('../lib/child.mjs');
 const { wakeUp } = await import('../figures/takeover.mjs');
 const { nodeRound, floorRound } = await import('../figures/contention.mjs');
 const { rotate } = await import('../figures/latency.mjs');
@@ -207,16 +206,7 @@ const warmup = Number(warmupArg);
 const processes = Number(processesArg);
 
 /** A protocol floor process: its one line of JSON. */
-function protocolFloor(dir, ...rest) {
-  const proc = spawn(process.execPath, [fileURLToPath(import.meta.url), '--child', dir, ...rest.map(String)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
-  return lines.next().then(({ value, done }) => {
-    if (done) throw new Error(`protocol floor ${rest[0]} exited early`);
-    return JSON.parse(value);
-  });
-}
+const protocolFloor = (dir, ...rest) => nodeJson([fileURLToPath(import.meta.url), '--child', dir, ...rest.map(String)]);
 
 /** The contention figure's loop (bench/figures/contention.mjs): cycles/s of each side in a round. */
 const window = { processes, warmupMs: warmup * 1000, durationMs: seconds * 1000 };
