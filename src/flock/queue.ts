@@ -116,9 +116,9 @@ export function scanOwnQueue(text: string, into?: QueuedWaiter[]): QueueShape | 
       at = readEntry(text, at);
       if (at < 0) return undefined;
       if (into !== undefined) {
-        const owner = ownerOf(text);
-        if (owner === undefined) return undefined;
-        into.push({ ticket: entry.ticket, owner, ttlMs: entry.ttlMs });
+        const waiter = waiterOf(text);
+        if (waiter === undefined) return undefined;
+        into.push(waiter);
       }
       if (count++ === 0) frontEnd = at;
       lastTicket = entry.ticket;
@@ -169,15 +169,17 @@ function readEntry(text: string, at: number): number {
   return ttlEnd + 1;
 }
 
-/** The owner of the entry readEntry just read; `undefined` if JSON would not read its escapes. */
-function ownerOf(text: string): string | undefined {
-  const { ownerFrom, ownerEnd, escaped } = entry;
-  if (!escaped) return text.slice(ownerFrom + 1, ownerEnd);
+/** The waiter of the entry readEntry just read; `undefined` if JSON would not read its owner's
+ * escapes. */
+function waiterOf(text: string): QueuedWaiter | undefined {
+  const { ticket, ttlMs, ownerFrom, ownerEnd, escaped } = entry;
+  let owner: string;
   try {
-    return JSON.parse(text.slice(ownerFrom, ownerEnd + 1)) as string;
+    owner = escaped ? (JSON.parse(text.slice(ownerFrom, ownerEnd + 1)) as string) : text.slice(ownerFrom + 1, ownerEnd);
   } catch {
     return undefined;
   }
+  return { ticket, owner, ttlMs };
 }
 
 /** Past the JSON escape whose backslash is at `at`; -1 if it is not one. */
@@ -203,7 +205,7 @@ function parseOwnQueue(text: string): WaitQueue | undefined {
 /** The front waiter of a text whose shape has an entry. */
 export function frontWaiter(text: string): QueuedWaiter {
   readEntry(text, HEAD.length);
-  return { ticket: entry.ticket, owner: ownerOf(text)!, ttlMs: entry.ttlMs };
+  return waiterOf(text)!;
 }
 
 /** `text` (of `shape`, with an entry) without its front waiter, and with `freeSince`. */

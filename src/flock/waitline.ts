@@ -171,15 +171,13 @@ export class WaitLine {
     const read = place !== undefined ? this.#read(tx) : tx.queue;
     let ahead: number | undefined; // the ticket of the waiter just ahead of this one in the line
     if (place !== undefined && read !== undefined) {
-      if (place.ticket === undefined || !entries(read).waiters.some((w) => w.ticket === place.ticket)) {
+      const waiters = place.ticket === undefined ? undefined : entries(read).waiters;
+      const at = waiters?.findIndex((w) => w.ticket === place.ticket) ?? -1;
+      if (at < 0) {
         // First refusal, or skipped while away: (re)join at the back.
         this.leave(safe, place);
         ahead = this.#join(tx, read, place);
-      } else {
-        const { waiters } = entries(read);
-        const at = waiters.findIndex((w) => w.ticket === place.ticket);
-        ahead = at > 0 ? waiters[at - 1]!.ticket : undefined;
-      }
+      } else ahead = at > 0 ? waiters![at - 1]!.ticket : undefined;
     }
     if (read !== undefined) this.#flush(tx, read);
     if (ahead !== undefined) {
@@ -244,7 +242,7 @@ export class WaitLine {
       dropFront(read); // its process is gone
       this.#removeQuietly(path);
     }
-    const next = nextToken(token, tx.now);
+    const next = found === undefined ? undefined : nextToken(token, tx.now);
     if (found === undefined || next === undefined) {
       this.#flush(tx, read);
       return undefined;
