@@ -84,6 +84,21 @@ describe('record (golden vectors)', () => {
     expect(formatRecord(record)).toBe(ours.text);
   });
 
+  test('each record is written with its own owner and session, however the layouts were asked for before', () => {
+    // The layouts are kept per owner (record.ts): one owner with two sessions in turn, and more
+    // owners than are kept, must each still be written exactly as JSON.stringify would.
+    const expected = (owner: string, session: string | undefined): string =>
+      `{"owner":${JSON.stringify(owner)},"token":7,"expiry":"1970-01-01T00:00:00.000Z"` +
+      `${session === undefined ? '' : `,"session":${JSON.stringify(session)}`}}`;
+    for (const session of ['s1', 's2', undefined, 's1', 'q"uote']) {
+      expect(formatRecord({ owner: 'same', token: 7n, expiryMs: 0, session })).toBe(expected('same', session));
+    }
+    for (let i = 0; i < 600; i++) {
+      const owner = `owner-${i % 300}`;
+      expect(formatRecord({ owner, token: 7n, expiryMs: 0, session: `s${i}` })).toBe(expected(owner, `s${i}`));
+    }
+  });
+
   test('keeps uint64 tokens exact where JSON.parse would round them', () => {
     const text = '{"owner":"o","token":18446744073709551615,"expiry":"2026-01-01T00:00:00Z"}';
     expect(parseRecord(bytes(text)).token).toBe(MAX_TOKEN);

@@ -12,6 +12,10 @@ class Turn {
   #done: Promise<void> | undefined;
   #resolve: (() => void) | undefined;
 
+  get left(): boolean {
+    return this.#left;
+  }
+
   /** Resolves once this entrant has left. */
   get done(): Promise<void> {
     if (this.#left) return Promise.resolve();
@@ -24,9 +28,17 @@ class Turn {
   }
 }
 
+/** Keys kept after their last turn left, at most: V8 reallocates a Map's table each time it
+ * empties, which a gate emptied at the end of every operation showed in a contended cycle's
+ * allocation. */
+const LEFT_KEPT = 64;
+
 export class KeyedGate {
-  /** key → the last entrant's turn; entrants wait for the one before them, so in call order. */
+  /** key → the last entrant's turn; entrants wait for the one before them, so in call order. A key
+   * whose last turn has left stays until LEFT_KEPT of them are kept. */
   readonly #last = new Map<string, Turn>();
+  /** Keys whose last turn has not left. */
+  #busy = 0;
 
   /** `leave` at once when nobody is in or queued for `key`, else `undefined` (then `enter`). */
   tryEnter(key: string): (() => void) | undefined {
@@ -36,14 +48,14 @@ export class KeyedGate {
   /** Nobody is in or queued for `key`: enough for a section that never yields to the event loop,
    * which nobody can enter before it ends. */
   isFree(key: string): boolean {
-    return !this.#last.has(key);
+    return this.#last.get(key)?.left !== false;
   }
 
   /** Resolves to `leave` once every earlier entrant for `key` has left. */
   async enter(key: string, signal?: AbortSignal): Promise<() => void> {
     const previous = this.#last.get(key);
     const leave = this.#join(key);
-    if (previous !== undefined) {
+    if (previous !== undefined && !previous.left) {
       try {
         await abortable(previous.done, signal);
       } catch (error) {
@@ -57,16 +69,21 @@ export class KeyedGate {
 
   /** Ids with an operation running or queued. */
   get size(): number {
-    return this.#last.size;
+    return this.#busy;
   }
 
   /** Becomes the last entrant for `key`: its `leave`. */
   #join(key: string): () => void {
+    const previous = this.#last.get(key);
+    if (previous === undefined && this.#last.size - this.#busy >= LEFT_KEPT) {
+      for (const [kept, turn] of this.#last) if (turn.left) this.#last.delete(kept);
+    }
+    if (previous === undefined || previous.left) this.#busy++;
     const turn = new Turn();
     this.#last.set(key, turn);
     return () => {
       turn.leave();
-      if (this.#last.get(key) === turn) this.#last.delete(key);
+      if (this.#last.get(key) === turn) this.#busy--;
     };
   }
 }

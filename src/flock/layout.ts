@@ -33,15 +33,54 @@ export function safeID(id: string): string {
 
 /** `dir/name` for a resolved `dir` (absolute, normalized) and a bare file name: what path.join
  * returns, without its normalizing pass (a third of a µs, several times per operation). */
-export const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
+const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
 
 export const lockName = (safe: string): string => `${safe}.lock`;
 export const liveName = (safe: string, token: bigint): string => `${livePrefix(safe)}${token}${LIVE_SUFFIX}`;
 /** A `.live` name is this prefix, the generation's token in decimal, and LIVE_SUFFIX. */
-export const livePrefix = (safe: string): string => `${safe}.`;
+const livePrefix = (safe: string): string => `${safe}.`;
 export const LIVE_SUFFIX = '.live';
+const WAIT_SUFFIX = '.wait';
 export const recordName = (safe: string): string => `${safe}.lease.json`;
-export const waitName = (safe: string, ticket: number): string => `${safe}.${ticket}.wait`;
+export const waitName = (safe: string, ticket: number): string => `${safe}.${ticket}${WAIT_SUFFIX}`;
+
+/** The paths of one id's files in a lease directory. */
+export interface IdPaths {
+  readonly safe: string;
+  readonly lock: string;
+  readonly record: string;
+  /** A `.live` or `.wait` path is this, a number (token or ticket), then its suffix. */
+  readonly prefix: string;
+}
+
+/** A lease directory's paths, kept for the id asked for last: a process working one id asks for the
+ * same few at every step, and building them (and converting them for the addon) showed in a
+ * contended cycle's allocation. */
+export class DirPaths {
+  #last: IdPaths | undefined;
+
+  constructor(readonly dir: string) {}
+
+  of(safe: string): IdPaths {
+    const last = this.#last;
+    if (last?.safe === safe) return last;
+    const { dir } = this;
+    return (this.#last = {
+      safe,
+      lock: inDir(dir, lockName(safe)),
+      record: inDir(dir, recordName(safe)),
+      prefix: inDir(dir, livePrefix(safe)),
+    });
+  }
+
+  live(safe: string, token: bigint): string {
+    return `${this.of(safe).prefix}${token}${LIVE_SUFFIX}`;
+  }
+
+  wait(safe: string, ticket: number): string {
+    return `${this.of(safe).prefix}${ticket}${WAIT_SUFFIX}`;
+  }
+}
 
 /** What a directory entry is, for the operator tools; `undefined` for a name we never write. */
 export type LeaseFileName =

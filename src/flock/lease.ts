@@ -29,7 +29,7 @@ import {
 import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type HandOffProbe, type LeaseIO } from './io.js';
-import { inDir, LIVE_SUFFIX, liveName, livePrefix, lockName, recordName, safeID } from './layout.js';
+import { DirPaths, LIVE_SUFFIX, safeID } from './layout.js';
 import {
   expiresAtMs,
   formatRecord,
@@ -83,7 +83,7 @@ type TakeoverReason = Extract<LeaseState, 'free' | 'released' | 'expired' | 'cra
 /** A transition as the Lease runs it. `closeAfterUnlock`: a released generation's liveness lock,
  * closed once the transition lock is let go (see #transition). */
 interface LeaseTransition extends TransitionContext {
-  closeAfterUnlock?: number;
+  closeAfterUnlock: number | undefined;
 }
 
 /** The operations that run under the transition lock. */
@@ -112,6 +112,7 @@ export class Lease implements SessionLease {
   /** safeID → waiting acquires of this process, woken when this process changes that lease. */
   readonly #wakers = new Map<string, Set<() => void>>();
   readonly #line: WaitLine;
+  readonly #paths: DirPaths;
   #dirReady = false;
 
   constructor(dir: string, options: FileLeaseOptions = {}) {
@@ -123,9 +124,10 @@ export class Lease implements SessionLease {
     this.transitionTimeoutMs = options.transitionTimeoutMs ?? Math.min(this.ttlMs, 10_000);
     this.dir = resolve(dir);
     this.#io = (options as { [kIO]?: LeaseIO })[kIO] ?? fileIO;
+    this.#paths = new DirPaths(this.dir);
     this.#line = new WaitLine({
       io: this.#io,
-      dir: this.dir,
+      paths: this.#paths,
       ttlMs: this.ttlMs,
       closeOrDefer: (safe, fd) => this.#closeOrDefer(safe, fd),
     });
@@ -426,12 +428,16 @@ export class Lease implements SessionLease {
   ): HandOffWatch<LeaseGrant> | undefined {
     const { fd, owner } = place;
     if (fd === undefined) return undefined;
+    const paths = this.#paths.of(safe);
+    const { before, between, after } = recordLayout(owner, sessionId); // the hand-off record a release writes for us
     const probe: HandOffProbe = {
-      record: inDir(this.dir, recordName(safe)),
+      record: paths.record,
       fd,
-      livePrefix: inDir(this.dir, livePrefix(safe)),
+      livePrefix: paths.prefix,
       liveSuffix: LIVE_SUFFIX,
-      ...recordLayout(owner, sessionId), // the hand-off record a release writes for us
+      before,
+      between,
+      after,
     };
     return {
       probe,
@@ -505,7 +511,7 @@ export class Lease implements SessionLease {
     const safe = safeID(sessionId);
     const leave = this.#gate.tryEnter(safe) ?? (await this.#gate.enter(safe, signal));
     try {
-      const path = inDir(this.dir, lockName(safe));
+      const path = this.#paths.of(safe).lock;
       // Free in the common case: take it without the waiting machinery.
       const first = this.#tryLockTransition(path);
       const lockFd =
@@ -523,7 +529,16 @@ export class Lease implements SessionLease {
       let tx: LeaseTransition | undefined;
       try {
         this.#retryPending(safe, request.operation === 'acquire');
-        tx = { sessionId, safe, now: readClock(this.#clock), lockFd, place: request.place };
+        // Every field from the start: one shape, and no property store added when the body sets one.
+        tx = {
+          sessionId,
+          safe,
+          now: readClock(this.#clock),
+          lockFd,
+          place: request.place,
+          queue: undefined,
+          closeAfterUnlock: undefined,
+        };
         return await body(tx);
       } finally {
         try {
@@ -634,11 +649,11 @@ export class Lease implements SessionLease {
   }
 
   #readRecord(safe: string): LeaseRecord | undefined {
-    return readRecordAt(this.#io, inDir(this.dir, recordName(safe)));
+    return readRecordAt(this.#io, this.#paths.of(safe).record);
   }
 
   #livePath(safe: string, token: bigint): string {
-    return inDir(this.dir, liveName(safe, token));
+    return this.#paths.live(safe, token);
   }
 
   /** Writes the record (and whatever else the plan says) as one step; defers failed removals.
@@ -654,7 +669,7 @@ export class Lease implements SessionLease {
     // Named fields, not `{ ...plan, record, data }`: V8 builds a spread followed by more fields on
     // a slow path, measured at ~2 µs here, twice a cycle.
     const result = await this.#io.commit(this.dir, {
-      record: inDir(this.dir, recordName(safe)),
+      record: this.#paths.of(safe).record,
       data: formatRecord(record),
       live: plan?.live,
       adoptFrom: plan?.adoptFrom,

@@ -129,9 +129,23 @@ export interface RecordLayout {
   readonly after: string;
 }
 
+/** Layouts by owner, each for the session it was made for: a process writes and waits for the few
+ * owners of the ids it works on, again and again (a release writes its waiter's). Bounded. */
+const layouts = new Map<string, { readonly session: string | undefined; readonly layout: RecordLayout }>();
+const LAYOUTS_KEPT = 256;
+
 export function recordLayout(owner: string, session: string | undefined): RecordLayout {
+  const known = layouts.get(owner);
+  if (known !== undefined && known.session === session) return known.layout;
   const sessionField = session === undefined ? '' : `,"session":${JSON.stringify(session)}`;
-  return { before: `{"owner":${JSON.stringify(owner)},"token":`, between: ',"expiry":"', after: `"${sessionField}}` };
+  const layout = {
+    before: `{"owner":${JSON.stringify(owner)},"token":`,
+    between: ',"expiry":"',
+    after: `"${sessionField}}`,
+  };
+  if (layouts.size >= LAYOUTS_KEPT) layouts.clear();
+  layouts.set(owner, { session, layout });
+  return layout;
 }
 
 export function formatRecord(record: LeaseRecord): string {

@@ -7,7 +7,7 @@ import { LeaseHeldError } from '../port/errors.js';
 import { nextToken } from '../kernel/token.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
 import type { LeaseIO, WatchMode } from './io.js';
-import { inDir, waitName } from './layout.js';
+import type { DirPaths } from './layout.js';
 import { holderOf, type LeaseRecord } from './record.js';
 import {
   formatQueue,
@@ -93,7 +93,8 @@ const QUEUE_PRUNE_AT = 16;
 
 export interface WaitLineOptions {
   readonly io: LeaseIO;
-  readonly dir: string;
+  /** The lease directory's paths. */
+  readonly paths: DirPaths;
   /** The lease length a queued waiter asks for. */
   readonly ttlMs: number;
   /** Closes a left place's `.wait` fd, or keeps it to retry (the Lease's pending cleanup). */
@@ -102,14 +103,14 @@ export interface WaitLineOptions {
 
 export class WaitLine {
   readonly #io: LeaseIO;
-  readonly #dir: string;
+  readonly #paths: DirPaths;
   readonly #ttlMs: number;
   readonly #graceMs: number;
   readonly #closeOrDefer: (safe: string, fd: number) => void;
 
   constructor(options: WaitLineOptions) {
     this.#io = options.io;
-    this.#dir = options.dir;
+    this.#paths = options.paths;
     this.#ttlMs = options.ttlMs;
     this.#graceMs = Math.min(options.ttlMs, WAITER_GRACE_MAX_MS);
     this.#closeOrDefer = options.closeOrDefer;
@@ -117,7 +118,7 @@ export class WaitLine {
 
   /** The `.wait` file of a ticket. */
   waitPath(safe: string, ticket: number): string {
-    return inDir(this.#dir, waitName(safe, ticket));
+    return this.#paths.wait(safe, ticket);
   }
 
   /**

@@ -3,7 +3,7 @@
  * `.lock` file however many waiters want it (a watch cannot be cancelled and ends when that lock
  * ends, so sharing bounds them). Past MAX_WATCHES watched files, waiters poll instead.
  */
-import { timerDelay } from '../kernel/timers.js';
+import { clearAlarm, setAlarm } from './alarm.js';
 import type { HandOffProbe, LeaseIO, UnlockReport, WatchMode } from './io.js';
 
 const MAX_WATCHES = 64;
@@ -35,14 +35,14 @@ export const NO_HAND_OFF: unique symbol = Symbol('flocklease.noHandOff');
 /**
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
- * reason). One plain timer per wait. Resolves with what `handOff.take` returned when the watch
+ * reason). One alarm per wait (see alarm.ts). Resolves with what `handOff.take` returned when the watch
  * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `mode`: see
  * WatchMode (for 'cue', the caller's `ms` is its next look).
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
  * runs, cold, and every promise hop and teardown step on the way to its grant showed (see
  * docs/bench.md, "The seventh round" to "The tenth round"). The watch's report settles the wait
- * directly, and what only tidies up (the timer, the abort listener, the shared watch's entry) runs
+ * directly, and what only tidies up (the alarm, the abort listener, the shared watch's entry) runs
  * after the woken code: on setImmediate, or after a report's microtasks (the watch's drain).
  */
 export function waitForUnlock<T = never>(
@@ -58,7 +58,7 @@ export function waitForUnlock<T = never>(
   return new Promise<T | typeof NO_HAND_OFF | undefined>((resolve, reject) => {
     const round: WaitRound = { over: false };
     const tidy = (): void => {
-      clearTimeout(timer);
+      clearAlarm(alarm);
       signal?.removeEventListener('abort', settle);
       if (path !== undefined) watches.get(path)?.delete(reported);
     };
@@ -86,7 +86,7 @@ export function waitForUnlock<T = never>(
       resolve(undefined);
       return;
     }
-    const timer = setTimeout(settle, timerDelay(ms));
+    const alarm = setAlarm(ms, settle);
     signal?.addEventListener('abort', settle, { once: true });
     wakers?.add(settle);
   });
@@ -122,7 +122,7 @@ export function whenUnlocked(
     void pollUnlocked(io, path, round).then(() => unlocked()?.());
     return true;
   }
-  const waiting = new Set([unlocked]);
+  const waiting = new Set<Unlocked>().add(unlocked); // not from an array: no array and no iterator per watch
   const report: UnlockReport = (_errno, reportedToken, expiry) => {
     watches.delete(path);
     const token = probe === undefined ? undefined : (reportedToken ?? null);
