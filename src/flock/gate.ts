@@ -42,7 +42,8 @@ export class KeyedGate {
 
   /** `leave` at once when nobody is in or queued for `key`, else `undefined` (then `enter`). */
   tryEnter(key: string): (() => void) | undefined {
-    return this.isFree(key) ? this.#join(key) : undefined;
+    const previous = this.#last.get(key);
+    return previous?.left === false ? undefined : this.#join(key, previous);
   }
 
   /** Nobody is in or queued for `key`: enough for a section that never yields to the event loop,
@@ -54,7 +55,7 @@ export class KeyedGate {
   /** Resolves to `leave` once every earlier entrant for `key` has left. */
   async enter(key: string, signal?: AbortSignal): Promise<() => void> {
     const previous = this.#last.get(key);
-    const leave = this.#join(key);
+    const leave = this.#join(key, previous);
     if (previous !== undefined && !previous.left) {
       try {
         await abortable(previous.done, signal);
@@ -72,9 +73,8 @@ export class KeyedGate {
     return this.#busy;
   }
 
-  /** Becomes the last entrant for `key`: its `leave`. */
-  #join(key: string): () => void {
-    const previous = this.#last.get(key);
+  /** Becomes the last entrant for `key`, after `previous` (the key's last turn until now): its `leave`. */
+  #join(key: string, previous: Turn | undefined): () => void {
     if (previous === undefined && this.#last.size - this.#busy >= LEFT_KEPT) {
       for (const [kept, turn] of this.#last) if (turn.left) this.#last.delete(kept);
     }

@@ -35,8 +35,8 @@ export const NO_HAND_OFF: unique symbol = Symbol('flocklease.noHandOff');
 /**
  * Waits until nobody holds `path` exclusively (no path: that part never comes), `ms` pass, a
  * function in `wakers` is called (it removes itself), or `signal` aborts (which rejects with its
- * reason). One alarm per wait (see alarm.ts). Resolves with what `handOff.take` returned when the watch
- * found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `mode`: see
+ * reason). One alarm per wait (see alarm.ts). Resolves with what `handOff.take` returned when the
+ * watch found a hand-off, NO_HAND_OFF when its probe found none, else `undefined`. `mode`: see
  * WatchMode (for 'cue', the caller's `ms` is its next look).
  *
  * Not an async function over Promise.race: on a hand-off this is the first thing the woken waiter
