@@ -2,8 +2,9 @@
 // releases after 30 ms idle while a waiter process is asleep in its waiting acquire. Every
 // LeaseIO call of the release is timed (the Lease built with an instrumented copy of fileIO through
 // the internal kIO hook; the waking close also with the process's CPU time during it), and so are
-// the waiter's watch report (whose probe checks the hand-off: see HandOffProbe) and its acquire
-// resolving; a record read after the report, the fallback, is counted. Times are
+// the waiter's watch report (whose probe checks the hand-off: see HandOffProbe), split into the
+// report's own run (the hand-off taken) and what follows it until the waiter's code runs, and its
+// acquire resolving; a record read after the report, the fallback, is counted. Times are
 // CLOCK_MONOTONIC (process.hrtime), shared by both processes; medians over the samples, µs. Imports
 // the built package (dist/).
 //
@@ -49,7 +50,12 @@ if (role === 'waiter') {
     watchUnlock: (path, report, probe, mode) =>
       fileIO.watchUnlock(
         path,
-        (errno, token, expiry) => ((marks.reported ??= now()), report(errno, token, expiry)),
+        (errno, token, expiry) => {
+          marks.reported ??= now();
+          const after = report(errno, token, expiry); // the hand-off taken and the acquire resolved in it
+          marks.returned ??= now();
+          return after;
+        },
         probe,
         mode,
       ),
@@ -86,7 +92,7 @@ if (role === 'waiter') {
       await lease.release(grant);
       trace.steps.push(['release resolved', now()]);
       trace.on = false;
-      const { reported, read, resolved } = await next();
+      const { reported, returned, read, resolved } = await next();
       const steps = trace.steps;
       for (let j = 1; j < steps.length; j++)
         add(`A: ${steps[j - 1][0]} → ${steps[j][0]}`, steps[j][1] - steps[j - 1][1]);
@@ -94,6 +100,8 @@ if (role === 'waiter') {
       add("A: closeFile, the process's CPU time (process.cpuUsage)", trace.closeCpu);
       add('B: A closes its .live → B watch reported', reported - closed);
       add('B: watch reported → B acquire resolved', resolved - reported);
+      add('B:   of which in the report (the hand-off taken, the acquire resolved)', returned - reported);
+      add("B:   of which after the report, to the caller's code", resolved - returned);
       if (read !== undefined) fallbacks++;
       add('A closes its .live → B acquire resolved (T8)', resolved - closed);
       add('A release resolved → B acquire resolved', resolved - steps.at(-1)[1]);
