@@ -36,13 +36,15 @@ export function safeID(id: string): string {
 const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
 
 export const lockName = (safe: string): string => `${safe}.lock`;
-export const liveName = (safe: string, token: bigint): string => `${livePrefix(safe)}${token}${LIVE_SUFFIX}`;
-/** A `.live` name is this prefix, the generation's token in decimal, and LIVE_SUFFIX. */
-const livePrefix = (safe: string): string => `${safe}.`;
+export const recordName = (safe: string): string => `${safe}.lease.json`;
 export const LIVE_SUFFIX = '.live';
 const WAIT_SUFFIX = '.wait';
-export const recordName = (safe: string): string => `${safe}.lease.json`;
-export const waitName = (safe: string, ticket: number): string => `${safe}.${ticket}${WAIT_SUFFIX}`;
+/** A `.live` or `.wait` name is the id's prefix, a number in decimal (the generation's token, the
+ * waiter's ticket), and the suffix; `prefix` may have the directory in front. */
+const numberedPrefix = (safe: string): string => `${safe}.`;
+const numbered = (prefix: string, n: bigint | number, suffix: string): string => `${prefix}${n}${suffix}`;
+export const liveName = (safe: string, token: bigint): string => numbered(numberedPrefix(safe), token, LIVE_SUFFIX);
+export const waitName = (safe: string, ticket: number): string => numbered(numberedPrefix(safe), ticket, WAIT_SUFFIX);
 
 /** The paths of one id's files in a lease directory. */
 export interface IdPaths {
@@ -69,16 +71,16 @@ export class DirPaths {
       safe,
       lock: inDir(dir, lockName(safe)),
       record: inDir(dir, recordName(safe)),
-      prefix: inDir(dir, livePrefix(safe)),
+      prefix: inDir(dir, numberedPrefix(safe)),
     });
   }
 
   live(safe: string, token: bigint): string {
-    return `${this.of(safe).prefix}${token}${LIVE_SUFFIX}`;
+    return numbered(this.of(safe).prefix, token, LIVE_SUFFIX);
   }
 
   wait(safe: string, ticket: number): string {
-    return `${this.of(safe).prefix}${ticket}${WAIT_SUFFIX}`;
+    return numbered(this.of(safe).prefix, ticket, WAIT_SUFFIX);
   }
 }
 
