@@ -5,7 +5,8 @@
 // the tries of that lock that found it busy and the watches started. Printed per round: cycles/s,
 // CPU per cycle (user, sys), busy tries and watches per cycle, and per operation the holds per
 // cycle, their p50 / p90, the p50 of the time spent in LeaseIO calls within a hold, and their sum
-// per cycle. A second build (`other`: a directory holding dist/ and native/, e.g. a `git worktree`
+// per cycle; then the share of its takes that found the lock busy first, and the wait from that
+// first busy try to the take (p50 / p90, and per cycle). A second build (`other`: a directory holding dist/ and native/, e.g. a `git worktree`
 // of an earlier commit after `npm ci`) alternates with this one, round by round, for before/after
 // comparisons. Imports the built package (dist/).
 //
@@ -32,6 +33,8 @@ if (args[0] === '--child') {
   const holds = { acquire: [], release: [] };
   const cpu = { acquire: [], release: [] };
   const inCalls = { acquire: [], release: [] };
+  const waits = { acquire: [], release: [] }; // µs from a take's first busy try to the take
+  let busySince = 0;
   let busy = 0;
   let watches = 0;
   let callTime = 0; // ms in LeaseIO calls since the hold began
@@ -54,9 +57,13 @@ if (args[0] === '--child') {
     ...timed,
     tryLockTransition(path) {
       const fd = timed.tryLockTransition(path);
-      if (measuring && typeof fd !== 'number') busy++;
-      if (typeof fd === 'number') {
+      if (typeof fd !== 'number') {
+        if (measuring) busy++;
+        if (busySince === 0) busySince = performance.now();
+      } else {
         takenAt = performance.now();
+        if (measuring && busySince !== 0) waits[operation].push((takenAt - busySince) * 1000);
+        busySince = 0;
         cpuAt = process.cpuUsage();
         callTime = 0;
       }
@@ -93,7 +100,7 @@ if (args[0] === '--child') {
     if (measuring) cycles++;
   }
   const { user, system } = process.cpuUsage(used);
-  process.stdout.write(`${JSON.stringify({ cycles, user, system, holds, cpu, inCalls, busy, watches })}\n`);
+  process.stdout.write(`${JSON.stringify({ cycles, user, system, holds, cpu, inCalls, waits, busy, watches })}\n`);
 } else {
   const run = (root, dir) => nodeJson([fileURLToPath(import.meta.url), '--child', root, dir, warmupArg, secondsArg]);
   const p = (xs, q) =>
@@ -122,8 +129,11 @@ if (args[0] === '--child') {
           const cpu = results.flatMap((x) => x.cpu[operation]);
           const inCalls = results.flatMap((x) => x.inCalls[operation]);
           const sum = holds.reduce((a, b) => a + b, 0) / cycles;
+          const waits = results.flatMap((x) => x.waits[operation]);
+          const waited = waits.reduce((a, b) => a + b, 0) / cycles;
           line.push(
             `  ${operation}: ${(holds.length / cycles).toFixed(2)} holds per cycle, p50 ${p(holds, 0.5)} / p90 ${p(holds, 0.9)} µs (CPU p50 ${p(cpu, 0.5)}; in LeaseIO calls p50 ${p(inCalls, 0.5)}), ${sum.toFixed(0)} µs per cycle`,
+            `    found it busy in ${((100 * waits.length) / Math.max(1, holds.length)).toFixed(0)} % of its takes, waited p50 ${waits.length === 0 ? '-' : p(waits, 0.5)} / p90 ${waits.length === 0 ? '-' : p(waits, 0.9)} µs, ${waited.toFixed(1)} µs per cycle`,
           );
         }
         console.log(line.join('\n'));
