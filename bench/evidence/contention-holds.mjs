@@ -6,9 +6,9 @@
 // CPU per cycle (user, sys), busy tries and watches per cycle, and per operation the holds per
 // cycle, their p50 / p90, the p50 of the time spent in LeaseIO calls within a hold, and their sum
 // per cycle; then the share of its takes that found the lock busy first, and the wait from that
-// first busy try to the take (p50 / p90, and per cycle). A second build (`other`: a directory holding dist/ and native/, e.g. a `git worktree`
-// of an earlier commit after `npm ci`) alternates with this one, round by round, for before/after
-// comparisons. Imports the built package (dist/).
+// first busy try to the take (p50 / p90, and per cycle). A second build (`other`: a directory
+// holding dist/ and native/, e.g. a `git worktree` of an earlier commit after `npm ci`) alternates
+// with this one, round by round, for before/after comparisons. Imports the built package (dist/).
 //
 //   node bench/evidence/contention-holds.mjs [dir=/dev/shm] [rounds=4] [seconds=3] [processes=8] [warm-up s=3] [other]
 import { mkdtempSync, rmSync } from 'node:fs';
