@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <node_api.h>
 #include <pthread.h>
 #include <sched.h>
@@ -965,6 +966,379 @@ static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// ---------------------------------------------------------------------------------------------
+// A release's hand-off as one step: the common case of a contended release, for a directory whose
+// commits run inline (tmpfs). Its rules are the Lease's (src/flock/lease.ts, release and #handOff;
+// src/flock/waitline.ts, nextInLine and handedOff); this only does them without returning to
+// JavaScript in between, where a contending process's cold code cost most of a release
+// (docs/bench.md, "The twenty-third round"). Anything but the common case is left to JavaScript
+// before anything changes. Every system call is at the fault point of the call it stands for.
+
+// The queue's own layout (src/flock/queue.ts, formatQueue).
+#define QUEUE_HEAD "{\"waiters\":["
+#define QUEUE_TICKET "{\"t\":"
+#define QUEUE_OWNER ",\"o\":"
+#define QUEUE_TTL ",\"ttl\":"
+#define QUEUE_TAIL "],\"freeSince\":"
+#define MAX_SAFE_INTEGER 9007199254740991ULL
+#define MAX_EXPIRY_MS 253402300799999.0 // 9999-12-31T23:59:59.999Z (src/port/validate.ts)
+
+static bool starts_with(const char *text, const char *prefix) { return strncmp(text, prefix, strlen(prefix)) == 0; }
+
+// The end of the plain decimal number at `at` (digits, no leading zero, a fraction if `fraction`),
+// or NULL: queue.ts's decimalEnd.
+static const char *decimal_end(const char *at, bool fraction) {
+  const char *end = at;
+  while (*end >= '0' && *end <= '9') end++;
+  if (end == at || (end - at > 1 && *at == '0')) return NULL;
+  if (!fraction || *end != '.') return end;
+  const char *digits = ++end;
+  while (*end >= '0' && *end <= '9') end++;
+  return end == digits ? NULL : end;
+}
+
+// A front waiter as the queue names it.
+typedef struct {
+  uint64_t ticket;
+  double ttl_ms;
+  const char *owner; // its JSON string, quotes included
+  size_t owner_length;
+} queued_waiter;
+
+// Reads the entry at `at` (queue.ts's readEntry): past it, or NULL if it is not a valid one.
+// `plain` is cleared for an owner with an escape.
+static const char *read_entry(const char *at, queued_waiter *w, bool *plain) {
+  if (!starts_with(at, QUEUE_TICKET)) return NULL;
+  at += strlen(QUEUE_TICKET);
+  const char *end = decimal_end(at, false);
+  if (!end || end - at > 16) return NULL;
+  uint64_t ticket = strtoull(at, NULL, 10);
+  if (ticket > MAX_SAFE_INTEGER || !starts_with(end, QUEUE_OWNER)) return NULL;
+  const char *from = end + strlen(QUEUE_OWNER);
+  if (*from != '"') return NULL;
+  const char *p = from + 1;
+  while (*p != '"') {
+    if ((unsigned char)*p < 0x20) return NULL; // a raw control character, or the text's end
+    if (*p != '\\') {
+      p++;
+      continue;
+    }
+    *plain = false;
+    char c = p[1];
+    if (c == 'u') {
+      for (int i = 2; i < 6; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f') || (p[i] >= 'A' && p[i] <= 'F'))) return NULL;
+      p += 6;
+    } else if (c && strchr("\"\\/bfnrt", c)) {
+      p += 2;
+    } else {
+      return NULL;
+    }
+  }
+  if (p == from + 1 || !starts_with(p + 1, QUEUE_TTL)) return NULL;
+  const char *ttl = p + 1 + strlen(QUEUE_TTL);
+  const char *ttl_end = decimal_end(ttl, true);
+  if (!ttl_end || *ttl_end != '}') return NULL;
+  double ttl_ms = strtod(ttl, NULL);
+  if (!(ttl_ms > 0)) return NULL;
+  w->ticket = ticket;
+  w->ttl_ms = ttl_ms;
+  w->owner = from;
+  w->owner_length = (size_t)(p + 1 - from);
+  return ttl_end + 1;
+}
+
+// The front waiter of the queue `text` (`length` bytes) when it is the queue's own layout, every
+// entry valid, and the front owner without escapes (so its JSON string is the one JSON.stringify
+// makes of it); `*rest` is where the entries after it begin and `*tail` where the entries end.
+// false for anything else, an empty queue included: queue.ts's scanOwnQueue decides those.
+static bool queue_front(const char *text, size_t length, queued_waiter *front, const char **rest, const char **tail) {
+  if (!starts_with(text, QUEUE_HEAD)) return false;
+  const char *at = text + strlen(QUEUE_HEAD);
+  bool front_plain = true, later_plain = true;
+  if (!(at = read_entry(at, front, &front_plain))) return false;
+  *rest = at;
+  while (*at == ',') {
+    queued_waiter later;
+    if (!(at = read_entry(at + 1, &later, &later_plain))) return false;
+  }
+  if (!front_plain || !starts_with(at, QUEUE_TAIL)) return false;
+  *tail = at;
+  const char *free_since = at + strlen(QUEUE_TAIL), *end = decimal_end(free_since, true);
+  return end && *end == '}' && end + 1 == text + length && isfinite(strtod(free_since, NULL));
+}
+
+// Whether `text` is an expiry as this port writes it (formatUtcMs: YYYY-MM-DDTHH:MM:SS.mmmZ) and a
+// valid time, as record.ts's parseRfc3339Instant would read it.
+#define EXPIRY_LENGTH 24
+static bool own_expiry(const char *text) {
+  int value[7] = {0}, at[7] = {0, 5, 8, 11, 14, 17, 20}, width[7] = {4, 2, 2, 2, 2, 2, 3};
+  for (int f = 0; f < 7; f++) {
+    for (int i = at[f]; i < at[f] + width[f]; i++) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      value[f] = value[f] * 10 + (text[i] - '0');
+    }
+  }
+  if (text[4] != '-' || text[7] != '-' || text[10] != 'T' || text[13] != ':' || text[16] != ':' || text[19] != '.' ||
+      text[23] != 'Z')
+    return false;
+  int year = value[0], month = value[1], day = value[2];
+  bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  int days = month == 2 ? (leap ? 29 : 28) : (month == 4 || month == 6 || month == 9 || month == 11) ? 30 : 31;
+  return month >= 1 && month <= 12 && day >= 1 && day <= days && value[3] <= 23 && value[4] <= 59 && value[5] <= 59;
+}
+
+// `value`'s last `count` decimal digits at `out`.
+static char *put_digits(char *out, int64_t value, int count) {
+  for (int i = count - 1; i >= 0; i--, value /= 10) out[i] = (char)('0' + value % 10);
+  return out + count;
+}
+
+// `ms` (0 to MAX_EXPIRY_MS) as record.ts's formatUtcMs writes it: UTC, milliseconds, Z.
+static void format_utc_ms(int64_t ms, char out[EXPIRY_LENGTH + 1]) {
+  int64_t days = ms / 86400000, rest = ms % 86400000;
+  // H. Hinnant's civil_from_days, as record.ts has it.
+  int64_t z = days + 719468, era = z / 146097, day_of_era = z - era * 146097;
+  int64_t year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  int64_t mp = (5 * day_of_year + 2) / 153, day = day_of_year - (153 * mp + 2) / 5 + 1;
+  int64_t month = mp < 10 ? mp + 3 : mp - 9, year = year_of_era + era * 400 + (month <= 2 ? 1 : 0);
+  char *p = put_digits(out, year, 4);
+  *p++ = '-';
+  p = put_digits(p, month, 2);
+  *p++ = '-';
+  p = put_digits(p, day, 2);
+  *p++ = 'T';
+  p = put_digits(p, rest / 3600000, 2);
+  *p++ = ':';
+  p = put_digits(p, rest / 60000 % 60, 2);
+  *p++ = ':';
+  p = put_digits(p, rest / 1000 % 60, 2);
+  *p++ = '.';
+  p = put_digits(p, rest % 1000, 3);
+  *p++ = 'Z';
+  *p = 0;
+}
+
+// What handoff_plan found.
+enum { HANDOFF_NOT_HANDLED, HANDOFF_PLANNED, HANDOFF_FAILED };
+
+typedef struct {
+  int lock_fd;
+  const char *record, *prefix, *live_suffix, *wait_suffix, *before, *between, *after;
+  uint64_t token;
+  double now_ms;
+  char *dir; // handed to the commit
+  // results
+  uint64_t next;
+  char *queue; // the queue without the front waiter (malloc'd)
+  int err;     // HANDOFF_FAILED: the errno, the call and its path
+  const char *syscall;
+  char err_path[4200];
+} handoff_step;
+
+// The hand-off up to its commit (its plan filled into `c`), or why not.
+static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
+  int fault_errno;
+  const char *call;
+  size_t length;
+  // 1. The record: ours, exactly as this port writes it? Anything else (no record, a successor's,
+  // another layout, one JavaScript would call corrupt) is decided in JavaScript.
+  int err = read_record_file(s->record, content, &length, &call);
+  if (err != 0) {
+    if (err == ENOENT && strcmp(call, "open") == 0) return HANDOFF_NOT_HANDLED;
+    s->err = err;
+    s->syscall = call;
+    snprintf(s->err_path, sizeof s->err_path, "%s", s->record);
+    return HANDOFF_FAILED;
+  }
+  char ours[64];
+  snprintf(ours, sizeof ours, "%" PRIu64, s->token);
+  size_t before = strlen(s->before), digits = strlen(ours), between = strlen(s->between), after = strlen(s->after);
+  const char *expiry_text = *content + before + digits + between;
+  if (length != before + digits + between + EXPIRY_LENGTH + after || memcmp(*content, s->before, before) != 0 ||
+      memcmp(*content + before, ours, digits) != 0 || memcmp(*content + before + digits, s->between, between) != 0 ||
+      !own_expiry(expiry_text) || memcmp(expiry_text + EXPIRY_LENGTH, s->after, after) != 0)
+    return HANDOFF_NOT_HANDLED;
+  // 2. The queue's front waiter (one read: a longer queue is left to JavaScript).
+  char queue[RECORD_READ_BYTES + 1];
+  ssize_t n;
+  do n = STEP("queue.read", pread(s->lock_fd, queue, RECORD_READ_BYTES, 0));
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    s->err = errno;
+    s->syscall = "pread";
+    return HANDOFF_FAILED;
+  }
+  if (n == 0 || n == RECORD_READ_BYTES) return HANDOFF_NOT_HANDLED;
+  queue[n] = 0;
+  if (!is_ascii(queue, (size_t)n)) return HANDOFF_NOT_HANDLED;
+  queued_waiter front;
+  const char *rest = NULL, *tail = NULL;
+  if (!queue_front(queue, (size_t)n, &front, &rest, &tail)) return HANDOFF_NOT_HANDLED;
+  // 3. Alive (its .wait held), and its expiry and our successor token in range? A dead or stopped
+  // line is JavaScript's to prune.
+  char wait_path[4200];
+  if (snprintf(wait_path, sizeof wait_path, "%s%" PRIu64 "%s", s->prefix, front.ticket, s->wait_suffix) >= (int)sizeof wait_path)
+    return HANDOFF_NOT_HANDLED;
+  int probe = STEP("probe.open", open(wait_path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+  if (probe < 0) {
+    if (errno == ENOENT) return HANDOFF_NOT_HANDLED;
+    s->err = errno;
+    s->syscall = "open";
+    snprintf(s->err_path, sizeof s->err_path, "%s", wait_path);
+    return HANDOFF_FAILED;
+  }
+  int held = STEP("probe.flock", flock(probe, LOCK_SH | LOCK_NB)), probe_errno = errno;
+  close(probe);
+  if (held == 0) return HANDOFF_NOT_HANDLED;
+  if (probe_errno != EWOULDBLOCK) {
+    s->err = probe_errno;
+    s->syscall = "flock";
+    snprintf(s->err_path, sizeof s->err_path, "%s", wait_path);
+    return HANDOFF_FAILED;
+  }
+  double expiry_ms = s->now_ms + front.ttl_ms, wall = s->now_ms * 1000;
+  if (!(expiry_ms >= 0 && expiry_ms <= MAX_EXPIRY_MS) || s->token == UINT64_MAX || !(wall < 18446744073709551616.0))
+    return HANDOFF_NOT_HANDLED;
+  uint64_t wall_micros = wall > 0 ? (uint64_t)wall : 0; // token.ts's nextToken (a cast floors a positive double)
+  s->next = wall_micros > s->token + 1 ? wall_micros : s->token + 1;
+  // 4. The commit's plan: the waiter's .wait becomes the new .live, the record names it, ours goes.
+  char expiry[EXPIRY_LENGTH + 1], live[4200], removed[4200];
+  format_utc_ms((int64_t)expiry_ms, expiry);
+  snprintf(live, sizeof live, "%s%" PRIu64 "%s", s->prefix, s->next, s->live_suffix);
+  snprintf(removed, sizeof removed, "%s%s%s", s->prefix, ours, s->live_suffix);
+  size_t size = front.owner_length + strlen(s->after) + 128;
+  c->data = malloc(size);
+  c->live_path = strdup(live);
+  c->adopt_from = strdup(wait_path);
+  c->remove_paths[0] = strdup(removed);
+  if (!c->data || !c->live_path || !c->adopt_from || !c->remove_paths[0]) {
+    s->err = ENOMEM;
+    s->syscall = "commit";
+    return HANDOFF_FAILED;
+  }
+  c->data_length = (size_t)snprintf(c->data, size, "{\"owner\":%.*s,\"token\":%" PRIu64 "%s%s%s", (int)front.owner_length,
+                                    front.owner, s->next, s->between, expiry, s->after);
+  c->record_path = strdup(s->record);
+  c->dir_path = s->dir;
+  s->dir = NULL;
+  // 5. What the queue becomes without its front waiter, freeSince 0 (waitline.ts's handedOff),
+  // written once the commit is done.
+  size_t rest_length = *rest == ',' ? (size_t)(tail - rest - 1) : 0;
+  s->queue = malloc(rest_length + 64);
+  if (!c->record_path || !s->queue) {
+    s->err = ENOMEM;
+    s->syscall = "commit";
+    return HANDOFF_FAILED;
+  }
+  if (rest_length == 0) s->queue[0] = 0; // as formatQueue writes an empty queue
+  else snprintf(s->queue, rest_length + 64, QUEUE_HEAD "%.*s" QUEUE_TAIL "0}", (int)rest_length, rest + 1);
+  return HANDOFF_PLANNED;
+}
+
+// Writes the queue's new text (as writeLockData does): 0, or the errno with *call naming the call.
+static int write_queue(int fd, const char *text, const char **call) {
+  int fault_errno;
+  size_t length = strlen(text), done = 0;
+  *call = "pwrite";
+  while (done < length) {
+    ssize_t n = STEP("queue.write", pwrite(fd, text + done, length - done, (off_t)done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    done += (size_t)n;
+  }
+  *call = "ftruncate";
+  return STEP("queue.truncate", ftruncate(fd, (off_t)length)) != 0 ? errno : 0;
+}
+
+// releaseHandOff(lockFd, record, dir, prefix, liveSuffix, waitSuffix, before, between, after, token,
+// nowMs), with the id's transition lock held as lockFd, by the holder of generation `token` (a
+// BigInt), whose record layout is (before, between, after) (see recordLayout), at the clock's nowMs:
+// - undefined: not the common case (see handoff_plan); nothing changed, JavaScript decides;
+// - false: the front waiter's .wait was gone at the rename (it gave up); nothing changed;
+// - the new token (a BigInt): the front waiter was handed the lease and left the queue;
+// - [token, error]: so, but our .live could not be removed (the unlink's error).
+// Throws what the same steps throw in JavaScript: a read's error, a failed commit's (with
+// `committed`, as commitSync), or the queue write's once committed.
+static napi_value release_hand_off(napi_env env, napi_callback_info info) {
+  ARGS(11);
+  handoff_step s = {0};
+  int32_t lock_fd;
+  bool lossless;
+  if (!get_fd(env, argv[0], &lock_fd)) return NULL;
+  s.lock_fd = lock_fd;
+  if (napi_get_value_bigint_uint64(env, argv[9], &s.token, &lossless) != napi_ok || !lossless ||
+      napi_get_value_double(env, argv[10], &s.now_ms) != napi_ok) {
+    napi_throw_type_error(env, NULL, "releaseHandOff needs a uint64 token and a time");
+    return NULL;
+  }
+  char *strings[8] = {NULL}; // argv[1] to argv[8]
+  napi_value result = NULL;
+  char *content = NULL;
+  commit_t *c = NULL;
+  for (int i = 0; i < 8; i++)
+    if (!(strings[i] = get_string(env, argv[i + 1], "open"))) goto out;
+  s.record = strings[0];
+  s.dir = strings[1];
+  strings[1] = NULL; // the commit's once planned
+  s.prefix = strings[2];
+  s.live_suffix = strings[3];
+  s.wait_suffix = strings[4];
+  s.before = strings[5];
+  s.between = strings[6];
+  s.after = strings[7];
+  if (!(c = calloc(1, sizeof *c))) {
+    throw_errno(env, ENOMEM, "commit", NULL);
+    goto out;
+  }
+  c->live_fd = -1;
+  c->durable = 1;
+  switch (handoff_plan(&s, c, &content)) {
+    case HANDOFF_NOT_HANDLED:
+      result = undefined_value(env);
+      goto out;
+    case HANDOFF_FAILED:
+      throw_errno(env, s.err, s.syscall, s.err_path[0] ? s.err_path : NULL);
+      goto out;
+  }
+  commit_run(c);
+  if (c->err != 0) {
+    // As Lease.#handOff: a waiter that gave up removed its .wait (nothing changed: the next one).
+    if (!c->committed && c->err == ENOENT && c->err_path == c->adopt_from) result = bool_value(env, false);
+    else {
+      napi_value error = commit_error(env, c);
+      if (error) NAPI_CHECK_OR(env, napi_throw(env, error), (void)0);
+    }
+    goto out;
+  }
+  const char *call;
+  int err = write_queue(lock_fd, s.queue, &call);
+  if (err != 0) {
+    throw_errno(env, err, call, NULL);
+    goto out;
+  }
+  napi_value token;
+  NAPI_CHECK_OR(env, napi_create_bigint_uint64(env, s.next, &token), goto out);
+  if (!c->removal_failed[0]) {
+    result = token;
+    goto out;
+  }
+  napi_value pair, error = make_error(env, c->removal_failed[0], "unlink", c->remove_paths[0]);
+  if (!error) goto out;
+  NAPI_CHECK_OR(env, napi_create_array_with_length(env, 2, &pair), goto out);
+  NAPI_CHECK_OR(env, napi_set_element(env, pair, 0, token), goto out);
+  NAPI_CHECK_OR(env, napi_set_element(env, pair, 1, error), goto out);
+  result = pair;
+out:
+  if (c) commit_free(c);
+  free(s.dir);
+  free(s.queue);
+  free(content);
+  for (int i = 0; i < 8; i++) free(strings[i]);
+  return result;
+}
+
 // watchUnlock(path, id, mode[, fd, record, livePrefix, liveSuffix, before, between, after]) →
 // false when there is nothing to wait for (no such file, or nobody holds an exclusive flock on it),
 // else true, and later the environment's dispatcher (set by watchInit) is called with (id, errno or
@@ -1791,6 +2165,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"watchUnlock", NULL, watch_unlock, NULL, NULL, NULL, napi_default, NULL},
       {"commit", NULL, commit_async, NULL, NULL, NULL, napi_default, NULL},
       {"commitSync", NULL, commit_sync, NULL, NULL, NULL, napi_default, NULL},
+      {"releaseHandOff", NULL, release_hand_off, NULL, NULL, NULL, napi_default, NULL},
       {"setFault", NULL, set_fault, NULL, NULL, NULL, napi_default, NULL},
       {"clearFaults", NULL, clear_faults, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -85,7 +85,37 @@ export interface LeaseIO {
    * `onUnlocked(0, token, expiry)` (see HandOffProbe). `mode`: see WatchMode.
    */
   watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe, mode?: WatchMode): boolean;
+  /**
+   * A release's common case in one step, for a directory whose commits run inline (tmpfs;
+   * elsewhere `undefined`). With the transition lock held: if the record is the releaser's
+   * generation as this port writes it, and the queue (in its own layout) has a live front waiter,
+   * hands that waiter the lease as Lease.#handOff does and writes the queue without it (see
+   * HandOffStep). `undefined` for anything else, before anything changed: the caller decides.
+   * `'front gone'`: the front waiter's `.wait` was gone at the rename (it gave up); nothing changed.
+   * Throws what the same steps would: a read's error, a failed commit's CommitError, the queue
+   * write's. Optional: a LeaseIO without it makes the same transition from the calls above.
+   */
+  releaseHandOff?(dir: string, step: HandOffStep): HandOffOutcome;
 }
+
+/** What a release's one-step hand-off is given: the transition it runs in and the releaser. */
+export interface HandOffStep extends RecordLayout {
+  readonly lockFd: number;
+  /** The id's record. */
+  readonly record: string;
+  /** The id's `.live` and `.wait` files are `prefix`, a number in decimal, and a suffix. */
+  readonly prefix: string;
+  readonly liveSuffix: string;
+  readonly waitSuffix: string;
+  /** The releaser's generation; `before`, `between` and `after` are its record's layout. */
+  readonly token: bigint;
+  /** The transition's clock time (epoch ms): the new token and expiry are made from it. */
+  readonly nowMs: number;
+}
+
+/** See LeaseIO.releaseHandOff. `next`: the token the front waiter was handed the lease with. */
+type HandOffOutcome =
+  undefined | 'front gone' | { readonly next: bigint; readonly removalErrors: readonly NodeJS.ErrnoException[] };
 
 /**
  * How a watch learns that a lock was let go; by default every close of the file is a cue to probe
@@ -136,6 +166,19 @@ interface NativeIO {
   sameFile(fd: number, path: string): boolean;
   readLockData(fd: number): string | Buffer | undefined;
   writeLockData(fd: number, text: string): void;
+  releaseHandOff(
+    lockFd: number,
+    record: string,
+    dir: string,
+    prefix: string,
+    liveSuffix: string,
+    waitSuffix: string,
+    before: string,
+    between: string,
+    after: string,
+    token: bigint,
+    nowMs: number,
+  ): bigint | false | [bigint, NodeJS.ErrnoException] | undefined;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
   watchUnlock(path: string, id: number, mode: number, ...probe: NativeProbe | []): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
@@ -174,6 +217,8 @@ const RAMFS_MAGIC = 0x858458f6;
 /** Directories whose commits run inline: on tmpfs every step is a memory operation of a few µs
  * (fsync has nothing to flush), less than the thread hop that would carry it. */
 const inlineCommitDirs = new Set<string>();
+
+const NO_ERRORS: readonly NodeJS.ErrnoException[] = Object.freeze([]);
 
 /** flock errors that mean "no flock here". */
 const UNSUPPORTED = new Set(['ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS']);
@@ -267,6 +312,34 @@ export const fileIO: LeaseIO = {
   readLockData: (fd) => addon().readLockData(fd),
 
   writeLockData: (fd, text) => addon().writeLockData(fd, text),
+
+  releaseHandOff(dir, step) {
+    // Elsewhere the commit fsyncs, which never runs on the event loop's thread.
+    if (!inlineCommitDirs.has(dir)) return undefined;
+    const { lockFd, record, prefix, liveSuffix, waitSuffix, before, between, after, token, nowMs } = step;
+    let outcome;
+    try {
+      outcome = addon().releaseHandOff(
+        lockFd,
+        record,
+        dir,
+        prefix,
+        liveSuffix,
+        waitSuffix,
+        before,
+        between,
+        after,
+        token,
+        nowMs,
+      );
+    } catch (error) {
+      throw leaseError(error);
+    }
+    if (outcome === undefined) return undefined;
+    if (outcome === false) return 'front gone';
+    if (typeof outcome === 'bigint') return { next: outcome, removalErrors: NO_ERRORS };
+    return { next: outcome[0], removalErrors: [outcome[1]] };
+  },
 
   watchUnlock(path, onUnlocked, probe, mode) {
     const io = addon();

@@ -38,7 +38,7 @@ const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + 
 export const lockName = (safe: string): string => `${safe}.lock`;
 export const recordName = (safe: string): string => `${safe}.lease.json`;
 export const LIVE_SUFFIX = '.live';
-const WAIT_SUFFIX = '.wait';
+export const WAIT_SUFFIX = '.wait';
 /** A `.live` or `.wait` name is the id's prefix, a number in decimal (the generation's token, the
  * waiter's ticket), and the suffix; `prefix` may have the directory in front. */
 const numberedPrefix = (safe: string): string => `${safe}.`;

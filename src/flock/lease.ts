@@ -29,7 +29,7 @@ import {
 import { sleep } from '../port/abort.js';
 import { KeyedGate } from './gate.js';
 import { fileIO, type CommitError, type CommitPlan, type CommitResult, type HandOffProbe, type LeaseIO } from './io.js';
-import { DirPaths, LIVE_SUFFIX, safeID } from './layout.js';
+import { DirPaths, LIVE_SUFFIX, safeID, WAIT_SUFFIX } from './layout.js';
 import {
   expiresAtMs,
   formatRecord,
@@ -209,17 +209,22 @@ export class Lease implements SessionLease {
     await this.#transition({ operation: 'release', sessionId, signal }, async (tx) => {
       const held = this.#held.get(safe);
       if (held?.token !== token || held.owner !== owner) return;
-      const record = this.#readRecord(safe);
-      if (record?.owner !== owner || record.token !== token) {
-        // A successor owns the record: let go of our handle, touch nothing of theirs.
-        this.#dropGeneration(safe, held);
-        return;
-      }
-      const ourLive = this.#livePath(safe, token);
       try {
-        const handOff = this.#line.nextInLine(tx, token);
-        if (handOff === undefined) await this.#commitTombstone(tx, token, ourLive);
-        else await this.#handOff(tx, token, ourLive, handOff);
+        const oneStep = this.#handOffInOneStep(tx, owner, token);
+        if (oneStep === undefined) {
+          const record = this.#readRecord(safe);
+          if (record?.owner !== owner || record.token !== token) {
+            // A successor owns the record: let go of our handle, touch nothing of theirs.
+            this.#dropGeneration(safe, held);
+            return;
+          }
+        } else if (oneStep === 'front gone') this.#line.handedOff(tx); // as #handOff: the next one
+        if (oneStep !== 'handed') {
+          const ourLive = this.#livePath(safe, token);
+          const handOff = this.#line.nextInLine(tx, token);
+          if (handOff === undefined) await this.#commitTombstone(tx, token, ourLive);
+          else await this.#handOff(tx, token, ourLive, handOff);
+        }
       } catch (error) {
         // Record replaced but not durable (directory fsync failed): released all the same.
         if ((error as CommitError).committed) this.#dropGeneration(safe, held);
@@ -230,6 +235,36 @@ export class Lease implements SessionLease {
       publish(channels.release, () => ({ lease: this, grant }));
     });
     this.#wake(safe);
+  }
+
+  /**
+   * A release's common case, the record ours and a live waiter in front of the line, as one step
+   * of the I/O layer (see LeaseIO.releaseHandOff): what #handOff does, without this process's
+   * JavaScript in between, which a contending process runs cold. `undefined` when the layer did
+   * not take it (the steps below decide); `'front gone'` when the front waiter had just given up.
+   */
+  #handOffInOneStep(tx: TransitionContext, owner: string, token: bigint): 'handed' | 'front gone' | undefined {
+    if (this.#io.releaseHandOff === undefined) return undefined;
+    const { safe, sessionId, lockFd, now } = tx;
+    const { record, prefix } = this.#paths.of(safe);
+    const { before, between, after } = recordLayout(owner, sessionId);
+    const outcome = this.#io.releaseHandOff(this.dir, {
+      lockFd,
+      record,
+      prefix,
+      liveSuffix: LIVE_SUFFIX,
+      waitSuffix: WAIT_SUFFIX,
+      before,
+      between,
+      after,
+      token,
+      nowMs: now,
+    });
+    if (outcome === undefined || outcome === 'front gone') return outcome;
+    for (const failure of outcome.removalErrors) {
+      if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
+    }
+    return 'handed';
   }
 
   /** Releases to nobody: the record becomes a tombstone, and our .live goes. */
