@@ -1126,6 +1126,8 @@ enum { HANDOFF_NOT_HANDLED, HANDOFF_PLANNED, HANDOFF_FAILED };
 typedef struct {
   int lock_fd;
   const char *record, *prefix, *live_suffix, *wait_suffix, *before, *between, *after;
+  const char *queue_read; // the queue as read first (see releaseHandOff), NUL-terminated
+  size_t queue_length;
   uint64_t token;
   double now_ms;
   char *dir; // handed to the commit
@@ -1137,7 +1139,7 @@ typedef struct {
   char err_path[4200];
 } handoff_step;
 
-// The hand-off up to its commit (its plan filled into `c`), or why not.
+// The hand-off up to its commit (its plan filled into `c`), or why not; the queue is read.
 static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
   int fault_errno;
   const char *call;
@@ -1160,22 +1162,10 @@ static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
       memcmp(*content + before, ours, digits) != 0 || memcmp(*content + before + digits, s->between, between) != 0 ||
       !own_expiry(expiry_text) || memcmp(expiry_text + EXPIRY_LENGTH, s->after, after) != 0)
     return HANDOFF_NOT_HANDLED;
-  // 2. The queue's front waiter (one read: a longer queue is left to JavaScript).
-  char queue[RECORD_READ_BYTES + 1];
-  ssize_t n;
-  do n = STEP("queue.read", pread(s->lock_fd, queue, RECORD_READ_BYTES, 0));
-  while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    s->err = errno;
-    s->syscall = "pread";
-    return HANDOFF_FAILED;
-  }
-  if (n == 0 || n == RECORD_READ_BYTES) return HANDOFF_NOT_HANDLED;
-  queue[n] = 0;
-  if (!is_ascii(queue, (size_t)n)) return HANDOFF_NOT_HANDLED;
+  // 2. The queue's front waiter.
   queued_waiter front;
   const char *rest = NULL, *tail = NULL;
-  if (!queue_front(queue, (size_t)n, &front, &rest, &tail)) return HANDOFF_NOT_HANDLED;
+  if (!queue_front(s->queue_read, s->queue_length, &front, &rest, &tail)) return HANDOFF_NOT_HANDLED;
   // 3. Alive (its .wait held), and its expiry and our successor token in range? A dead or stopped
   // line is JavaScript's to prune.
   char wait_path[4200];
@@ -1255,6 +1245,8 @@ static int write_queue(int fd, const char *text, const char **call) {
 // releaseHandOff(lockFd, record, dir, prefix, liveSuffix, waitSuffix, before, between, after, token,
 // nowMs), with the id's transition lock held as lockFd, by the holder of generation `token` (a
 // BigInt), whose record layout is (before, between, after) (see recordLayout), at the clock's nowMs:
+// - '': the queue is empty (a release to nobody, JavaScript's; read first, so that such a release
+//   makes no call twice: JavaScript takes the queue as read here);
 // - undefined: not the common case (see handoff_plan); nothing changed, JavaScript decides;
 // - false: the front waiter's .wait was gone at the rename (it gave up); nothing changed;
 // - the new token (a BigInt): the front waiter was handed the lease and left the queue;
@@ -1266,8 +1258,25 @@ static napi_value release_hand_off(napi_env env, napi_callback_info info) {
   handoff_step s = {0};
   int32_t lock_fd;
   bool lossless;
+  int fault_errno;
   if (!get_fd(env, argv[0], &lock_fd)) return NULL;
   s.lock_fd = lock_fd;
+  // The queue first: empty, there is nothing else to do here (one read: a longer queue is left to
+  // JavaScript).
+  char queue[RECORD_READ_BYTES + 1];
+  ssize_t n;
+  do n = STEP("queue.read", pread(lock_fd, queue, RECORD_READ_BYTES, 0));
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return throw_errno(env, errno, "pread", NULL);
+  if (n == 0) {
+    napi_value empty;
+    NAPI_CHECK(env, napi_create_string_latin1(env, "", 0, &empty));
+    return empty;
+  }
+  if (n == RECORD_READ_BYTES || !is_ascii(queue, (size_t)n)) return undefined_value(env);
+  queue[n] = 0;
+  s.queue_read = queue;
+  s.queue_length = (size_t)n;
   if (napi_get_value_bigint_uint64(env, argv[9], &s.token, &lossless) != napi_ok || !lossless ||
       napi_get_value_double(env, argv[10], &s.now_ms) != napi_ok) {
     napi_throw_type_error(env, NULL, "releaseHandOff needs a uint64 token and a time");

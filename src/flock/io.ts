@@ -91,6 +91,7 @@ export interface LeaseIO {
    * generation as this port writes it, and the queue (in its own layout) has a live front waiter,
    * hands that waiter the lease as Lease.#handOff does and writes the queue without it (see
    * HandOffStep). `undefined` for anything else, before anything changed: the caller decides.
+   * `'queue empty'`: so, and the queue (read first) was empty: the caller need not read it again.
    * `'front gone'`: the front waiter's `.wait` was gone at the rename (it gave up); nothing changed.
    * Throws what the same steps would: a read's error, a failed commit's CommitError, the queue
    * write's. Optional: a LeaseIO without it makes the same transition from the calls above.
@@ -115,7 +116,10 @@ export interface HandOffStep extends RecordLayout {
 
 /** See LeaseIO.releaseHandOff. `next`: the token the front waiter was handed the lease with. */
 type HandOffOutcome =
-  undefined | 'front gone' | { readonly next: bigint; readonly removalErrors: readonly NodeJS.ErrnoException[] };
+  | undefined
+  | 'queue empty'
+  | 'front gone'
+  | { readonly next: bigint; readonly removalErrors: readonly NodeJS.ErrnoException[] };
 
 /**
  * How a watch learns that a lock was let go; by default every close of the file is a cue to probe
@@ -178,7 +182,7 @@ interface NativeIO {
     after: string,
     token: bigint,
     nowMs: number,
-  ): bigint | false | [bigint, NodeJS.ErrnoException] | undefined;
+  ): bigint | false | '' | [bigint, NodeJS.ErrnoException] | undefined;
   watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
   watchUnlock(path: string, id: number, mode: number, ...probe: NativeProbe | []): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
@@ -336,6 +340,7 @@ export const fileIO: LeaseIO = {
       throw leaseError(error);
     }
     if (outcome === undefined) return undefined;
+    if (outcome === '') return 'queue empty';
     if (outcome === false) return 'front gone';
     if (typeof outcome === 'bigint') return { next: outcome, removalErrors: NO_ERRORS };
     return { next: outcome[0], removalErrors: [outcome[1]] };

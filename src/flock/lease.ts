@@ -241,7 +241,8 @@ export class Lease implements SessionLease {
    * A release's common case, the record ours and a live waiter in front of the line, as one step
    * of the I/O layer (see LeaseIO.releaseHandOff): what #handOff does, without this process's
    * JavaScript in between, which a contending process runs cold. `undefined` when the layer did
-   * not take it (the steps below decide); `'front gone'` when the front waiter had just given up.
+   * not take it (the steps below decide: a release to nobody among them, whose empty queue the
+   * layer read first); `'front gone'` when the front waiter had just given up.
    */
   #handOffInOneStep(tx: TransitionContext, owner: string, token: bigint): 'handed' | 'front gone' | undefined {
     if (this.#io.releaseHandOff === undefined) return undefined;
@@ -260,7 +261,14 @@ export class Lease implements SessionLease {
       token,
       nowMs: now,
     });
-    if (outcome === undefined || outcome === 'front gone') return outcome;
+    switch (outcome) {
+      case undefined:
+      case 'front gone':
+        return outcome;
+      case 'queue empty':
+        this.#line.readBy(tx, ''); // a release to nobody: its queue was read just now
+        return undefined;
+    }
     for (const failure of outcome.removalErrors) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
     }

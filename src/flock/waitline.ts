@@ -293,11 +293,15 @@ export class WaitLine {
     return undefined;
   }
 
+  /** The queue as the caller read it under this transition's lock (its text): not read again. */
+  readBy(tx: TransitionContext, text: string): void {
+    tx.queue = { written: text, text, shape: undefined, entries: undefined };
+  }
+
   /** The queue under the transition lock: read at the transition's first need of it. */
   #read(tx: TransitionContext): QueueRead {
-    if (tx.queue !== undefined) return tx.queue;
-    const text = queueText(this.#io.readLockData(tx.lockFd));
-    return (tx.queue = { written: text, text, shape: undefined, entries: undefined });
+    if (tx.queue === undefined) this.readBy(tx, queueText(this.#io.readLockData(tx.lockFd)));
+    return tx.queue!;
   }
 
   /** Writes the queue if this transition changed it. */
