@@ -28,9 +28,10 @@
 //                                                 holder is gone
 //
 // The uncontended sequence matches the lease's call for call, as strace shows it (bench/syscalls.mjs
-// compares them): the record is read to EOF (a read of its size + 1, then one that returns 0), the
-// transition lock's content (the wait queue) is looked at with an fstat before the write side of an
-// acquire or a release, and a new liveness file is fstat-ed before it is flocked.
+// compares them): the record is read with one read of a 4 KiB buffer (a short read is its end), the
+// transition lock's content (the wait queue) is read with a pread before the write side of an
+// acquire or a release, a new liveness file is fstat-ed before it is flocked, and a release lets go
+// of the transition lock before it unlocks and closes its liveness file.
 //
 // The contention floor waits the way the lease does, but in the kernel: a blocking flock on the
 // transition lock, and a blocking shared flock on the holder's liveness file until it lets go.
@@ -89,12 +90,9 @@ static void read_record(const char *path, char *buffer, size_t size) {
     if (errno == ENOENT) return;
     die("open record");
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) die("fstat record");
-  size_t want = (size_t)st.st_size + 1 < size ? (size_t)st.st_size + 1 : size;
-  ssize_t got = read(fd, buffer, want);
+  ssize_t got = read(fd, buffer, size);
   if (got < 0) die("read record");
-  if (got > 0 && read(fd, buffer + got, 1) < 0) die("read record"); // to EOF, as the lease reads it
+  if ((size_t)got == size) die("record too big"); // a short read is its end, as the lease reads it
   close(fd);
 }
 
@@ -115,11 +113,12 @@ static void write_record(const char *path, const char *data) {
   }
 }
 
-// The lease looks at the transition lock's content (its wait queue) before it writes: an fstat.
+// The lease reads the transition lock's content (its wait queue) before it writes: a pread.
 static void peek_queue(int lfd) {
-  struct stat st;
-  if (fstat(lfd, &st) != 0) die("fstat lock");
-  if (st.st_size != 0) {
+  char queue[4096];
+  ssize_t got = pread(lfd, queue, sizeof queue, 0);
+  if (got < 0) die("pread lock");
+  if (got != 0) {
     fprintf(stderr, "a wait queue in an uncontended run\n");
     exit(1);
   }
@@ -163,8 +162,9 @@ static int cycle(const char *id, uint64_t token) {
            (unsigned long long)token, id);
   write_record(record, data);
   unlink(live);
-  close(live_fd);
   close(lfd);
+  flock(live_fd, LOCK_UN);
+  close(live_fd);
   return 0;
 }
 
