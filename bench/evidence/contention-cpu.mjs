@@ -7,25 +7,32 @@
 // 2-vCPU machine with 8 processes the CPU is what bounds the throughput, so this says where the
 // Lease's contention throughput goes. Imports the built package (dist/).
 //
-//   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8] [warm-up seconds=1]
+//   node bench/evidence/contention-cpu.mjs [dir=/dev/shm] [rounds=3] [seconds=3] [processes=8] [warm-up seconds=1] [other]
+//
+// With `other` (a directory holding another build's dist/ and native/, e.g. a copy of the checkout
+// at an earlier commit after `npm ci && npm run build`), the rounds are this build's Lease and the
+// other's instead, one after the other: a before/after comparison in which neither side's processes
+// run beside the other's (run at once, the side that uses more CPU would take it from the other).
 //
 // Each process runs few cycles a second here, so V8 keeps optimizing functions for many seconds
 // (TurboFan was ~20 % of all CPU samples 3.5 s in): a long warm-up (20) measures warm processes.
 import { mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { rotate } from '../figures/latency.mjs';
 import { runNode } from '../lib/child.mjs';
 import { mainThreadCpu } from '../lib/thread-cpu.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', role] =
+const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', sixth, root] =
   process.argv.slice(2);
+const role = sixth === 'lease' ? sixth : undefined; // a contender of the build at `root` (see below)
+const other = role === undefined ? sixth : undefined;
 const WARMUP_MS = Number(warmupArg) * 1000;
 
 if (role === 'lease') {
-  // One contender: after the warm-up, counts its cycles and its CPU over `seconds`.
-  const { Lease } = await import('../../dist/index.js');
+  // One contender of the build at `root`: after the warm-up, counts its cycles and its CPU over `seconds`.
+  const { Lease } = await import(pathToFileURL(join(root, 'dist', 'index.js')).href);
   const lease = new Lease(base, { ttlMs: 30_000 });
   const start = performance.now();
   let cpu;
@@ -57,23 +64,28 @@ if (role === 'lease') {
     const [, user, system, main] = /cpu (\d+) (\d+) (\d+)/.exec(err) ?? [];
     return { cycles: JSON.parse(out).cycles, user: Number(user), system: Number(system), main: Number(main) };
   };
-  const systems = {
-    lease: async (dir) =>
-      JSON.parse(
-        (await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, warmupArg, 'lease'])).out,
-      ),
-    'node floor': (dir) =>
-      floorWithCpu([
-        join(here, '..', 'agents', 'node-floor.mjs'),
-        dir,
-        '--contend-fair',
-        secondsArg,
-        '1',
-        String(WARMUP_MS / 1000),
-      ]),
-    'protocol floor': (dir) =>
-      floorWithCpu([join(here, 'protocol-floor.mjs'), '--child', dir, 'contend', warmupArg, secondsArg]),
-  };
+  const leaseOf = (build) => async (dir) =>
+    JSON.parse(
+      (await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, warmupArg, 'lease', build]))
+        .out,
+    );
+  const systems =
+    other !== undefined
+      ? { lease: leaseOf(join(here, '..', '..')), other: leaseOf(resolve(other)) }
+      : {
+          lease: leaseOf(join(here, '..', '..')),
+          'node floor': (dir) =>
+            floorWithCpu([
+              join(here, '..', 'agents', 'node-floor.mjs'),
+              dir,
+              '--contend-fair',
+              secondsArg,
+              '1',
+              String(WARMUP_MS / 1000),
+            ]),
+          'protocol floor': (dir) =>
+            floorWithCpu([join(here, 'protocol-floor.mjs'), '--child', dir, 'contend', warmupArg, secondsArg]),
+        };
   const n = Number(processesArg);
   for (let r = 0; r < Number(roundsArg); r++) {
     for (const name of rotate(Object.keys(systems), r)) {
