@@ -4,7 +4,9 @@
 #             cross-builds the prebuilt binaries with them (scripts/prebuild.mjs; the tarball test packs)
 #   etcd      etcd-server (3.4): the Ticketing cluster tests, demo and benchmark
 #   redis     redis-server: the Ticketing benchmark's Redis side (its quick run is a test)
-# `sh scripts/setup.sh` installs all three; `sh scripts/setup.sh etcd` only that one.
+#   bench     stress-ng and strace: `npm run bench:busy` and `node bench/syscalls.mjs` (no test needs
+#             them, so only when asked)
+# `sh scripts/setup.sh` installs the first three; `sh scripts/setup.sh etcd` only that one.
 # Idempotent and quiet when everything is there. Installing needs root and apt-get; without them it
 # says what is missing in one line each and exits 0 (the cluster tests then skip, saying why).
 # No service starts: the install runs under a policy-rc.d that forbids it (redis-server and
@@ -26,7 +28,11 @@ for component in $components; do
       ;;
     etcd) command -v etcd >/dev/null 2>&1 || need="$need etcd-server" ;;
     redis) command -v redis-server >/dev/null 2>&1 || need="$need redis-server" ;;
-    *) echo "setup: unknown component $component (prebuild, etcd, redis)" >&2; exit 64 ;;
+    bench)
+      command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
+      command -v strace >/dev/null 2>&1 || need="$need strace"
+      ;;
+    *) echo "setup: unknown component $component (prebuild, etcd, redis, bench)" >&2; exit 64 ;;
   esac
 done
 [ -z "$need" ] && exit 0
