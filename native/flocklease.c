@@ -485,29 +485,39 @@ static napi_value read_record(napi_env env, napi_callback_info info) {
 // the answer a release's probe of its front waiter gets every time, and a lock file someone holds
 // is one this port made: only a free one is looked at with fstat (a FIFO or a directory planted
 // there is an error, not a free lock).
-static napi_value probe_live(napi_env env, napi_callback_info info) {
-  PATH_ARGS(1, 0, "open");
+// The probe of a liveness (or .wait) file: 1 when some process holds it exclusively, 0 when nobody
+// does (no such file, or a free regular file), -1 with *err and *call set otherwise.
+static int probe_lock(const char *path, int *err, const char **call) {
   int fault_errno;
-  napi_value result = NULL;
   int fd = STEP("probe.open", open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
   if (fd < 0) {
-    if (errno == ENOENT) result = bool_value(env, false); // no liveness file: nobody holds it
-    else throw_errno(env, errno, "open", path);
-    goto out;
+    if (errno == ENOENT) return 0; // no liveness file: nobody holds it
+    *err = errno;
+    *call = "open";
+    return -1;
   }
   struct stat st;
-  int err;
-  const char *call;
+  int held = 0;
   if (STEP("probe.flock", flock(fd, LOCK_SH | LOCK_NB)) != 0) {
-    if (errno == EWOULDBLOCK) result = bool_value(env, true);
-    else throw_errno(env, errno, "flock", path);
-  } else if (!regular_file(fd, &st, &err, &call)) {
-    throw_errno(env, err, call, path);
-  } else {
-    result = bool_value(env, false);
+    if (errno == EWOULDBLOCK) held = 1;
+    else {
+      *err = errno;
+      *call = "flock";
+      held = -1;
+    }
+  } else if (!regular_file(fd, &st, err, call)) {
+    held = -1;
   }
   close(fd);
-out:
+  return held;
+}
+
+static napi_value probe_live(napi_env env, napi_callback_info info) {
+  PATH_ARGS(1, 0, "open");
+  int err;
+  const char *call;
+  int held = probe_lock(path, &err, &call);
+  napi_value result = held < 0 ? throw_errno(env, err, call, path) : bool_value(env, held == 1);
   free(path);
   return result;
 }
@@ -942,28 +952,34 @@ static napi_value read_lock_data(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// Replaces the transition lock file's content (the wait queue) with `text`: 0, or the errno with
+// *call naming the call.
+static int write_queue(int fd, const char *text, const char **call) {
+  int fault_errno;
+  size_t length = strlen(text), done = 0;
+  *call = "pwrite";
+  while (done < length) {
+    ssize_t n = STEP("queue.write", pwrite(fd, text + done, length - done, (off_t)done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    done += (size_t)n;
+  }
+  *call = "ftruncate";
+  return STEP("queue.truncate", ftruncate(fd, (off_t)length)) != 0 ? errno : 0;
+}
+
 // writeLockData(fd, text): replaces the transition lock file's content. No fsync: the queue is
 // soft state (a crash that loses it costs ordering, never safety).
 static napi_value write_lock_data(napi_env env, napi_callback_info info) {
   ARGS(2);
   int32_t fd;
-  int fault_errno;
   if (!get_fd(env, argv[0], &fd)) return NULL;
   char *text = get_string(env, argv[1], "pwrite");
   if (!text) return NULL;
-  size_t length = strlen(text), done = 0;
-  while (done < length) {
-    ssize_t n = STEP("queue.write", pwrite(fd, text + done, length - done, (off_t)done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      free(text);
-      return throw_errno(env, errno, "pwrite", NULL);
-    }
-    done += (size_t)n;
-  }
+  const char *call;
+  int err = write_queue(fd, text, &call);
   free(text);
-  if (STEP("queue.truncate", ftruncate(fd, (off_t)length)) != 0) return throw_errno(env, errno, "ftruncate", NULL);
-  return NULL;
+  return err != 0 ? throw_errno(env, err, call, NULL) : NULL;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1139,9 +1155,16 @@ typedef struct {
   char err_path[4200];
 } handoff_step;
 
+// A plan that failed: its errno, the call and the file (or none).
+static int plan_failed(handoff_step *s, int err, const char *call, const char *path) {
+  s->err = err;
+  s->syscall = call;
+  snprintf(s->err_path, sizeof s->err_path, "%s", path ? path : "");
+  return HANDOFF_FAILED;
+}
+
 // The hand-off up to its commit (its plan filled into `c`), or why not; the queue is read.
 static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
-  int fault_errno;
   const char *call;
   size_t length;
   // 1. The record: ours, exactly as this port writes it? Anything else (no record, a successor's,
@@ -1149,10 +1172,7 @@ static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
   int err = read_record_file(s->record, content, &length, &call);
   if (err != 0) {
     if (err == ENOENT && strcmp(call, "open") == 0) return HANDOFF_NOT_HANDLED;
-    s->err = err;
-    s->syscall = call;
-    snprintf(s->err_path, sizeof s->err_path, "%s", s->record);
-    return HANDOFF_FAILED;
+    return plan_failed(s, err, call, s->record);
   }
   char ours[64];
   snprintf(ours, sizeof ours, "%" PRIu64, s->token);
@@ -1171,23 +1191,9 @@ static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
   char wait_path[4200];
   if (snprintf(wait_path, sizeof wait_path, "%s%" PRIu64 "%s", s->prefix, front.ticket, s->wait_suffix) >= (int)sizeof wait_path)
     return HANDOFF_NOT_HANDLED;
-  int probe = STEP("probe.open", open(wait_path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
-  if (probe < 0) {
-    if (errno == ENOENT) return HANDOFF_NOT_HANDLED;
-    s->err = errno;
-    s->syscall = "open";
-    snprintf(s->err_path, sizeof s->err_path, "%s", wait_path);
-    return HANDOFF_FAILED;
-  }
-  int held = STEP("probe.flock", flock(probe, LOCK_SH | LOCK_NB)), probe_errno = errno;
-  close(probe);
+  int held = probe_lock(wait_path, &err, &call);
+  if (held < 0) return plan_failed(s, err, call, wait_path);
   if (held == 0) return HANDOFF_NOT_HANDLED;
-  if (probe_errno != EWOULDBLOCK) {
-    s->err = probe_errno;
-    s->syscall = "flock";
-    snprintf(s->err_path, sizeof s->err_path, "%s", wait_path);
-    return HANDOFF_FAILED;
-  }
   double expiry_ms = s->now_ms + front.ttl_ms, wall = s->now_ms * 1000;
   if (!(expiry_ms >= 0 && expiry_ms <= MAX_EXPIRY_MS) || s->token == UINT64_MAX || !(wall < 18446744073709551616.0))
     return HANDOFF_NOT_HANDLED;
@@ -1203,11 +1209,7 @@ static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
   c->live_path = strdup(live);
   c->adopt_from = strdup(wait_path);
   c->remove_paths[0] = strdup(removed);
-  if (!c->data || !c->live_path || !c->adopt_from || !c->remove_paths[0]) {
-    s->err = ENOMEM;
-    s->syscall = "commit";
-    return HANDOFF_FAILED;
-  }
+  if (!c->data || !c->live_path || !c->adopt_from || !c->remove_paths[0]) return plan_failed(s, ENOMEM, "commit", NULL);
   c->data_length = (size_t)snprintf(c->data, size, "{\"owner\":%.*s,\"token\":%" PRIu64 "%s%s%s", (int)front.owner_length,
                                     front.owner, s->next, s->between, expiry, s->after);
   c->record_path = strdup(s->record);
@@ -1217,29 +1219,10 @@ static int handoff_plan(handoff_step *s, commit_t *c, char **content) {
   // written once the commit is done.
   size_t rest_length = *rest == ',' ? (size_t)(tail - rest - 1) : 0;
   s->queue = malloc(rest_length + 64);
-  if (!c->record_path || !s->queue) {
-    s->err = ENOMEM;
-    s->syscall = "commit";
-    return HANDOFF_FAILED;
-  }
+  if (!c->record_path || !s->queue) return plan_failed(s, ENOMEM, "commit", NULL);
   if (rest_length == 0) s->queue[0] = 0; // as formatQueue writes an empty queue
   else snprintf(s->queue, rest_length + 64, QUEUE_HEAD "%.*s" QUEUE_TAIL "0}", (int)rest_length, rest + 1);
   return HANDOFF_PLANNED;
-}
-
-// Writes the queue's new text (as writeLockData does): 0, or the errno with *call naming the call.
-static int write_queue(int fd, const char *text, const char **call) {
-  int fault_errno;
-  size_t length = strlen(text), done = 0;
-  *call = "pwrite";
-  while (done < length) {
-    ssize_t n = STEP("queue.write", pwrite(fd, text + done, length - done, (off_t)done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    done += (size_t)n;
-  }
-  *call = "ftruncate";
-  return STEP("queue.truncate", ftruncate(fd, (off_t)length)) != 0 ? errno : 0;
 }
 
 // releaseHandOff(lockFd, record, dir, prefix, liveSuffix, waitSuffix, before, between, after, token,

@@ -69,11 +69,12 @@ if (role === 'lease') {
       (await run([fileURLToPath(import.meta.url), dir, roundsArg, secondsArg, processesArg, warmupArg, 'lease', build]))
         .out,
     );
+  const lease = leaseOf(join(here, '..', '..'));
   const systems =
     other !== undefined
-      ? { lease: leaseOf(join(here, '..', '..')), other: leaseOf(resolve(other)) }
+      ? { lease, other: leaseOf(resolve(other)) }
       : {
-          lease: leaseOf(join(here, '..', '..')),
+          lease,
           'node floor': (dir) =>
             floorWithCpu([
               join(here, '..', 'agents', 'node-floor.mjs'),

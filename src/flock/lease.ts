@@ -269,9 +269,7 @@ export class Lease implements SessionLease {
         this.#line.readBy(tx, ''); // a release to nobody: its queue was read just now
         return undefined;
     }
-    for (const failure of outcome.removalErrors) {
-      if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
-    }
+    this.#retryRemovals(safe, outcome.removalErrors);
     return 'handed';
   }
 
@@ -718,10 +716,15 @@ export class Lease implements SessionLease {
       adoptFrom: plan?.adoptFrom,
       remove: plan?.remove,
     });
-    for (const failure of result.removalErrors) {
+    this.#retryRemovals(safe, result.removalErrors);
+    return result;
+  }
+
+  /** Keeps the files a commit could not remove, for the id's next operation to remove. */
+  #retryRemovals(safe: string, failures: readonly NodeJS.ErrnoException[]): void {
+    for (const failure of failures) {
       if (failure.path !== undefined) this.#pendingFor(safe).removals.add(failure.path);
     }
-    return result;
   }
 
   /** Forgets a generation and closes its liveness lock; a failed close is retried later. */
