@@ -24,9 +24,16 @@ import { runNode } from '../lib/child.mjs';
 import { mainThreadCpu } from '../lib/thread-cpu.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const [base = '/dev/shm', roundsArg = '3', secondsArg = '3', processesArg = '8', warmupArg = '1', sixth, root] =
-  process.argv.slice(2);
-const role = sixth === 'lease' ? sixth : undefined; // a contender of the build at `root` (see below)
+const [
+  base = '/dev/shm',
+  roundsArg = '3',
+  secondsArg = '3',
+  processesArg = '8',
+  warmupArg = '1',
+  sixth,
+  root = join(here, '..', '..'),
+] = process.argv.slice(2);
+const role = sixth === 'lease' ? sixth : undefined; // a contender of the build at `root` (this checkout by default)
 const other = role === undefined ? sixth : undefined;
 const WARMUP_MS = Number(warmupArg) * 1000;
 
