@@ -190,23 +190,86 @@ describe('waiting acquire', () => {
     });
   });
 
-  test('a waiter that finds others in line queues behind them without probing the holder', async () => {
+  test('a waiter that finds others in line queues behind them without probing the holder or reading the record', async () => {
     const dir = freshDir();
     const holder = await LeaseAgent.start(dir, 30_000);
     await holder.acquire('s1', 'holder');
     const firstLease = new Lease(dir);
     const first = firstLease.acquire('s1', 'first', { waitMs: 20_000 });
     await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
-    // The probe's close would wake the first waiter, whose watch is on the holder's .live.
+    // The probe's close would wake the first waiter, whose watch is on the holder's .live; the
+    // record, whatever it says, would not change where the second waiter goes.
     let probes = 0;
-    const io: LeaseIO = { ...fileIO, probeLive: (path) => (probes++, fileIO.probeLive(path)) };
+    let reads = 0;
+    const io: LeaseIO = {
+      ...fileIO,
+      probeLive: (path) => (probes++, fileIO.probeLive(path)),
+      readRecord: (path) => (reads++, fileIO.readRecord(path)),
+    };
     const secondLease = new Lease(dir, { [kIO]: io } as object);
     const second = secondLease.acquire('s1', 'second', { waitMs: 20_000 });
     await until(() => waitFiles(dir).length === 2, 'the second waiter to queue');
     expect(probes).toBe(0);
+    expect(reads).toBe(0);
     await holder.call({ op: 'release' });
     await firstLease.release(await first);
     expect((await second).owner).toBe('second');
+  });
+
+  /** A Lease whose first look at the queue takes `ms`: a waiting acquire with a shorter wait gives
+   * up right after its first try, with the refusal that try made. */
+  const slowQueueLease = (dir: string, ms: number): Lease => {
+    const io: LeaseIO = {
+      ...fileIO,
+      readLockData: (fd) => {
+        for (const until = performance.now() + ms; performance.now() < until;);
+        return fileIO.readLockData(fd);
+      },
+    };
+    return new Lease(dir, { [kIO]: io } as object);
+  };
+
+  test('a waiter that gives up behind others is refused naming the holder, and leaves the line', async () => {
+    const dir = freshDir();
+    const holder = await LeaseAgent.start(dir, 30_000);
+    const held = await holder.acquire('s1', 'holder');
+    const firstLease = new Lease(dir);
+    const first = firstLease.acquire('s1', 'first', { waitMs: 20_000 });
+    await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
+    // Its first try queues it without reading the record: the refusal reads it to name the holder.
+    const refused = await slowQueueLease(dir, 5)
+      .acquire('s1', 'second', { waitMs: 1 })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(LeaseHeldError);
+    expect((refused as Error).message).toContain('is held: holder holds it');
+    expect(refused).toMatchObject({ holder: { owner: 'holder', token: BigInt(held.token) } });
+    expect(waitFiles(dir)).toHaveLength(1); // only the first waiter's
+    await holder.call({ op: 'release' });
+    expect((await first).owner).toBe('first');
+  });
+
+  test('a waiter that gives up behind others for an expired lease is refused as reserved for them', async () => {
+    const dir = freshDir();
+    // Both processes first, then a short lease: the waiter queues long before it expires.
+    const holder = await LeaseAgent.start(dir, 2_000);
+    const stopped = await LeaseAgent.start(dir, 30_000);
+    const held = await holder.acquire('s1', 'holder');
+    void stopped.call({ op: 'acquire', id: 's1', owner: 'stopped', waitMs: 20_000 }).catch(() => {});
+    await until(queuedAndIdle(dir, 's1'), 'the waiter to queue');
+    stopped.kill('SIGSTOP');
+    try {
+      // Expired, and its front waiter (stopped) does not come for it.
+      await sleep(Math.max(0, held.expiry - now()) + 50);
+      const refused = await slowQueueLease(dir, 5)
+        .acquire('s1', 'late', { waitMs: 1 })
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LeaseHeldError);
+      expect((refused as Error).message).toContain('reserved for the waiters queued ahead');
+      expect(refused).toMatchObject({ holder: { owner: 'holder', token: BigInt(held.token) } });
+      expect(waitFiles(dir)).toHaveLength(1); // the stopped waiter's: the late one left the line
+    } finally {
+      stopped.kill('SIGCONT');
+    }
   });
 
   test('a waiter queued behind a stopped front waiter of a crashed holder gets the lease after the grace', async () => {

@@ -330,6 +330,13 @@ export class Lease implements SessionLease {
     const { safe, sessionId, now } = tx;
     const expiryMs = now + this.ttlMs;
     checkExpiry(expiryMs);
+    // A waiting acquire's first try behind others joins them whatever the record says, so it does
+    // not read it (the record is then the hand-off's alone) — unless this process holds the id, whose
+    // owner may refresh it.
+    if (!this.#held.has(safe)) {
+      const queued = this.#line.joinBehindOthers(tx, () => this.#inLineError(sessionId, safe));
+      if (queued !== undefined) return queued;
+    }
     const record = this.#readRecord(safe);
     const state = this.#stateOf(tx, owner, record);
     switch (state) {
@@ -364,6 +371,24 @@ export class Lease implements SessionLease {
         return { grant: await this.#takeOver(tx, owner, record, expiryMs, state) };
       }
     }
+  }
+
+  /** The refusal of a waiting acquire that gave up in line behind others: the record is read only
+   * now, to name the holder, and a failure to read it changes only what the error says. */
+  #inLineError(sessionId: string, safe: string): LeaseHeldError {
+    let record: LeaseRecord | undefined;
+    try {
+      record = this.#readRecord(safe);
+    } catch {
+      record = undefined;
+    }
+    if (record !== undefined && record.owner !== '' && !isExpired(record, readClock(this.#clock)))
+      return heldError(sessionId, record);
+    return new LeaseHeldError(
+      `lease ${JSON.stringify(sessionId)} is reserved for the waiters queued ahead`,
+      sessionId,
+      record && holderOf(record),
+    );
   }
 
   /** What an acquire by `owner` finds under the transition lock. */

@@ -159,6 +159,21 @@ export class WaitLine {
     return tx.place !== undefined && tx.place.ticket === undefined && count(this.#read(tx)) > 0;
   }
 
+  /**
+   * A waiting acquire's first try that finds others in line: its place at the back, and the
+   * refusal. It joins them whatever the record says (see othersInLine), so the caller need not read
+   * the record. `undefined` when nobody is in line or no place was taken behind anyone (a full queue,
+   * a ticket somebody holds, or only dead waiters ahead): the caller then decides as usual.
+   */
+  joinBehindOthers(tx: TransitionContext, refusal: () => LeaseHeldError): Refused | undefined {
+    if (!this.othersInLine(tx)) return undefined;
+    const read = this.#read(tx);
+    const ahead = this.#join(tx, read, tx.place!);
+    if (ahead === undefined) return undefined;
+    this.#flush(tx, read);
+    return this.#behind(tx, ahead, refusal);
+  }
+
   /** A refusal; a waiting acquire also takes (or keeps) its place in the queue here. */
   refuse(
     tx: TransitionContext,
@@ -181,14 +196,18 @@ export class WaitLine {
       } else ahead = at > 0 ? waiters![at - 1]!.ticket : undefined;
     }
     if (read !== undefined) this.#flush(tx, read);
-    if (ahead !== undefined) {
-      // Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter
-      // leaves the line (gave up, or died) — or, once it was handed the lease and its .wait file
-      // became the .live, when it releases: exactly when our turn comes. So a release wakes one
-      // waiter, not the queue. Look again after the grace regardless (a stopped front waiter).
-      return { refusal, watch: this.waitPath(safe, ahead), watchMode: 'writers', until: tx.now + this.#graceMs };
-    }
+    if (ahead !== undefined) return this.#behind(tx, ahead, refusal);
     return { refusal, watch, watchMode, until };
+  }
+
+  /**
+   * Behind someone: watch the .wait file of the waiter just ahead. It fires when that waiter leaves
+   * the line (gave up, or died) — or, once it was handed the lease and its .wait file became the
+   * .live, when it releases: exactly when our turn comes. So a release wakes one waiter, not the
+   * queue. Look again after the grace regardless (a stopped front waiter).
+   */
+  #behind(tx: TransitionContext, ahead: number, refusal: () => LeaseHeldError): Refused {
+    return { refusal, watch: this.waitPath(tx.safe, ahead), watchMode: 'writers', until: tx.now + this.#graceMs };
   }
 
   /**
