@@ -4,12 +4,13 @@
 // Lease's addon calls (fileIO) and its watch, every system call a contended Lease cycle makes, in
 // the same order, with none of its JavaScript logic (no gate, no record or queue codec, no clock,
 // no grants, no diagnostics). Per cycle, as the Lease does it (see Lease.release and #attempt):
-//   acquire: the transition lock (open, flock, inode re-check); the record read; the queue read;
+//   acquire: the transition lock (open, flock, inode re-check); a first try reads the queue, and
+//            the record only if nobody is in line (a later try: the record, then the queue);
 //            free and nobody in line: commit a new generation; else the waiter's own `.wait`
 //            created and flocked, the queue written, the lock let go, and a watch with the Lease's
 //            hand-off probe on the one ahead (its `.wait`, writers' closes) or the holder (its
 //            `.live`, every close); a report without a hand-off looks again under the lock;
-//   release: the lock; the record read; the queue read; the front waiter's `.wait` probed; the
+//   release: the lock; the queue read; the record read; the front waiter's `.wait` probed; the
 //            hand-off commit (its `.wait` renamed to the next `.live`, the record, ours removed);
 //            the queue written; the lock let go; our `.live` closed (which wakes the front waiter).
 // The queue is a line of `ticket:owner` words; the token is found by indexOf; a busy transition
@@ -71,8 +72,11 @@ if (args[0] === '--child') {
   async function acquire() {
     for (;;) {
       const lfd = await lockTransition();
-      const text = io.readRecord(recordPath);
-      const queue = (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
+      const readQueue = () => (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
+      // As the Lease: a first try reads the queue first, and joins anyone in line without the record.
+      let queue = place === undefined ? readQueue() : undefined;
+      const text = queue?.length > 0 ? undefined : io.readRecord(recordPath);
+      queue ??= readQueue();
       const owner = ownerOf(text);
       const token = tokenOf(text);
       if (place === undefined) {
@@ -128,8 +132,8 @@ if (args[0] === '--child') {
 
   async function release() {
     const lfd = await lockTransition();
+    const queue = (io.readLockData(lfd) ?? '').split(' ').filter(Boolean); // first, as the Lease's one step
     const text = io.readRecord(recordPath);
-    const queue = (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
     const next = tokenOf(text) + 1n;
     const ours = livePath(held.token);
     let handedTo;
