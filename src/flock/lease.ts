@@ -330,9 +330,9 @@ export class Lease implements SessionLease {
     const { safe, sessionId, now } = tx;
     const expiryMs = now + this.ttlMs;
     checkExpiry(expiryMs);
-    // A waiting acquire's first try behind others joins them whatever the record says, so it does
-    // not read it (the record is then the hand-off's alone) — unless this process holds the id, whose
-    // owner may refresh it.
+    // A waiting acquire's first try behind others joins them whatever the record says (see
+    // WaitLine.othersInLine), so it does not read it; unless this process holds the id, whose owner
+    // may refresh it.
     if (!this.#held.has(safe)) {
       const queued = this.#line.joinBehindOthers(tx, () => this.#inLineError(sessionId, safe));
       if (queued !== undefined) return queued;
