@@ -12,7 +12,7 @@ import { kIO, Lease } from '../src/flock/lease.js';
 import { MemoryLease } from '../src/memory/memory-lease.js';
 import { LeaseExpiredError, LeaseHeldError } from '../src/port/errors.js';
 import type { LeaseGrant } from '../src/port/types.js';
-import { LeaseAgent } from './helpers/agent.js';
+import { LeaseAgent, type AgentGrant } from './helpers/agent.js';
 import { freshDir } from './helpers/dirs.js';
 import { isFlocked, leaseFiles, readRecordFile, waitFiles } from './helpers/lease-files.js';
 import { until } from './helpers/until.js';
@@ -216,17 +216,24 @@ describe('waiting acquire', () => {
     expect((await second).owner).toBe('second');
   });
 
-  /** A Lease whose first look at the queue takes `ms`: a waiting acquire with a shorter wait gives
-   * up right after its first try, with the refusal that try made. */
-  const slowQueueLease = (dir: string, ms: number): Lease => {
+  /** A waiting acquire by `owner` that gives up right after its first try (its first look at the
+   * queue takes 5 ms, its wait 1 ms), so with the refusal that try made: it must name `held`'s
+   * holder, and leave the line to the one waiter already in it. Its message. */
+  const refusedAfterFirstTry = async (dir: string, owner: string, held: AgentGrant): Promise<string> => {
     const io: LeaseIO = {
       ...fileIO,
       readLockData: (fd) => {
-        for (const until = performance.now() + ms; performance.now() < until;);
+        for (const until = performance.now() + 5; performance.now() < until;);
         return fileIO.readLockData(fd);
       },
     };
-    return new Lease(dir, { [kIO]: io } as object);
+    const refused = await new Lease(dir, { [kIO]: io } as object)
+      .acquire('s1', owner, { waitMs: 1 })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(LeaseHeldError);
+    expect(refused).toMatchObject({ holder: { owner: 'holder', token: BigInt(held.token) } });
+    expect(waitFiles(dir)).toHaveLength(1);
+    return (refused as Error).message;
   };
 
   test('a waiter that gives up behind others is refused naming the holder, and leaves the line', async () => {
@@ -237,13 +244,7 @@ describe('waiting acquire', () => {
     const first = firstLease.acquire('s1', 'first', { waitMs: 20_000 });
     await until(() => waitFiles(dir).length === 1, 'the first waiter to queue');
     // Its first try queues it without reading the record: the refusal reads it to name the holder.
-    const refused = await slowQueueLease(dir, 5)
-      .acquire('s1', 'second', { waitMs: 1 })
-      .catch((e: unknown) => e);
-    expect(refused).toBeInstanceOf(LeaseHeldError);
-    expect((refused as Error).message).toContain('is held: holder holds it');
-    expect(refused).toMatchObject({ holder: { owner: 'holder', token: BigInt(held.token) } });
-    expect(waitFiles(dir)).toHaveLength(1); // only the first waiter's
+    expect(await refusedAfterFirstTry(dir, 'second', held)).toContain('is held: holder holds it');
     await holder.call({ op: 'release' });
     expect((await first).owner).toBe('first');
   });
@@ -260,13 +261,7 @@ describe('waiting acquire', () => {
     try {
       // Expired, and its front waiter (stopped) does not come for it.
       await sleep(Math.max(0, held.expiry - now()) + 50);
-      const refused = await slowQueueLease(dir, 5)
-        .acquire('s1', 'late', { waitMs: 1 })
-        .catch((e: unknown) => e);
-      expect(refused).toBeInstanceOf(LeaseHeldError);
-      expect((refused as Error).message).toContain('reserved for the waiters queued ahead');
-      expect(refused).toMatchObject({ holder: { owner: 'holder', token: BigInt(held.token) } });
-      expect(waitFiles(dir)).toHaveLength(1); // the stopped waiter's: the late one left the line
+      expect(await refusedAfterFirstTry(dir, 'late', held)).toContain('reserved for the waiters queued ahead');
     } finally {
       stopped.kill('SIGCONT');
     }

@@ -55,6 +55,8 @@ if (args[0] === '--child') {
   };
   const ownerOf = (text) => (text === undefined ? '' : text.slice(10, text.indexOf('"', 10)));
   const lockTransition = () => waitTransition(lockPath, io);
+  /** The queue under the transition lock `lfd`: its `ticket:owner` words. */
+  const queueOf = (lfd) => (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
   io.prepareDir(dir);
   const keepAlive = setInterval(() => {}, 1 << 30);
 
@@ -72,11 +74,10 @@ if (args[0] === '--child') {
   async function acquire() {
     for (;;) {
       const lfd = await lockTransition();
-      const readQueue = () => (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
       // As the Lease: a first try reads the queue first, and joins anyone in line without the record.
-      let queue = place === undefined ? readQueue() : undefined;
+      let queue = place === undefined ? queueOf(lfd) : undefined;
       const text = queue?.length > 0 ? undefined : io.readRecord(recordPath);
-      queue ??= readQueue();
+      queue ??= queueOf(lfd);
       const owner = ownerOf(text);
       const token = tokenOf(text);
       if (place === undefined) {
@@ -132,7 +133,7 @@ if (args[0] === '--child') {
 
   async function release() {
     const lfd = await lockTransition();
-    const queue = (io.readLockData(lfd) ?? '').split(' ').filter(Boolean); // first, as the Lease's one step
+    const queue = queueOf(lfd); // first, as the Lease's one step
     const text = io.readRecord(recordPath);
     const next = tokenOf(text) + 1n;
     const ours = livePath(held.token);

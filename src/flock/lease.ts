@@ -380,7 +380,7 @@ export class Lease implements SessionLease {
     try {
       record = this.#readRecord(safe);
     } catch {
-      record = undefined;
+      // unreadable now: the error names no holder
     }
     if (record !== undefined && record.owner !== '' && !isExpired(record, readClock(this.#clock)))
       return heldError(sessionId, record);
