@@ -6,14 +6,17 @@
 // this machine run anywhere from 2 800 to 5 900 cycles/s (docs/bench.md, "The twenty-fourth
 // round"). Before each window the resumed processes run `settle` ms unmeasured (their timers
 // fire and their line forms again); each window counts the cycles the processes report over IPC at
-// its start and its end. Printed: each pair's ratio (this build ÷ the other), their median and
-// range, and each build's median cycles/s.
+// its start and its end, and the CPU time of all their threads (/proc/<pid>/task/*/schedstat) over
+// the same span. Printed: each pair's ratio (this build ÷ the other), their median and range, and
+// each build's median cycles/s; then the same for the CPU time a cycle cost (µs per cycle, all
+// processes together), which a change's own cost shows in far less noisily than the throughput
+// does.
 //
 //   node bench/evidence/ab-windows.mjs <other build dir> [dir=/dev/shm] [pairs=15] [window s=2] [warm-up s=10] [processes=8] [settle ms=300]
 //
 // `other`: a directory holding another build's dist/ and native/ (as for contention-cpu.mjs).
 import { fork } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { median } from '../lib/stats.mjs';
@@ -64,41 +67,69 @@ if (args[0] === '--child') {
     );
     await Promise.all(build.children.map(once));
     build.rates = [];
+    build.cpus = [];
   }
   const signal = (build, sig) => build.children.forEach((child) => child.kill(sig));
+  /** The CPU time (ns) all the threads of `build`'s processes have run. */
+  const cpuNs = (build) => {
+    let ns = 0;
+    for (const { pid } of build.children)
+      for (const tid of readdirSync(`/proc/${pid}/task`))
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    return ns;
+  };
   const count = async (build) =>
     (await Promise.all(build.children.map((c) => (c.send('count'), once(c))))).reduce((a, b) => a + b, 0);
-  /** Runs `build` alone for `ms` after settling; its cycles per second over that time. */
+  /** Runs `build` alone for `ms` after settling: its cycles per second over that time, and the CPU
+   * time a cycle cost (µs). */
   const windowOf = async (build, ms) => {
     for (const other of builds) if (other !== build) signal(other, 'SIGSTOP');
     signal(build, 'SIGCONT');
     await sleep(Number(settleArg));
     const start = performance.now();
-    const before = await count(build);
+    const [before, cpuBefore] = [await count(build), cpuNs(build)];
     await sleep(ms);
-    const after = await count(build);
-    return ((after - before) * 1000) / (performance.now() - start);
+    const [after, cpuAfter] = [await count(build), cpuNs(build)];
+    return {
+      rate: ((after - before) * 1000) / (performance.now() - start),
+      cpuUs: (cpuAfter - cpuBefore) / 1000 / (after - before),
+    };
   };
   try {
     // Warm-up: each build alone, turn about, in windows of up to 5 s.
     for (let left = Number(warmupArg) * 1000; left > 0; left -= 5000)
       for (const build of builds) await windowOf(build, Math.min(left, 5000));
     const ratios = [];
+    const cpuRatios = [];
     for (let p = 0; p < Number(pairsArg); p++) {
       // The order alternates, so neither build always runs first.
       const order = p % 2 === 0 ? builds : [...builds].reverse();
-      for (const build of order) build.rates.push(await windowOf(build, Number(windowArg) * 1000));
+      for (const build of order) {
+        const { rate, cpuUs } = await windowOf(build, Number(windowArg) * 1000);
+        build.rates.push(rate);
+        build.cpus.push(cpuUs);
+      }
       ratios.push(builds[0].rates.at(-1) / builds[1].rates.at(-1));
+      cpuRatios.push(builds[0].cpus.at(-1) / builds[1].cpus.at(-1));
+      const each = builds.map((b) => `${b.name} ${Math.round(b.rates.at(-1))}/s ${Math.round(b.cpus.at(-1))} µs`);
       console.log(
-        `pair ${p + 1}: ${builds.map((b) => `${b.name} ${Math.round(b.rates.at(-1))}/s`).join(', ')}, ratio ${ratios.at(-1).toFixed(3)}`,
+        `pair ${p + 1}: ${each.join(', ')}; ratio ${ratios.at(-1).toFixed(3)}, CPU ${cpuRatios.at(-1).toFixed(3)}`,
       );
     }
-    const sorted = [...ratios].sort((a, b) => a - b);
-    const ahead = ratios.filter((r) => r > 1).length;
-    console.log(
-      `\nthis build ÷ the other: median ${median(ratios).toFixed(3)}× (${sorted[0].toFixed(2)}–${sorted.at(-1).toFixed(2)}×), ahead in ${ahead} of ${ratios.length}`,
-    );
-    for (const build of builds) console.log(`${build.name}: median ${Math.round(median(build.rates))} cycles/s`);
+    const summary = (what, values, better) => {
+      const sorted = [...values].sort((a, b) => a - b);
+      const ahead = values.filter(better).length;
+      console.log(
+        `${what}: median ${median(values).toFixed(3)}× (${sorted[0].toFixed(2)}–${sorted.at(-1).toFixed(2)}×), ahead in ${ahead} of ${values.length}`,
+      );
+    };
+    console.log('');
+    summary('this build ÷ the other, cycles/s', ratios, (r) => r > 1);
+    summary('this build ÷ the other, CPU µs per cycle', cpuRatios, (r) => r < 1);
+    for (const build of builds)
+      console.log(
+        `${build.name}: median ${Math.round(median(build.rates))} cycles/s, ${Math.round(median(build.cpus))} µs of CPU per cycle`,
+      );
   } finally {
     for (const build of builds) {
       signal(build, 'SIGCONT');
