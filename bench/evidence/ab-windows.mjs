@@ -9,8 +9,8 @@
 // its start and its end, and the CPU time of all their threads (/proc/<pid>/task/*/schedstat) over
 // the same span. Printed: each pair's ratio (this build ÷ the other), their median and range, and
 // each build's median cycles/s; then the same for the CPU time a cycle cost (µs per cycle, all
-// processes together), which a change's own cost shows in far less noisily than the throughput
-// does.
+// processes together): a check that a gain in cycles is not just more CPU taken. It is no quieter
+// than the throughput, with which it moves (docs/bench.md, "The twenty-fifth round").
 //
 //   node bench/evidence/ab-windows.mjs <other build dir> [dir=/dev/shm] [pairs=15] [window s=2] [warm-up s=10] [processes=8] [settle ms=300]
 //
