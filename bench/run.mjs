@@ -19,7 +19,7 @@ import { contentionFigure } from './figures/contention.mjs';
 import { eldFigure } from './figures/eld.mjs';
 import { cycleFigure, renewFigure, rotate } from './figures/latency.mjs';
 import { scaleFigure } from './figures/scale.mjs';
-import { crashFloor, crashTakeover, peerSettings, wakeUp } from './figures/takeover.mjs';
+import { crashFloor, crashTakeover, peerSettings, WAKE_HOLD_MS, WAKE_QUIET_MS, wakeUp } from './figures/takeover.mjs';
 import { chartSvg } from './lib/chart.mjs';
 import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
@@ -224,9 +224,10 @@ try {
   );
   await figure('wake', () =>
     perFs(async (fs, dir) => {
-      // The Lease's hand-off, the C hand-off making the same durable commit (its waiter asleep as
-      // long as the Lease's) and the Node floor's alternate in rounds, the order rotating; peers after.
-      // Every side's first `warmup` hand-offs in a round are kept apart (`first`), not judged.
+      // The Lease's hand-off, the C hand-off making the same durable commit and the Node floor's,
+      // each two processes taking turns the same way (bench/figures/takeover.mjs, wakeUp), alternate
+      // in rounds, the order rotating; peers after. Every side's first `warmup` hand-offs in a round
+      // are kept apart (`first`), not judged.
       const { rounds, samples, warmup } = config.wake;
       const perRound = Math.ceil(samples.lease / rounds);
       const raw = { lease: [], leaseFromCall: [], 'floor-handoff': [], 'node-floor-handoff': [] };
@@ -249,10 +250,10 @@ try {
         ['node-floor-handoff', 'node'],
       ]) {
         runners[key] = async (r) => {
-          // Each releaser idles 20 ms after letting go, as the Lease's holder does (its answer to the
-          // harness waits 20 ms): what a releaser does next must not be in the other's hand-off.
+          // Each releaser idles after letting go, as the Lease's does: what a releaser does next must
+          // not be in the other's hand-off.
           const cycles = Math.ceil((warmup + perRound) / 2) + 1;
-          const options = { cycles, durable: true, holdMs: 40, quietMs: 20, runtime };
+          const options = { cycles, durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS, runtime };
           const handOffs = await floorHandOffs(join(dir, `wake-${key}-${r}`), options);
           first[key].push(...handOffs.slice(0, warmup));
           raw[key].push(...handOffs.slice(warmup));

@@ -19,7 +19,7 @@
 // after the same warm-up: the contention figure's own rounds (bench/figures/contention.mjs).
 //
 // `handoff` runs the wake-up figure's hand-off the same way (T8): two processes taking turns, each
-// holding 40 ms and idling 20 ms after it lets go; the Lease's side is the figure's own wakeUp.
+// holding the lock and idling after it lets go as the figure's do; the Lease's side is its own wakeUp.
 //
 //   node bench/evidence/protocol-floor.mjs contention [dir=/dev/shm] [rounds=4] [seconds=4] [warm-up s=1] [processes=8]
 //   node bench/evidence/protocol-floor.mjs handoff [dir] [rounds=4]
@@ -201,7 +201,7 @@ if (figure !== 'contention' && figure !== 'handoff') {
 const { floorHandOffs, handOffsOf, buildFloor } = await import('../lib/floor.mjs');
 const { median } = await import('../lib/stats.mjs');
 const { nodeJson } = await import('../lib/child.mjs');
-const { wakeUp } = await import('../figures/takeover.mjs');
+const { wakeUp, WAKE_HOLD_MS, WAKE_QUIET_MS } = await import('../figures/takeover.mjs');
 const { nodeRound, floorRound } = await import('../figures/contention.mjs');
 const { rotate } = await import('../figures/latency.mjs');
 buildFloor();
@@ -232,7 +232,7 @@ const contention = {
 const WAKE_WARMUP = 8;
 const WAKE_SAMPLES = 16;
 const floorCycles = Math.ceil((WAKE_WARMUP + WAKE_SAMPLES) / 2) + 1;
-const handOffSettings = { cycles: floorCycles, durable: true, holdMs: 40, quietMs: 20 };
+const handOffSettings = { cycles: floorCycles, durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS };
 const handoff = {
   async lease(dir) {
     const { fromLetGo } = await wakeUp({ key: 'lease', dir, samples: WAKE_WARMUP + WAKE_SAMPLES });

@@ -1,26 +1,29 @@
-// Multi-process figures with real child processes (bench/agents/agent.mjs):
+// Multi-process figures with real child processes:
 //
-// crash takeover — a holder process holds the lock; a waiter process is already waiting for it
-//   (flocklease: acquire with waitMs; proper-lockfile: retries polling every pollMs, stale at its
-//   minimum, 2000 ms; lockfile: wait + pollPeriod, stale 2000 ms); the parent SIGKILLs the holder
-//   and the figure is kill → the waiter's acquire resolved (shared monotonic clock).
+// crash takeover (bench/agents/agent.mjs, driven by this process) — a holder process holds the
+//   lock; a waiter process is already waiting for it (flocklease: acquire with waitMs;
+//   proper-lockfile: retries polling every pollMs, stale at its minimum, 2000 ms; lockfile: wait +
+//   pollPeriod, stale 2000 ms); the parent SIGKILLs the holder and the figure is kill → the
+//   waiter's acquire resolved (shared monotonic clock).
 //   The holder is killed a random 100–1100 ms after it took the lock: the peers' takeover depends
 //   on that phase (proper-lockfile refreshes its lock's mtime every stale/2 = 1 s; lockfile's
 //   staleness counts from when the lock was taken), flocklease's does not.
 //
-// wake-up — the holder releases instead; the figure is the hand-off: the holder let go → the
-//   waiter's acquire resolved (and, alongside, from the release call). For the Lease "let go" is
-//   just before the close of its `.live` file that wakes the waiter (bench/agents/agent.mjs), the
-//   point the C and Node floors' hand-offs are timed from too (bench/lib/floor.mjs). Not the
-//   release resolving: the waking close goes on after the lock is dropped (on ext4 the last close
-//   of the unlinked old `.live` frees its inode, ~0.5 ms), and on 2 vCPUs the woken waiter may run
-//   on the releaser's CPU first, so a stamp taken after it can wait for the waiter's whole path
-//   (such samples came out negative, and the median with them). The peers, which have no such
-//   close, are timed from their release resolving.
+// wake-up (bench/agents/turns.mjs) — two processes take turns with the lock by themselves, as the
+//   C and Node floors' hand-offs do (bench/lib/floor.mjs): no parent wakes anyone meanwhile. The
+//   figure is the hand-off: one let go → the other's acquire resolved (and, alongside, from the
+//   release call). For the Lease "let go" is just before the close of its `.live` file that wakes
+//   the waiter, the point the floors' hand-offs are timed from too. Not the release resolving: the
+//   waking close goes on after the lock is dropped (on ext4 the last close of the unlinked old
+//   `.live` frees its inode, ~0.5 ms), and on 2 vCPUs the woken waiter may run on the releaser's
+//   CPU first, so a stamp taken after it can wait for the waiter's whole path. The peers, which
+//   have no such close, are timed from their release call.
 import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Agent } from '../lib/agent.mjs';
-import { floorHolder, floorWatcher } from '../lib/floor.mjs';
+import { nodeJson } from '../lib/child.mjs';
+import { floorHolder, floorWatcher, handOffsOf } from '../lib/floor.mjs';
 import { DEFAULT_POLL_MS, PROPER_LOCKFILE_MIN_STALE_MS } from '../lib/impls.mjs';
 import { round, sharedNow, sleep, summarize } from '../lib/stats.mjs';
 
@@ -126,33 +129,32 @@ async function crashOnce({ key, options, waiter, times, unlocked }) {
   return at - killedAt;
 }
 
-/** Wake-up samples (ms) for one implementation on one directory. */
+/** How long each side of a hand-off figure holds the lock, and idles after letting it go: the
+ * Lease's, its peers' and the floors' (bench/run.mjs). */
+export const WAKE_HOLD_MS = 40;
+export const WAKE_QUIET_MS = 20;
+const TURNS = fileURLToPath(new URL('../agents/turns.mjs', import.meta.url));
+
+/**
+ * Wake-up samples (ms) for one implementation on one directory: two processes taking turns
+ * (bench/agents/turns.mjs, holding 40 ms and idling 20 ms after each release), driven as the
+ * floors' hand-offs are (bench/lib/floor.mjs). `fromLetGo`: each hand-off, in the order they
+ * happened; `fromCall`: the same from the release call. At least `samples` of each.
+ */
 export async function wakeUp({ key, dir, samples, log }) {
-  const options = agentOptions(key, dir);
-  mkdirSync(options.dir, { recursive: true });
-  const [holder, waiter] = await Promise.all([Agent.start(), Agent.start()]);
-  await holder.call({ ...options, wait: false });
-  await waiter.call({ ...options, wait: true });
-  const fromLetGo = [];
-  const fromCall = [];
-  try {
-    for (let s = 0; s < samples; s++) {
-      await holder.call({ op: 'lock', id: 'wake' });
-      await waiter.startLock('wake');
-      await sleep(30 + Math.random() * 20);
-      // The holder answers 20 ms late: as in the floors' hand-offs, no third process wakes meanwhile.
-      const released = await holder.call({ op: 'release', quietMs: 20 });
-      const { at } = await waiter.lockResult(30_000);
-      const handOff = at - (released.letGoAt ?? released.at);
-      // The waiter is woken by the letting go: a hand-off before it means the stamp is misplaced.
-      if (key === 'lease' && !(handOff > 0)) throw new Error(`wake-up ${key}: a hand-off of ${handOff} ms`);
-      fromLetGo.push(handOff);
-      fromCall.push(at - released.startedAt);
-      await waiter.call({ op: 'release' });
-    }
-    log?.(`  wake-up ${key}: ${samples} samples`);
-  } finally {
-    await Promise.all([holder.stop(), waiter.stop()]);
-  }
+  const where = join(dir, `turns-${key}`);
+  mkdirSync(where, { recursive: true });
+  const cycles = Math.ceil(samples / 2) + 1;
+  // A polling peer's waiter takes the lock up to a poll period after it is let go: its releaser
+  // idles longer, or would mostly take the lock back itself (no hand-off).
+  const quietMs = key === 'lease' ? WAKE_QUIET_MS : WAKE_QUIET_MS + 2 * DEFAULT_POLL_MS;
+  const args = [TURNS, key, where, cycles, WAKE_HOLD_MS, quietMs].map(String);
+  const runs = await Promise.all([nodeJson(args), nodeJson(args)]);
+  const fromLetGo = handOffsOf(runs, key);
+  const fromCall = handOffsOf(
+    runs.map(({ acquiredNs, releaseCalledNs }) => ({ acquiredNs, releasedNs: releaseCalledNs })),
+    key,
+  );
+  log?.(`  wake-up ${key}: ${fromLetGo.length} samples`);
   return { fromLetGo, fromCall };
 }

@@ -304,7 +304,7 @@ export function markdown(results) {
   }
   if (f.wake) {
     out.push(
-      `\n### Wake-up after a release (ms): the holder let go → the waiter's acquire resolved (another process)\n\nThe holder lets go just before the close that wakes the waiter (the Lease: of its \`.live\` file; the peers, which poll: their release resolved). The Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds of fresh processes; the peers after them.${c.wake.warmup ? ` Each side's first ${c.wake.warmup} hand-offs a round are warm-up, not in p50 / p99 / n: their p50 is the *first* column (V8 has not compiled the woken path yet).` : ''}\n`,
+      `\n### Wake-up after a release (ms): the holder let go → the waiter's acquire resolved (another process)\n\nTwo processes take turns with the lock by themselves, every side alike (the Lease's, its peers' and the floors'). The holder lets go just before the close that wakes the waiter (the Lease: of its \`.live\` file; the peers, which poll: their release call). The Lease, the C hand-off and the Node floor's hand-off run in ${c.wake.rounds} interleaved rounds of fresh processes; the peers after them.${c.wake.warmup ? ` Each side's first ${c.wake.warmup} hand-offs a round are warm-up, not in p50 / p99 / n: their p50 is the *first* column (V8 has not compiled the woken path yet).` : ''}\n`,
     );
     const keys = Object.keys(f.wake.tmpfs ?? f.wake.disk ?? {});
     out.push(
