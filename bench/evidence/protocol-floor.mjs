@@ -244,7 +244,7 @@ const handoff = {
       protocolFloor(dir, 'handoff', cycles, holdMs, quietMs),
       protocolFloor(dir, 'handoff', cycles, holdMs, quietMs),
     ];
-    return handOffsOf(await Promise.all(pair), 'protocol').slice(WAKE_WARMUP);
+    return handOffsOf(await Promise.all(pair), 'protocol floor').slice(WAKE_WARMUP);
   },
   async 'node floor'(dir) {
     return (await floorHandOffs(dir, { ...handOffSettings, runtime: 'node' })).slice(WAKE_WARMUP);

@@ -137,9 +137,10 @@ const TURNS = fileURLToPath(new URL('../agents/turns.mjs', import.meta.url));
 
 /**
  * Wake-up samples (ms) for one implementation on one directory: two processes taking turns
- * (bench/agents/turns.mjs, holding 40 ms and idling 20 ms after each release), driven as the
+ * (bench/agents/turns.mjs, holding WAKE_HOLD_MS and idling after each release), driven as the
  * floors' hand-offs are (bench/lib/floor.mjs). `fromLetGo`: each hand-off, in the order they
- * happened; `fromCall`: the same from the release call. At least `samples` of each.
+ * happened; `fromCall`: the same from the release call. More than `samples` of each when the two
+ * take strict turns, as the Lease's do; fewer if a peer's releaser takes its lock back first.
  */
 export async function wakeUp({ key, dir, samples, log }) {
   const where = join(dir, `turns-${key}`);
@@ -150,10 +151,10 @@ export async function wakeUp({ key, dir, samples, log }) {
   const quietMs = key === 'lease' ? WAKE_QUIET_MS : WAKE_QUIET_MS + 2 * DEFAULT_POLL_MS;
   const args = [TURNS, key, where, cycles, WAKE_HOLD_MS, quietMs].map(String);
   const runs = await Promise.all([nodeJson(args), nodeJson(args)]);
-  const fromLetGo = handOffsOf(runs, key);
+  const fromLetGo = handOffsOf(runs, `wake-up ${key}`);
   const fromCall = handOffsOf(
     runs.map(({ acquiredNs, releaseCalledNs }) => ({ acquiredNs, releasedNs: releaseCalledNs })),
-    key,
+    `wake-up ${key}`,
   );
   log?.(`  wake-up ${key}: ${fromLetGo.length} samples`);
   return { fromLetGo, fromCall };

@@ -74,7 +74,7 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs, quietMs = 0, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs), String(quietMs)];
-  return handOffsOf(await Promise.all([run(args, runtime), run(args, runtime)]), runtime);
+  return handOffsOf(await Promise.all([run(args, runtime), run(args, runtime)]), `${runtime} floor`);
 }
 
 /**
@@ -93,7 +93,7 @@ export function handOffsOf(runs, label) {
       const own = lastBefore(mine.acquiredNs, t);
       if (held >= 0 && (own < 0 || other.acquiredNs[held] > mine.acquiredNs[own])) {
         const handOff = (t - other.releasedNs[held]) / 1e6;
-        if (!(handOff > 0)) throw new Error(`${label} floor: a hand-off of ${handOff} ms`);
+        if (!(handOff > 0)) throw new Error(`${label}: a hand-off of ${handOff} ms`);
         handOffs.push([t, handOff]);
       }
     }
