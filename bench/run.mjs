@@ -19,7 +19,15 @@ import { contentionFigure } from './figures/contention.mjs';
 import { eldFigure } from './figures/eld.mjs';
 import { cycleFigure, renewFigure, rotate } from './figures/latency.mjs';
 import { scaleFigure } from './figures/scale.mjs';
-import { crashFloor, crashTakeover, peerSettings, WAKE_HOLD_MS, WAKE_QUIET_MS, wakeUp } from './figures/takeover.mjs';
+import {
+  crashFloor,
+  crashTakeover,
+  peerSettings,
+  turnCycles,
+  WAKE_HOLD_MS,
+  WAKE_QUIET_MS,
+  wakeUp,
+} from './figures/takeover.mjs';
 import { chartSvg } from './lib/chart.mjs';
 import { buildFloor, floorHandOffs } from './lib/floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
@@ -252,7 +260,7 @@ try {
         runners[key] = async (r) => {
           // Each releaser idles after letting go, as the Lease's does: what a releaser does next must
           // not be in the other's hand-off.
-          const cycles = Math.ceil((warmup + perRound) / 2) + 1;
+          const cycles = turnCycles(warmup + perRound);
           const options = { cycles, durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS, runtime };
           const handOffs = await floorHandOffs(join(dir, `wake-${key}-${r}`), options);
           first[key].push(...handOffs.slice(0, warmup));

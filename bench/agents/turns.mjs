@@ -11,10 +11,10 @@
 // release is one file-system call, and it is timed from the call.
 import { fileIO } from '../../dist/flock/io.js';
 import { DEFAULT_POLL_MS, IMPLS, PROPER_LOCKFILE_MIN_STALE_MS } from '../lib/impls.mjs';
+import { sleep } from '../lib/stats.mjs';
 
 const [key, dir, cyclesArg, holdArg, quietArg] = process.argv.slice(2);
 const now = () => Number(process.hrtime.bigint());
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let letGoNs;
 /** fileIO, stamping the first descriptor close of each release (its `.live` generation lock). */

@@ -201,7 +201,7 @@ if (figure !== 'contention' && figure !== 'handoff') {
 const { floorHandOffs, handOffsOf, buildFloor } = await import('../lib/floor.mjs');
 const { median } = await import('../lib/stats.mjs');
 const { nodeJson } = await import('../lib/child.mjs');
-const { wakeUp, WAKE_HOLD_MS, WAKE_QUIET_MS } = await import('../figures/takeover.mjs');
+const { turnCycles, wakeUp, WAKE_HOLD_MS, WAKE_QUIET_MS } = await import('../figures/takeover.mjs');
 const { nodeRound, floorRound } = await import('../figures/contention.mjs');
 const { rotate } = await import('../figures/latency.mjs');
 buildFloor();
@@ -231,7 +231,7 @@ const contention = {
  * round, its first WAKE_WARMUP set apart. */
 const WAKE_WARMUP = 8;
 const WAKE_SAMPLES = 16;
-const floorCycles = Math.ceil((WAKE_WARMUP + WAKE_SAMPLES) / 2) + 1;
+const floorCycles = turnCycles(WAKE_WARMUP + WAKE_SAMPLES);
 const handOffSettings = { cycles: floorCycles, durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS };
 const handoff = {
   async lease(dir) {

@@ -135,6 +135,9 @@ export const WAKE_HOLD_MS = 40;
 export const WAKE_QUIET_MS = 20;
 const TURNS = fileURLToPath(new URL('../agents/turns.mjs', import.meta.url));
 
+/** The cycles each of two processes taking turns makes for `samples` hand-offs (and one more). */
+export const turnCycles = (samples) => Math.ceil(samples / 2) + 1;
+
 /**
  * Wake-up samples (ms) for one implementation on one directory: two processes taking turns
  * (bench/agents/turns.mjs, holding WAKE_HOLD_MS and idling after each release), driven as the
@@ -145,7 +148,7 @@ const TURNS = fileURLToPath(new URL('../agents/turns.mjs', import.meta.url));
 export async function wakeUp({ key, dir, samples, log }) {
   const where = join(dir, `turns-${key}`);
   mkdirSync(where, { recursive: true });
-  const cycles = Math.ceil(samples / 2) + 1;
+  const cycles = turnCycles(samples);
   // A polling peer's waiter takes the lock up to a poll period after it is let go: its releaser
   // idles longer, or would mostly take the lock back itself (no hand-off).
   const quietMs = key === 'lease' ? WAKE_QUIET_MS : WAKE_QUIET_MS + 2 * DEFAULT_POLL_MS;
