@@ -2,9 +2,9 @@
 /**
  * The Node floor of the server benchmark (bench.mjs, docs/ticketing.md "Benchmark"): the least
  * work any Node server speaking the Ticketing protocol over node:net can do per batch. The same
- * `net.createServer` socket options, the same reading set-up as the Ticketing server (server.ts
- * `#adopt`: every connection reads into one shared buffer through `onread`) and the same writing
- * (server.ts `#flushQueuedReplies`: each connection's replies from one turn of the loop in one
+ * `net.createServer` socket options, the same reading set-up as the Ticketing server (server/connection.ts
+ * `adoptSocket`: every connection reads into one shared buffer through `onread`) and the same writing
+ * (server/connections.ts `#flushQueuedReplies`: each connection's replies from one turn of the loop in one
  * `socket.write`, after the poll phase). Replies are what the load generator accepts:
  * `A key owner wait` → `A <token> owner key` (the token a counter), `R key token` → `R token key`.
  * No state machine, no timers, no validation beyond splitting lines at `\n` and fields at spaces:
@@ -140,7 +140,7 @@ class Connection {
 /** One receive buffer for every connection, as the server has (reads are handled one at a time). */
 const inbuf = Buffer.allocUnsafeSlow(64 * 1024);
 
-/** The server's reading set-up (server.ts #adopt): the accepted handle re-wrapped with `onread`. */
+/** The server's reading set-up (server/connection.ts adoptSocket): the accepted handle re-wrapped with `onread`. */
 function adopt(accepted, onChunk) {
   const handle = accepted._handle;
   if (typeof handle?.readStart !== 'function') {

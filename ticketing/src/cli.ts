@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
 import { isAddress, isName } from './protocol.js';
-import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server.js';
+import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
 
 function integer(min: number, max: number) {
   return (text: string): number => {

@@ -17,6 +17,11 @@ export const channels = {
   serverDisconnect: diagnostics.channel('ticketing:server:disconnect'),
   /** Every effect of the state machine: `{ server, effect }` (see state.ts `Effect`). */
   serverEffect: diagnostics.channel('ticketing:server:effect'),
+  /** A lease ran out and its grant ended without a release (the holder died or hung): `{ server,
+   * key, owner, token }`. The `expired` effect alone, for an observer that wants no other. In
+   * single mode it comes when the key is taken over by another acquire, handed to a waiter or
+   * swept (within `sweepIntervalMs` of the expiry); in cluster mode at the expiry. */
+  serverExpired: diagnostics.channel('ticketing:server:expired'),
   /** A connection's output backed up past the bound (reading paused) or drained (resumed):
    * `{ server, connection, paused, bufferedBytes }`. */
   serverBackpressure: diagnostics.channel('ticketing:server:backpressure'),

@@ -5,7 +5,9 @@ export {
   type TicketServerOptions,
   type ServerAddress,
   type ServerStats,
-} from './server.js';
+  type LockView,
+  type Readiness,
+} from './server/server.js';
 export {
   TicketClient,
   type TicketClientOptions,
@@ -36,6 +38,7 @@ export {
   type GrantPath,
   type BusyLimit,
   type KeyView,
+  type HeldKey,
   type SessionId,
   type TicketStateOptions,
 } from './state.js';

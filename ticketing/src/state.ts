@@ -1,7 +1,7 @@
 /**
  * The lock table as a deterministic state machine: `apply(command, now)` → effects. No I/O, no
  * timers, no clock of its own: the same commands applied at the same instants to the same initial
- * state give the same effects and the same state. The network layer (server.ts) turns request
+ * state give the same effects and the same state. The network layer (server/) turns request
  * lines and its timers into commands and effects into reply lines; cluster mode will replicate
  * the commands instead (docs/ticketing.md "Architecture").
  *
@@ -66,6 +66,9 @@ export type Effect =
       readonly token: bigint;
       readonly expiresAt: number;
       readonly path: GrantPath;
+      /** When the acquire was applied (`now`; for a queued one, when it was queued): the wait
+       * from a request's arrival to its grant is `now - requestedAt`. */
+      readonly requestedAt: number;
     }
   | {
       readonly type: 'queued';
@@ -148,12 +151,23 @@ export interface KeyView {
   }>;
 }
 
+/** A held key, in brief (`held`). */
+export interface HeldKey {
+  readonly key: string;
+  readonly owner: string;
+  readonly token: bigint;
+  readonly expiresAt: number;
+  /** Requests queued for it. */
+  readonly waiters: number;
+}
+
 interface Waiter extends HeapItem {
   readonly kind: 'wait';
   readonly id: number;
   readonly session: SessionId;
   readonly owner: string;
   readonly entry: KeyEntry;
+  readonly queuedAt: number;
   /** The key's queue. */
   prev: Waiter | undefined;
   next: Waiter | undefined;
@@ -266,6 +280,19 @@ export class TicketState {
     };
   }
 
+  /** Keys whose lease has not run out at `now` and whose names start with `prefix`, at most
+   * `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
+  held(now: number, prefix: string, limit: number): HeldKey[] {
+    const out: HeldKey[] = [];
+    for (let entry = this.#oldestKey; entry !== undefined && out.length < limit; entry = entry.newerKey) {
+      if (now < entry.expiresAt && entry.key.startsWith(prefix)) {
+        const { key, owner, token, expiresAt, waiting } = entry;
+        out.push({ key, owner, token, expiresAt, waiters: waiting });
+      }
+    }
+    return out;
+  }
+
   /** The earliest instant at which `nextDue` will have work (a wait running out, or a key with
    * waiters expiring), or `undefined` when nothing is scheduled. */
   nextDeadline(): number | undefined {
@@ -310,7 +337,9 @@ export class TicketState {
       const token = this.#issue(now);
       if (token === undefined) return [{ type: 'busy', session, key, owner, limit: 'tokens' }];
       const fresh = this.#register(key, owner, token, now);
-      return [{ type: 'granted', session, key, owner, token, expiresAt: fresh.expiresAt, path: 'free' }];
+      return [
+        { type: 'granted', session, key, owner, token, expiresAt: fresh.expiresAt, path: 'free', requestedAt: now },
+      ];
     }
     if (now >= entry.expiresAt) {
       // Lazy expiry: the acquire that finds the lease run out takes the key on the spot, even
@@ -319,7 +348,8 @@ export class TicketState {
       if (token === undefined) return [{ type: 'busy', session, key, owner, limit: 'tokens' }];
       const effects: Effects = [{ type: 'expired', key, owner: entry.owner, token: entry.token }];
       this.#grant(entry, owner, token, now);
-      effects.push({ type: 'granted', session, key, owner, token, expiresAt: entry.expiresAt, path: 'takeover' });
+      const expiresAt = entry.expiresAt;
+      effects.push({ type: 'granted', session, key, owner, token, expiresAt, path: 'takeover', requestedAt: now });
       return effects;
     }
     if (waitMs === 0) return [{ type: 'timed-out', session, key, owner, reason: 'held' }];
@@ -335,6 +365,7 @@ export class TicketState {
       seq: id,
       at: now + waitMs,
       heapIndex: -1,
+      queuedAt: now,
       session,
       owner,
       entry,
@@ -515,6 +546,7 @@ export class TicketState {
         token,
         expiresAt: entry.expiresAt,
         path,
+        requestedAt: waiter.queuedAt,
       });
       return;
     }

@@ -4,7 +4,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { TicketServer, type TicketServerOptions } from '../src/server.js';
+import { TicketServer, type TicketServerOptions } from '../src/server/server.js';
 
 export const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 

@@ -3,7 +3,7 @@
 import diagnostics from 'node:diagnostics_channel';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type AcquireResult } from '../src/client.js';
-import { TicketServer } from '../src/server.js';
+import { TicketServer } from '../src/server/server.js';
 import { sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

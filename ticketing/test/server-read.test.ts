@@ -1,6 +1,6 @@
 // The server reads each accepted connection into one shared receive buffer through `onread`, by
-// re-wrapping the accepted socket's handle (net.Server offers no onread; ticketing/src/server.ts
-// #adopt). That leans on Node internals (`_handle`, the `handle` option), with the plain 'data'
+// re-wrapping the accepted socket's handle (net.Server offers no onread; ticketing/src/server/connection.ts
+// adoptSocket). That leans on Node internals (`_handle`, the `handle` option), with the plain 'data'
 // path as the fallback: this file fails when a Node release moves them, so the fast path is never
 // lost without notice. Run on Node 20; the same check passed by hand on Node 24.22.
 import net from 'node:net';

@@ -1,4 +1,4 @@
-// The server writes a turn's replies after the poll phase (ticketing/src/server.ts
+// The server writes a turn's replies after the poll phase (ticketing/src/server/connections.ts
 // #flushQueuedReplies): every connection read in one turn of the event loop is answered before the
 // first write of that turn, with one write per connection. Writing each connection's replies right
 // after its read woke the peer once per connection while reads were still to do

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
-import { TicketServer, type TicketServerOptions } from '../src/server.js';
+import { TicketServer, type TicketServerOptions } from '../src/server/server.js';
 import { LineSocket, sleep, startServer, tokenOf, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];

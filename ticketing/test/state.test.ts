@@ -40,6 +40,7 @@ describe('acquire table', () => {
         token: expect.any(BigInt) as unknown,
         expiresAt: T0 + LEASE,
         path: 'free',
+        requestedAt: T0,
       },
     ]);
     const view = state.get('k')!;
@@ -102,7 +103,14 @@ describe('acquire table', () => {
     const effects = state.apply(release(1, 'k', first.token), T0 + 100);
     expect(effects[0]).toEqual({ type: 'released', session: 1, key: 'k', token: first.token });
     const handed = granted(effects);
-    expect(handed).toMatchObject({ session: 2, owner: 'o2', path: 'handoff', expiresAt: T0 + 100 + LEASE });
+    // requestedAt is when it was queued: the wait from its arrival to its grant was 99 ms.
+    expect(handed).toMatchObject({
+      session: 2,
+      owner: 'o2',
+      path: 'handoff',
+      expiresAt: T0 + 100 + LEASE,
+      requestedAt: T0 + 1,
+    });
     expect(handed.token).toBeGreaterThan(first.token);
   });
 
@@ -226,7 +234,7 @@ describe('hand-off and expiry', () => {
     state.apply(acquire(1, 'k', 'o1'), T0);
     state.apply(acquire(2, 'k', 'waiter', 60_000), T0 + 1);
     const effects = state.apply(acquire(3, 'k', 'late', 0), T0 + LEASE);
-    expect(granted(effects)).toMatchObject({ owner: 'late', path: 'takeover' });
+    expect(granted(effects)).toMatchObject({ owner: 'late', path: 'takeover', requestedAt: T0 + LEASE });
     expect(state.get('k')!.waiters.map((w) => w.owner)).toEqual(['waiter']);
   });
 
@@ -241,7 +249,12 @@ describe('hand-off and expiry', () => {
     expect(due).toEqual({ type: 'expire', key: 'k', token: first.token });
     const effects = state.apply(due, T0 + LEASE);
     expect(effects[0]).toEqual({ type: 'expired', key: 'k', owner: 'o1', token: first.token });
-    expect(granted(effects)).toMatchObject({ owner: 'o2', path: 'expiry', expiresAt: T0 + 2 * LEASE });
+    expect(granted(effects)).toMatchObject({
+      owner: 'o2',
+      path: 'expiry',
+      expiresAt: T0 + 2 * LEASE,
+      requestedAt: T0 + 1,
+    });
     // The next expiry is now scheduled for the new holder (o3 still waits).
     expect(state.nextDeadline()).toBe(T0 + 2 * LEASE);
   });

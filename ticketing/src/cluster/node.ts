@@ -1,5 +1,5 @@
 /**
- * Cluster mode: the gate (server.ts `ServerGate`) that makes a TicketServer one node of a lock
+ * Cluster mode: the gate (server/cluster-host.ts `ServerGate`) that makes a TicketServer one node of a lock
  * space replicated in etcd. Only the leader serves; it drives the same TicketState as single mode,
  * so every rule and every reply byte stays the same, and it commits each state change to etcd
  * before the reply about it goes out.
@@ -25,7 +25,7 @@
 import type { Etcd3, IKeyValue, IRequestOp, Lease, Watcher } from 'etcd3';
 import { channels, publish } from '../events.js';
 import { formatError, formatLeader, formatMoved } from '../protocol.js';
-import type { GateHost, HeldReply, ServerGate } from '../server.js';
+import type { GateHost, HeldReply, ServerGate } from '../server/cluster-host.js';
 import { TicketState, type Effect } from '../state.js';
 import { createEtcdClient } from './etcd.js';
 import { KeyLayout, decodeSnapshot, encodeGrant } from './store.js';

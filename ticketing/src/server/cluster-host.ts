@@ -1,0 +1,78 @@
+/**
+ * The seam between the server and cluster mode (cluster/node.ts): the gate the server consults,
+ * and the host through which the gate drives the server.
+ */
+import type { Effect, TicketState } from '../state.js';
+import type { ServerCore } from './core.js';
+
+/**
+ * Without a gate the server owns its state and answers at once (single mode). With one, the gate
+ * supplies the state (only while this node leads and has rebuilt the table) and every reply passes
+ * through `hold` until the gate's commit.
+ */
+export interface ServerGate {
+  /** Called once by `listen()`, before the first connection. */
+  attach(host: GateHost): void;
+  /** Before a request is processed: `undefined` to process it here, else the one line (`M …` or
+   * `E …`) to answer with before closing the connection. */
+  refusal(): string | undefined;
+  /** Every effect of every command applied to the state. */
+  effect(effect: Effect): void;
+  /** A reply for a session; `grant` is set for an `A`. The gate hands it back through
+   * `GateHost.deliver` once the batch it belongs to is committed, or never. */
+  hold(session: number, line: string, grant: { readonly key: string; readonly token: bigint } | undefined): void;
+  /** First step of `close()`: answer no more requests, finish or drop what is pending, step down. */
+  close(): Promise<void>;
+}
+
+/** What a gate may do to the server. */
+export interface GateHost {
+  /** The server's clock (epoch ms). */
+  now(): number;
+  /** Serve from this state from now on, or (undefined) from none: every connection that sent a
+   * request is answered `E not_active <detail>` and closed. */
+  setState(state: TicketState | undefined, detail?: string): void;
+  /** Writes committed replies, in order. A grant whose connection is gone is released. */
+  deliver(replies: ReadonlyArray<HeldReply>): void;
+  /** Sends an unsolicited line (`L …`) to every open connection. */
+  broadcast(line: string): void;
+}
+
+export interface HeldReply {
+  readonly session: number;
+  readonly line: string;
+  readonly grant: { readonly key: string; readonly token: bigint } | undefined;
+}
+
+export function createGateHost(core: ServerCore): GateHost {
+  return {
+    now: core.config.clock,
+    setState: (state, detail = 'leadership lost') => {
+      const previous = core.state;
+      core.state = state;
+      core.timers.clearDeadline();
+      if (previous !== undefined) {
+        // What was queued or held there is lost: close those connections (their clients see
+        // Indeterminate) rather than leave them waiting for replies that will never come.
+        for (const conn of core.connections.values()) {
+          if (!conn.fresh) core.conns.fail(conn, 'not_active', detail, 'not_active');
+        }
+      }
+      core.outbox.flush();
+      core.timers.schedule();
+    },
+    deliver: (replies) => {
+      for (const { session, line, grant } of replies) {
+        const conn = core.connections.get(session);
+        if (conn !== undefined && !conn.closing && conn.socket.writable) core.outbox.send(conn, line);
+        else if (grant !== undefined) core.delivery.run(core.delivery.undeliverable(session, grant.key, grant.token));
+      }
+      core.outbox.flush();
+      core.timers.schedule();
+    },
+    broadcast: (line) => {
+      for (const conn of core.connections.values()) if (!conn.closing) core.outbox.send(conn, line);
+      core.outbox.flush();
+    },
+  };
+}

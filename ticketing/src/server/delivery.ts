@@ -1,0 +1,86 @@
+/**
+ * Commands in, effects out: applies a command to the state, publishes each effect, hands it to
+ * the cluster gate, and turns the ones that answer a request into replies through the one reply
+ * sink (replies.ts), the same way in single and cluster mode.
+ */
+import { performance } from 'node:perf_hooks';
+import { channels, publish } from '../events.js';
+import type { Command, Effect } from '../state.js';
+import type { ServerCore } from './core.js';
+import { B, N, R, T, type ReplySink } from './replies.js';
+
+/** Sessions for grants made by the server itself (an undeliverable grant's release). */
+const INTERNAL_SESSION = -1;
+
+export class Delivery {
+  /** While a chunk is handled: the clock and performance.now() read once for all its requests
+   * (-1: none, read them per command). */
+  chunkNow = -1;
+  chunkPerfNow = 0;
+
+  constructor(
+    private readonly core: ServerCore,
+    private readonly sink: ReplySink,
+  ) {}
+
+  run(command: Command): void {
+    const { core } = this;
+    const state = core.state;
+    if (state === undefined) return; // cluster mode, not leading: nothing to apply to
+    const now = this.chunkNow >= 0 ? this.chunkNow : core.config.clock();
+    const effects = state.apply(command, now);
+    const gate = core.config.gate;
+    // Index loop: an undeliverable grant appends the effects of its release.
+    for (let i = 0; i < effects.length; i++) {
+      const effect = effects[i]!;
+      this.publish(effect);
+      gate?.effect(effect);
+      this.#deliver(effect, effects, now);
+    }
+  }
+
+  /** The effect's diagnostics_channel messages (built only when someone listens). */
+  publish(effect: Effect): void {
+    if (channels.serverEffect.hasSubscribers) channels.serverEffect.publish({ server: this.core.owner, effect });
+    if (effect.type === 'expired' && channels.serverExpired.hasSubscribers) {
+      const { key, owner, token } = effect;
+      channels.serverExpired.publish({ server: this.core.owner, key, owner, token });
+    }
+  }
+
+  /** A grant whose connection is gone: reported, and released at once so that the next waiter
+   * gets the key instead of everyone waiting out a lease no one holds. Returns the release. */
+  undeliverable(session: number, key: string, token: bigint): Command {
+    publish(channels.serverUndeliverable, () => ({ server: this.core.owner, connection: session, key, token }));
+    return { type: 'release', session: INTERNAL_SESSION, key, token };
+  }
+
+  #deliver(effect: Effect, effects: Effect[], now: number): void {
+    const sink = this.sink;
+    switch (effect.type) {
+      case 'granted': {
+        const conn = this.core.connections.get(effect.session);
+        if (conn === undefined || conn.closing || !conn.socket.writable) {
+          const release = this.undeliverable(effect.session, effect.key, effect.token);
+          for (const more of this.core.state!.apply(release, now)) effects.push(more);
+          return;
+        }
+        sink.acquired(conn, effect.token, effect.owner, effect.key);
+        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
+        const holdsUntil = perfNow + (effect.expiresAt - now);
+        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        return;
+      }
+      case 'timed-out':
+        return sink.refused(effect.session, T, effect.owner, effect.key);
+      case 'busy':
+        return sink.refused(effect.session, B, effect.owner, effect.key);
+      case 'released':
+        return sink.releaseReply(effect.session, R, effect.token, effect.key);
+      case 'not-released':
+        return sink.releaseReply(effect.session, N, effect.token, effect.key);
+      default:
+        return; // queued, expired, abandoned, swept: state only
+    }
+  }
+}

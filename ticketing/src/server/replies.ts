@@ -1,0 +1,133 @@
+/**
+ * Replies: one sink for the replies to requests, and the outbox that writes every connection's
+ * coalesced replies. Single mode's sink encodes a reply straight into its connection's buffer;
+ * cluster mode's holds it as text until the batch behind it commits (the codec test pins the two
+ * to the same bytes). Delivery (delivery.ts) calls the sink the same way in both modes.
+ */
+import {
+  ReplyBuffer,
+  formatAcquired,
+  formatBusy,
+  formatNotReleased,
+  formatReleased,
+  formatTimedOut,
+} from '../protocol.js';
+import type { ServerGate } from './cluster-host.js';
+import type { Connection } from './connection.js';
+import type { ServerCore } from './core.js';
+
+export const T = 0x54;
+export const B = 0x42;
+export const R = 0x52;
+export const N = 0x4e;
+
+/** Where the replies to requests go. */
+export interface ReplySink {
+  /** `A`, to a connection that can receive it. */
+  acquired(conn: Connection, token: bigint, owner: string, key: string): void;
+  /** `T` or `B` to a session. */
+  refused(session: number, op: typeof T | typeof B, owner: string, key: string): void;
+  /** `R` or `N` to a session. */
+  releaseReply(session: number, op: typeof R | typeof N, token: bigint, key: string): void;
+}
+
+/** Single mode: encoded at once into the connection's reply buffer (unless it is closing). */
+export function directReplies(core: ServerCore): ReplySink {
+  const replyTo = (session: number): ReplyBuffer | undefined => {
+    const conn = core.connections.get(session);
+    return conn === undefined || conn.closing ? undefined : core.outbox.output(conn);
+  };
+  return {
+    acquired: (conn, token, owner, key) => core.outbox.output(conn).acquired(token, owner, key),
+    refused: (session, op, owner, key) => replyTo(session)?.refused(op, owner, key),
+    releaseReply: (session, op, token, key) => replyTo(session)?.releaseReply(op, token, key),
+  };
+}
+
+/** Cluster mode: held by the gate until committed, then written by `GateHost.deliver`. */
+export function gatedReplies(gate: ServerGate): ReplySink {
+  return {
+    acquired: (conn, token, owner, key) => gate.hold(conn.id, formatAcquired(token, owner, key), { key, token }),
+    refused: (session, op, owner, key) =>
+      gate.hold(session, op === T ? formatTimedOut(owner, key) : formatBusy(owner, key), undefined),
+    releaseReply: (session, op, token, key) =>
+      gate.hold(session, op === R ? formatReleased(token, key) : formatNotReleased(token, key), undefined),
+  };
+}
+
+/** First size of a connection's reply buffer (grown on demand); one larger than the cap is
+ * dropped once written, so a past burst does not stay with an idle connection. */
+const REPLY_BUFFER_BYTES = 2048;
+const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
+
+/** Every connection's unwritten replies, written together by `flush`. */
+export class Outbox {
+  #dirty: Connection[] = [];
+
+  constructor(private readonly core: ServerCore) {}
+
+  /** The connection's reply buffer, marking it for the next flush. */
+  output(conn: Connection): ReplyBuffer {
+    this.mark(conn);
+    return (conn.out ??= new ReplyBuffer(REPLY_BUFFER_BYTES));
+  }
+
+  /** Queues a whole reply line (an `E`, `M` or `L`, or a reply the cluster gate held). */
+  send(conn: Connection, line: string): void {
+    this.output(conn).line(line);
+  }
+
+  /** Marks the connection for the next flush (which ends it, if it is closing). */
+  mark(conn: Connection): void {
+    if (!conn.dirty) {
+      conn.dirty = true;
+      this.#dirty.push(conn);
+    }
+  }
+
+  /** Forgets every unwritten reply (the state file failed: nothing may leave). */
+  drop(): void {
+    this.#dirty = [];
+  }
+
+  /** Writes every connection's coalesced replies: one write per connection per chunk or tick. */
+  flush(): void {
+    if (this.#dirty.length === 0) return;
+    const { core } = this;
+    const store = core.store;
+    if (store !== undefined && core.state!.lastToken > store.durable) {
+      // Never let a token leave before the state file covers it.
+      try {
+        store.cover(core.state!.lastToken);
+      } catch (error) {
+        core.fatal(error);
+        return;
+      }
+    }
+    const highWater = core.config.highWater;
+    const dirty = this.#dirty;
+    this.#dirty = [];
+    for (const conn of dirty) {
+      conn.dirty = false;
+      const out = conn.out;
+      const socket = conn.socket;
+      if (out !== undefined && out.length > 0) {
+        if (!socket.destroyed) socket.write(out.buf.subarray(0, out.length));
+        // Written through to the kernel (nothing left queued in the stream): the bytes are
+        // copied, so the buffer is reused. Otherwise the stream still points into it: next time
+        // a new one.
+        if (socket.writableLength === 0 && out.buf.length <= REPLY_BUFFER_KEEP_BYTES) out.length = 0;
+        else conn.out = undefined;
+      }
+      if (conn.closing) {
+        if (!socket.destroyed && !socket.writableEnded) socket.end();
+      } else if (conn.paused && !conn.resumeScheduled && !socket.writableNeedDrain) {
+        // The kernel took it all: no 'drain' will come, so continue on the next turn.
+        conn.resumeScheduled = true;
+        setImmediate(() => core.conns.resume(conn));
+      } else if (!conn.paused && socket.writableLength > highWater) {
+        core.conns.pause(conn);
+      }
+    }
+  }
+}

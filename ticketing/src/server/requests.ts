@@ -1,0 +1,116 @@
+/**
+ * Request lines: parsing (the framing is the connection's LineFramer), authentication by the `H`
+ * secret, the cluster gate's refusal, and the commands the lines become.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { RequestReader } from '../protocol.js';
+import type { Command } from '../state.js';
+import type { Connection } from './connection.js';
+import type { ServerCore } from './core.js';
+
+export class RequestHandler {
+  #secretDigest: Buffer | undefined;
+  readonly #request = new RequestReader();
+  readonly #acquireCommand: Mutable<Extract<Command, { type: 'acquire' }>> = {
+    type: 'acquire',
+    session: 0,
+    key: '',
+    owner: '',
+    waitMs: 0,
+  };
+  readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = {
+    type: 'release',
+    session: 0,
+    key: '',
+    token: 0n,
+  };
+
+  constructor(
+    private readonly core: ServerCore,
+    secret: string | undefined,
+  ) {
+    this.setSecret(secret);
+  }
+
+  /** New connections must send `H <secret>` first (undefined: no secret). Open ones are not
+   * asked again. */
+  setSecret(secret: string | undefined): void {
+    this.#secretDigest = secret === undefined ? undefined : digest(secret);
+  }
+
+  get needsAuth(): boolean {
+    return this.#secretDigest !== undefined;
+  }
+
+  /** One request line. Returns false to stop reading this connection's buffered lines. */
+  readonly handleLine = (conn: Connection, buf: Buffer, start: number, end: number): boolean => {
+    if (conn.closing) return false;
+    const { core } = this;
+    const conns = core.conns;
+    const request = this.#request.read(buf, start, end);
+    const fresh = conn.fresh;
+    conn.fresh = false;
+    if (request.op === 'error') {
+      conns.fail(conn, 'bad_request', request.detail, 'bad_request');
+      return false;
+    }
+    if (!conn.authed) {
+      const expected = this.#secretDigest;
+      if (request.op !== 'H' || (expected !== undefined && !timingSafeEqual(digest(request.secret), expected))) {
+        conns.fail(conn, 'auth_failed', undefined, 'auth_failed');
+        return false;
+      }
+      conn.authed = true;
+      clearTimeout(conn.authTimer);
+      conn.authTimer = undefined;
+      return true;
+    }
+    const gate = core.config.gate;
+    if (gate !== undefined && request.op !== 'H') {
+      const refusal = gate.refusal();
+      if (refusal !== undefined) {
+        conns.closeWith(conn, refusal, 'refused');
+        return false;
+      }
+    }
+    switch (request.op) {
+      case 'A': {
+        // One command object, refilled per request: the state machine keeps none of it.
+        const command = this.#acquireCommand;
+        command.session = conn.id;
+        command.key = request.key;
+        command.owner = request.owner;
+        command.waitMs = request.waitMs;
+        core.delivery.run(command);
+        break;
+      }
+      case 'R': {
+        const command = this.#releaseCommand;
+        command.session = conn.id;
+        command.key = request.key;
+        command.token = request.token;
+        core.delivery.run(command);
+        break;
+      }
+      case 'H':
+        // A secretless server accepts (and ignores) H as the first line, so a client configured
+        // with a secret still works; anywhere else H is out of place.
+        if (!fresh || this.#secretDigest !== undefined) {
+          conns.fail(conn, 'bad_request', 'H must be the first line', 'bad_request');
+          return false;
+        }
+        break;
+    }
+    if (conn.outBytes + conn.socket.writableLength > core.config.highWater) {
+      conns.pause(conn);
+      return false;
+    }
+    return true;
+  };
+}
+
+function digest(secret: string): Buffer {
+  return createHash('sha256').update(secret, 'latin1').digest();
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
