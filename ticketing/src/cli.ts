@@ -9,10 +9,12 @@
  * then is etcd3 (and gRPC) loaded, by a dynamic import.
  */
 import { readFileSync } from 'node:fs';
+import { BlockList, isIP } from 'node:net';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
+import { TlsMaterial } from './server/tls-material.js';
 
 function integer(min: number, max: number) {
   return (text: string): number => {
@@ -127,6 +129,39 @@ function testClock(): (() => number) | undefined {
   return () => performance.timeOrigin + performance.now() + offset;
 }
 
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
+/** Only this host can reach a server listening here (a name other than localhost may not be). */
+function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  const family = isIP(host);
+  return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
+}
+
+/**
+ * SIGHUP: the TLS files and the secret file are read again; what fails to load keeps the previous
+ * material in force and is reported on stderr. Never a reason to exit.
+ */
+function reloadOnHangup(server: TicketServer, material: TlsMaterial | undefined, secretFile: string | undefined): void {
+  const report = (text: string): boolean => process.stderr.write(`ticketing: ${text}\n`);
+  process.on('SIGHUP', () => {
+    if (material !== undefined) {
+      const error = material.reload();
+      report(error === undefined ? 'reloaded the TLS files' : `${error.message}; keeping the previous TLS material`);
+    }
+    if (secretFile !== undefined) {
+      try {
+        server.setSecret(readSecretFile(secretFile));
+        report('reloaded the secret file');
+      } catch (error) {
+        report(`${(error as Error).message}; keeping the previous secret`);
+      }
+    }
+  });
+}
+
 function formatListening(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
@@ -194,6 +229,13 @@ export function main(argv: readonly string[]): void {
         SERVER_DEFAULTS.lineTimeoutMs,
       ),
     )
+    .option('--tls-cert <path>', 'serve TLS (1.2 or later) with this PEM certificate (needs --tls-key)')
+    .option('--tls-key <path>', 'PEM private key of --tls-cert')
+    .option('--tls-ca <path>', 'PEM CA: clients must present a certificate it signed (mutual TLS)')
+    .option(
+      '--allow-plaintext-secret',
+      'allow --secret-file on a non-loopback --host without TLS (the secret crosses the network in clear)',
+    )
     .option('--cluster', 'cluster mode: one node of a lock space kept in etcd (needs --etcd and --advertise)')
     .option('--etcd <urls>', 'cluster mode: etcd endpoints, http://host:port,http://host:port,…', etcdUrls)
     .option(
@@ -224,6 +266,30 @@ export function main(argv: readonly string[]): void {
           }
         }
       }
+      if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
+        command.error('error: --tls-cert and --tls-key go together');
+      if (flags.tlsCa !== undefined && flags.tlsCert === undefined)
+        command.error('error: --tls-ca needs --tls-cert and --tls-key');
+      if (
+        flags.secretFile !== undefined &&
+        flags.tlsCert === undefined &&
+        flags.allowPlaintextSecret !== true &&
+        !isLoopback(flags.host as string)
+      ) {
+        command.error(
+          `error: --secret-file on --host ${flags.host as string} without --tls-cert would send the secret over the network in clear text; add --tls-cert/--tls-key, or --allow-plaintext-secret to accept that`,
+        );
+      }
+      // Hangups are handled from the start: the default action of SIGHUP would end the process.
+      process.on('SIGHUP', () => {});
+      const material =
+        flags.tlsCert === undefined
+          ? undefined
+          : TlsMaterial.load({
+              cert: flags.tlsCert as string,
+              key: flags.tlsKey as string,
+              ca: flags.tlsCa as string | undefined,
+            });
       const clock = testClock();
       const options: TicketServerOptions = {
         host: flags.host as string,
@@ -239,6 +305,7 @@ export function main(argv: readonly string[]): void {
         writeTimeoutMs: flags.writeTimeout as number,
         idleTimeoutMs: flags.idleTimeout as number,
         lineTimeoutMs: flags.lineTimeout as number,
+        tls: material,
         ...(clock === undefined ? {} : { clock }),
       };
       let gate: TicketServerOptions['gate'];
@@ -274,6 +341,7 @@ export function main(argv: readonly string[]): void {
           },
         );
       };
+      reloadOnHangup(server, material, flags.secretFile as string | undefined);
       process.on('SIGTERM', stop);
       process.on('SIGINT', stop);
       const { host, port } = await server.listen();

@@ -76,6 +76,16 @@ export class CapacityError extends RefusedError {
   readonly code = 'ETICKETCAPACITY';
 }
 
+/**
+ * TLS refused: the server's certificate did not verify (expired, wrong name, unknown CA), or the
+ * server refused ours during the handshake. No request on that connection was processed: it did
+ * not take effect. `cause` is the TLS error (its `code`, e.g. `CERT_HAS_EXPIRED`). Retrying does
+ * not help until the certificates are fixed.
+ */
+export class CertificateError extends RefusedError {
+  readonly code = 'ETICKETCERT';
+}
+
 /** An acquire with the same (key, owner) is already pending on this client: a second one would make
  * the replies ambiguous, so it is refused before it is sent. */
 export class DuplicateRequestError extends TicketError {

@@ -34,6 +34,13 @@ export const channels = {
   /** A connection could not be accepted (e.g. EMFILE at the descriptor limit): `{ server, error }`. */
   serverAcceptError: diagnostics.channel('ticketing:server:accept-error'),
 
+  /** A TLS handshake with a client failed (a plain-TCP client on a TLS port, a refused client
+   * certificate, …): `{ server, error, remoteAddress }`. */
+  serverTlsError: diagnostics.channel('ticketing:server:tls-error'),
+  /** TLS material (server/tls-material.ts) was reloaded: `{ material, files, error? }`; with
+   * `error` the files failed to load and the previous material stays in force. */
+  tlsReload: diagnostics.channel('ticketing:tls:reload'),
+
   // ---- cluster mode (cluster/node.ts)
   /** The node's role changed or a campaign failed: `{ node, role, reason, error? }`. */
   clusterRole: diagnostics.channel('ticketing:cluster:role'),

@@ -8,6 +8,7 @@ export {
   type LockView,
   type Readiness,
 } from './server/server.js';
+export { TlsMaterial, TlsMaterialError, TLS_MIN_VERSION, type TlsFiles } from './server/tls-material.js';
 export {
   TicketClient,
   type TicketClientOptions,
@@ -23,6 +24,7 @@ export {
   RefusedError,
   AuthFailedError,
   CapacityError,
+  CertificateError,
   DuplicateRequestError,
   ConnectError,
   ClientClosedError,

@@ -327,7 +327,15 @@ export function formatHello(secret: string): string {
 // ---------------------------------------------------------------------------------------------
 // Replies (server → client)
 
-export type ErrorCode = 'no_leader' | 'not_active' | 'auth_failed' | 'bad_request' | 'too_long' | 'capacity';
+export type ErrorCode =
+  | 'no_leader'
+  | 'not_active'
+  | 'auth_failed'
+  | 'bad_request'
+  | 'too_long'
+  | 'capacity'
+  /** Mutual TLS: the client's certificate did not verify; sent before any request is read. */
+  | 'bad_certificate';
 
 export type Reply =
   | { readonly op: 'A'; readonly token: string; readonly owner: string; readonly key: string }

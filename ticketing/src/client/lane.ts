@@ -6,13 +6,14 @@
  * sent requests with it (Indeterminate, unless the server refused them outright), never its
  * unsent ones. The client runs two: one for acquires, one reserved for releases.
  */
-import net from 'node:net';
+import type net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { freshNow, now } from './clock.js';
 import type { Endpoint, ResolvedClientOptions } from './options.js';
 import {
   AuthFailedError,
   CapacityError,
+  CertificateError,
   ClientClosedError,
   ConnectError,
   ProtocolError,
@@ -21,6 +22,7 @@ import {
 } from '../errors.js';
 import { channels, publish } from '../events.js';
 import { endedRequestError, type ConnectionEnd } from './outcomes.js';
+import { isCertificateError, openSocket } from './transport.js';
 import type { Pending, PendingAcquire, PendingRegistry, PendingRelease } from './pending.js';
 import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
 
@@ -42,9 +44,10 @@ export interface LaneHost {
 
 const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed', 'capacity']);
 /** The E codes that refuse a connection before any request of it is processed. */
-const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError>([
+const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError | typeof CertificateError>([
   ['auth_failed', AuthFailedError],
   ['capacity', CapacityError],
+  ['bad_certificate', CertificateError],
 ]);
 const RTT_SAMPLES = 8;
 
@@ -185,13 +188,7 @@ export class Lane {
     this.#helloSent = false;
     this.#answered = false;
     this.#framer = new LineFramer(this.options.maxLineBytes);
-    const socket = net.connect({
-      host: endpoint.host,
-      port: endpoint.port,
-      noDelay: true,
-      keepAlive: true,
-      keepAliveInitialDelay: 30_000,
-    });
+    const { socket, ready } = openSocket(endpoint.host, endpoint.port, this.options.tls);
     this.#socket = socket;
     this.#connectTimer = setTimeout(
       () => {
@@ -200,7 +197,7 @@ export class Lane {
       },
       Math.min(this.options.connectTimeoutMs, 5_000),
     ).unref();
-    socket.on('connect', () => {
+    socket.on(ready, () => {
       if (this.#socket !== socket) return;
       clearTimeout(this.#connectTimer);
       this.#state = 'open';
@@ -230,7 +227,9 @@ export class Lane {
         this.#closedWhileIdle();
         return;
       }
-      this.#teardown('connection-lost', this.#lastError ?? new Error('connection closed by the server'));
+      const error = this.#lastError;
+      if (isCertificateError(error)) this.#refuseAll(error);
+      else this.#teardown('connection-lost', error ?? new Error('connection closed by the server'));
     });
   }
 
@@ -387,7 +386,8 @@ export class Lane {
         // was never processed: it is refused, not Indeterminate. After an answer these codes
         // would break the protocol, and the usual rule (Indeterminate) applies.
         const refused = this.#answered ? undefined : REFUSALS.get(reply.code);
-        this.#teardown('connection-lost', error, floor, undefined, refused);
+        if (refused === CertificateError) this.#refuseAll(error);
+        else this.#teardown('connection-lost', error, floor, undefined, refused);
         return false;
       }
     }
@@ -404,7 +404,7 @@ export class Lane {
     cause: unknown,
     floorMs?: number,
     aborted?: { p: Pending; reason: unknown },
-    refused?: typeof AuthFailedError | typeof CapacityError,
+    refused?: typeof AuthFailedError | typeof CapacityError | typeof CertificateError,
   ): void {
     const socket = this.#socket;
     if (socket === undefined) return;
@@ -453,6 +453,16 @@ export class Lane {
     }
     if (salvaged !== undefined) this.host.orphanRelease(salvaged.p.key, salvaged.tokenText);
     this.#maybeStopWatchdog();
+  }
+
+  /** A certificate refusal: no request of this connection was processed, and none queued can be
+   * sent until the certificates change, so every one of them is refused now. */
+  #refuseAll(error: unknown): void {
+    const queued = this.#queue;
+    this.#queue = [];
+    this.#teardown('connection-lost', error, undefined, undefined, CertificateError);
+    const end = { kind: 'refused', error: CertificateError, cause: error } as const;
+    for (const p of queued) this.#settleReject(p, endedRequestError(p, end));
   }
 
   /**

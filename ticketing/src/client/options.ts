@@ -2,6 +2,7 @@
  * The client's options: the public option and result types, their defaults, and the checks that
  * run up front (a bad argument throws TypeError/RangeError before anything is sent).
  */
+import type { ConnectionOptions } from 'node:tls';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { checkNumber } from '#kernel';
@@ -26,6 +27,10 @@ export interface TicketClientOptions {
   /** Shared secret (the server's `--secret-file` content); sent as `H <secret>` first on every
    * connection. */
   readonly secret?: string | undefined;
+  /** Connect with TLS, with these options of `tls.connect` (`ca`, `cert`, `key`, `servername`,
+   * …) on every connection, redirects included. Without `servername`, an address's host name is
+   * the name checked (an IP address is checked against the certificate's IP entries). */
+  readonly tls?: ConnectionOptions | undefined;
   /** The server's lease length (`--lease`), ms; used to compute `expiresAt`. Default 30 000. */
   readonly leaseMs?: number;
   /** How long a request may wait for a connection before it fails with `ConnectError` (never
@@ -101,6 +106,7 @@ export interface ResolvedClientOptions {
   /** The primary address first, then the other cluster addresses; also the `M`/`L` allowlist. */
   readonly endpoints: readonly Endpoint[];
   readonly secret: string | undefined;
+  readonly tls: ConnectionOptions | undefined;
   readonly leaseMs: number;
   readonly maxLineBytes: number;
   readonly connectTimeoutMs: number;
@@ -126,6 +132,13 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
   if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535))
     throw new RangeError(`port must be an integer in 1..65535, got ${port}`);
   const endpoints = port === undefined ? [] : [endpoint(host, port)];
+  const tlsOptions = options.tls;
+  if (tlsOptions !== undefined && (typeof tlsOptions !== 'object' || tlsOptions === null))
+    throw new TypeError('tls must be an object of tls.connect options');
+  for (const field of ['host', 'port', 'path', 'socket'] as const) {
+    if (tlsOptions?.[field] !== undefined)
+      throw new TypeError(`tls.${field} is not allowed: addresses come from addresses`);
+  }
   const secret = options.secret;
   if (secret !== undefined && (typeof secret !== 'string' || !isName(secret))) {
     throw new RangeError('secret must be 1-256 bytes of printable ASCII without spaces');
@@ -164,6 +177,7 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
   return {
     endpoints,
     secret,
+    tls: tlsOptions === undefined ? undefined : { ...tlsOptions },
     leaseMs,
     maxLineBytes,
     connectTimeoutMs: checkNumber(options.connectTimeoutMs ?? 10_000, 'connectTimeoutMs'),

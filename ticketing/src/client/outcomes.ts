@@ -5,6 +5,7 @@
 import {
   type AuthFailedError,
   type CapacityError,
+  type CertificateError,
   IndeterminateError,
   type IndeterminateReason,
   type TicketError,
@@ -13,7 +14,11 @@ import type { Pending } from './pending.js';
 
 export type ConnectionEnd =
   /** The server refused the connection before processing any request of it. */
-  | { readonly kind: 'refused'; readonly error: typeof AuthFailedError | typeof CapacityError; readonly cause: unknown }
+  | {
+      readonly kind: 'refused';
+      readonly error: typeof AuthFailedError | typeof CapacityError | typeof CertificateError;
+      readonly cause: unknown;
+    }
   /** The caller aborted this request after it was sent (the connection was closed for it). */
   | { readonly kind: 'aborted'; readonly cause: unknown }
   /** Anything else: the request may have taken effect. */

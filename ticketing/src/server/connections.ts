@@ -27,7 +27,9 @@ export class Connections {
     private readonly requests: RequestHandler,
   ) {}
 
-  accept(accepted: net.Socket): void {
+  /** `badCertificate`: why the client's certificate was refused (mutual TLS); the connection is
+   * answered `E bad_certificate` and closed. */
+  accept(accepted: net.Socket, badCertificate?: string): void {
     const { core } = this;
     const config = core.config;
     accepted.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
@@ -53,6 +55,10 @@ export class Connections {
         this.fail(conn, 'auth_failed', 'no H line in time');
         core.outbox.flush();
       }, config.authTimeoutMs).unref();
+    }
+    if (badCertificate !== undefined) {
+      this.fail(conn, 'bad_certificate', badCertificate);
+      core.outbox.flush();
     }
     socket.on('drain', () => this.resume(conn));
     socket.on('end', () => this.#onEnd(conn));

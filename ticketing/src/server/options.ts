@@ -8,6 +8,7 @@ import { checkNumber, MAX_TIMER_MS } from '#kernel';
 import { DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES, isName } from '../protocol.js';
 import { DEFAULT_LIMITS } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
+import { TlsMaterial } from './tls-material.js';
 
 export interface TicketServerOptions {
   /** Address to listen on. Default `127.0.0.1`. */
@@ -58,6 +59,9 @@ export interface TicketServerOptions {
   /** Cluster mode (cluster/node.ts): decides whether this node serves, owns the state while it
    * leads, and holds every reply until the state change behind it is committed. */
   readonly gate?: ServerGate | undefined;
+  /** Serve TLS (1.2 or later) with this material; with its CA, clients must present a certificate
+   * it signed. `material.reload()` applies to connections opened from then on. */
+  readonly tls?: TlsMaterial | undefined;
 }
 
 export const SERVER_DEFAULTS = {
@@ -107,6 +111,7 @@ export interface ServerConfig {
   readonly drainTimeoutMs: number;
   readonly clock: () => number;
   readonly gate: ServerGate | undefined;
+  readonly tls: TlsMaterial | undefined;
 }
 
 const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
@@ -128,6 +133,8 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
     throw new TypeError('gate must be a ServerGate');
   }
   if (gate !== undefined && stateFile !== undefined) throw new TypeError('stateFile and gate exclude each other');
+  if (options.tls !== undefined && !(options.tls instanceof TlsMaterial))
+    throw new TypeError('tls must be a TlsMaterial (TlsMaterial.load({ cert, key, ca }))');
   const count = (value: unknown, what: string, min: number): number =>
     integerIn(value, what, min, Number.MAX_SAFE_INTEGER);
   return {
@@ -157,6 +164,7 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
     drainTimeoutMs: checkTimerMs(options.drainTimeoutMs ?? d.drainTimeoutMs, 'drainTimeoutMs'),
     clock: options.clock ?? monotonicWallClock,
     gate,
+    tls: options.tls,
   };
 }
 

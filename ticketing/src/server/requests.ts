@@ -38,6 +38,11 @@ export class RequestHandler {
     this.#secretDigest = secret === undefined ? undefined : digest(secret);
   }
 
+  secretMatches(secret: string): boolean {
+    const expected = this.#secretDigest;
+    return expected === undefined || timingSafeEqual(digest(secret), expected);
+  }
+
   get needsAuth(): boolean {
     return this.#secretDigest !== undefined;
   }
@@ -55,8 +60,7 @@ export class RequestHandler {
       return false;
     }
     if (!conn.authed) {
-      const expected = this.#secretDigest;
-      if (request.op !== 'H' || (expected !== undefined && !timingSafeEqual(digest(request.secret), expected))) {
+      if (request.op !== 'H' || !this.secretMatches(request.secret)) {
         conns.fail(conn, 'auth_failed', undefined, 'auth_failed');
         return false;
       }
