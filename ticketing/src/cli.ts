@@ -93,7 +93,7 @@ function etcdUrls(text: string): string[] {
       Number(url.replace(/\/$/, '').split(':').pop()) > 65535
     ) {
       throw new InvalidArgumentError(
-        `expected http(s)://host:port URLs separated by commas, got ${JSON.stringify(url)}`,
+        `expected http://host:port or https://host:port URLs separated by commas, got ${JSON.stringify(url)}`,
       );
     }
   }
