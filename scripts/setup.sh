@@ -2,7 +2,8 @@
 # Installs from Debian what the tests need and a fresh machine lacks, and nothing else:
 #   prebuild  gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, musl-tools, musl-dev:arm64: `npm pack`
 #             cross-builds the prebuilt binaries with them (scripts/prebuild.mjs; the tarball test packs)
-#   etcd      etcd-server (3.4): the Ticketing cluster tests, demo and benchmark
+#   etcd      etcd-server and etcd-client (3.4): the Ticketing cluster tests, demo and benchmark
+#             (etcdctl makes the secure cluster's users and roles)
 #   redis     redis-server: the Ticketing benchmark's Redis side (its quick run is a test)
 #   bench     stress-ng and strace: `npm run bench:busy` and `node bench/syscalls.mjs` (no test needs
 #             them, so only when asked)
@@ -26,7 +27,10 @@ for component in $components; do
       [ -e /usr/lib/aarch64-linux-musl/libc.so ] && [ -e /usr/include/aarch64-linux-musl/stdio.h ] ||
         need="$need musl-dev:arm64"
       ;;
-    etcd) command -v etcd >/dev/null 2>&1 || need="$need etcd-server" ;;
+    etcd)
+      command -v etcd >/dev/null 2>&1 || need="$need etcd-server"
+      command -v etcdctl >/dev/null 2>&1 || need="$need etcd-client"
+      ;;
     redis) command -v redis-server >/dev/null 2>&1 || need="$need redis-server" ;;
     bench)
       command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"

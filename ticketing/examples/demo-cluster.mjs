@@ -1,10 +1,13 @@
 // Ticketing cluster demo: 3 etcd members and 3 Ticketing nodes on loopback, three clients taking
 // turns on three keys. We SIGKILL the leader while they work, and watch a new leader take over with
 // every acknowledged grant intact: each holder's exact-token release still succeeds there.
+// With `-- --tls`, etcd runs secure (TLS with client certificates, auth on) and the nodes reach it
+// over TLS as their own etcd user.
 import { channel } from 'node:diagnostics_channel';
 import { join } from 'node:path';
 import { ensureEtcd, ROOT, startEtcdCluster, startTicketingNodes, waitForLeader } from '../test/cluster/harness.mjs';
 
+const TLS = process.argv.includes('--tls');
 const LEASE_MS = 5_000;
 const KEYS = ['orders', 'invoices', 'payments'];
 const WAIT_MS = 1_500;
@@ -36,9 +39,18 @@ if (!found.binary) {
 }
 const { TicketClient } = await import(join(ROOT, 'ticketing', 'dist', 'client.js'));
 
-etcd = await startEtcdCluster({ members: 3 });
-say(`etcd: 3 members on ${etcd.endpoints.map((u) => u.replace('http://', '')).join(', ')} (data in ${etcd.dir})`);
-group = await startTicketingNodes({ count: 3, etcdEndpoints: etcd.endpoints, leaderTtl: '2s', lease: `${LEASE_MS}ms` });
+etcd = await startEtcdCluster({ members: 3, secure: TLS });
+say(
+  `etcd: 3 members on ${etcd.endpoints.map((u) => u.replace(/^https?:\/\//, '')).join(', ')} (data in ${etcd.dir})` +
+    (TLS ? '; TLS with client certificates, auth on, Ticketing logs in as its own user' : ''),
+);
+group = await startTicketingNodes({
+  count: 3,
+  etcdEndpoints: etcd.endpoints,
+  leaderTtl: '2s',
+  lease: `${LEASE_MS}ms`,
+  extraArgs: etcd.ticketingArgs,
+});
 const name = (address) => `node-${group.addresses.indexOf(address)}`;
 say(
   `Ticketing: ${group.nodes.map((n) => `${name(n.address)} ${n.address} (pid ${n.pid})`).join(', ')}; lease ${LEASE_MS / 1000} s`,

@@ -6,12 +6,14 @@
  * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure.
  *
  * `serve --cluster` makes the server one node of a lock space kept in etcd (cluster/node.ts); only
- * then is etcd3 (and gRPC) loaded, by a dynamic import.
+ * then is etcd3 (and gRPC) loaded, by a dynamic import. The etcd password, like the secret, comes
+ * from a file only.
  */
 import { readFileSync } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
+import type { ClusterNodeOptions } from './cluster/node.js';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
 import { TlsMaterial } from './server/tls-material.js';
@@ -64,35 +66,88 @@ function version(): string {
   }
 }
 
-/** The secret is the file's content, without one trailing newline. */
-export function readSecretFile(path: string): string {
-  let text: string;
+/** A file named by a flag (`what` says which, in the error), read whole. */
+function readNamedFile(path: string, what: string, encoding: BufferEncoding): string {
   try {
-    text = readFileSync(path, 'latin1');
+    return readFileSync(path, encoding);
   } catch (error) {
     // Node's EISDIR (and some other) messages omit the path.
     const code = (error as NodeJS.ErrnoException).code;
     const why = code === 'EISDIR' ? 'is a directory (EISDIR)' : (error as Error).message.replace(/, open '.*'$/, '');
-    throw new Error(`secret file ${path}: ${why}`, { cause: error });
+    throw new Error(`${what} ${path}: ${why}`, { cause: error });
   }
-  const secret = text.replace(/\r?\n$/, '');
+}
+
+/** The secret is the file's content, without one trailing newline. */
+export function readSecretFile(path: string): string {
+  const secret = readNamedFile(path, 'secret file', 'latin1').replace(/\r?\n$/, '');
   if (!isName(secret))
     throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
   return secret;
 }
 
-/** `http://host:port`, comma-separated. */
+/** `http://host:port` or `https://host:port`, comma-separated, all of one scheme. */
 function etcdUrls(text: string): string[] {
   const urls = text.split(',');
   for (const url of urls) {
     if (
-      !/^http:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) ||
+      !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) ||
       Number(url.replace(/\/$/, '').split(':').pop()) > 65535
     ) {
-      throw new InvalidArgumentError(`expected http://host:port URLs separated by commas, got ${JSON.stringify(url)}`);
+      throw new InvalidArgumentError(
+        `expected http://host:port or https://host:port URLs separated by commas, got ${JSON.stringify(url)}`,
+      );
     }
   }
+  if (new Set(urls.map((url) => url.startsWith('https:'))).size > 1)
+    throw new InvalidArgumentError('expected all http:// or all https:// URLs, not a mix');
   return urls;
+}
+
+/** The etcd flags that only make sense together, checked before any file is read. */
+function checkEtcdFlags(flags: Record<string, unknown>, usage: (message: string) => never): void {
+  const secure = (flags.etcd as string[])[0]!.startsWith('https:');
+  for (const [flag, name] of [
+    ['etcdCa', '--etcd-ca'],
+    ['etcdCert', '--etcd-cert'],
+    ['etcdKey', '--etcd-key'],
+  ] as const) {
+    if (flags[flag] !== undefined && !secure) usage(`error: ${name} needs https:// URLs in --etcd`);
+  }
+  if ((flags.etcdCert === undefined) !== (flags.etcdKey === undefined))
+    usage('error: --etcd-cert and --etcd-key go together (a client certificate and its key)');
+  if (flags.etcdUser !== undefined && flags.etcdPasswordFile === undefined)
+    usage('error: --etcd-user needs --etcd-password-file (a password is never taken from argv)');
+  if (flags.etcdPasswordFile !== undefined && flags.etcdUser === undefined)
+    usage('error: --etcd-password-file needs --etcd-user');
+}
+
+/** The etcd TLS material and user, read from their files (an unreadable file: exit 1). */
+function readEtcdAccess(flags: Record<string, unknown>): Pick<ClusterNodeOptions, 'etcdTls' | 'etcdUser'> {
+  const pem = (flag: 'etcdCa' | 'etcdCert' | 'etcdKey', what: string): string | undefined =>
+    flags[flag] === undefined ? undefined : readNamedFile(flags[flag] as string, what, 'utf8');
+  const secure = (flags.etcd as string[])[0]!.startsWith('https:');
+  const etcdTls = secure
+    ? {
+        ca: pem('etcdCa', 'etcd CA file'),
+        cert: pem('etcdCert', 'etcd certificate file'),
+        key: pem('etcdKey', 'etcd key file'),
+      }
+    : undefined;
+  let etcdUser: ClusterNodeOptions['etcdUser'];
+  if (flags.etcdUser !== undefined) {
+    const file = flags.etcdPasswordFile as string;
+    const password = readNamedFile(file, 'etcd password file', 'utf8').replace(/\r?\n$/, '');
+    if (password === '') throw new Error(`etcd password file ${file}: empty`);
+    etcdUser = { name: flags.etcdUser as string, password };
+  }
+  return { etcdTls, etcdUser };
+}
+
+function etcdUserName(text: string): string {
+  if (!/^[\x21-\x7e]{1,128}$/.test(text))
+    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
+  return text;
 }
 
 function advertiseAddress(text: string): string {
@@ -237,7 +292,16 @@ export function main(argv: readonly string[]): void {
       'allow --secret-file on a non-loopback --host without TLS (the secret crosses the network in clear)',
     )
     .option('--cluster', 'cluster mode: one node of a lock space kept in etcd (needs --etcd and --advertise)')
-    .option('--etcd <urls>', 'cluster mode: etcd endpoints, http://host:port,http://host:port,…', etcdUrls)
+    .option(
+      '--etcd <urls>',
+      'cluster mode: etcd endpoints, http://host:port,… or https://host:port,… (TLS; without --etcd-ca the system CAs verify etcd)',
+      etcdUrls,
+    )
+    .option('--etcd-ca <file>', 'cluster mode: CA certificate (PEM) that verifies the etcd servers')
+    .option('--etcd-cert <file>', 'cluster mode: client certificate (PEM) for etcd, with --etcd-key')
+    .option('--etcd-key <file>', 'cluster mode: private key (PEM) of --etcd-cert')
+    .option('--etcd-user <name>', 'cluster mode: etcd user (needs --etcd-password-file)', etcdUserName)
+    .option('--etcd-password-file <file>', "cluster mode: file holding --etcd-user's password")
     .option(
       '--advertise <host:port>',
       'cluster mode: the address clients reach this node at (sent in M and L)',
@@ -256,9 +320,11 @@ export function main(argv: readonly string[]): void {
         if (flags.advertise === undefined) command.error('error: --cluster needs --advertise <host:port>');
         if (flags.stateFile !== undefined)
           command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
+        checkEtcdFlags(flags, (message) => command.error(message));
       } else {
-        for (const flag of ['etcd', 'advertise'] as const) {
-          if (flags[flag] !== undefined) command.error(`error: --${flag} needs --cluster`);
+        for (const flag of ['etcd', 'advertise', 'etcdCa', 'etcdCert', 'etcdKey', 'etcdUser', 'etcdPasswordFile']) {
+          if (flags[flag] !== undefined)
+            command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
         }
         for (const flag of ['prefix', 'leaderTtl'] as const) {
           if (command.getOptionValueSource(flag) === 'cli') {
@@ -313,6 +379,7 @@ export function main(argv: readonly string[]): void {
         const { ClusterNode } = await import('./cluster/node.js');
         gate = new ClusterNode({
           etcd: flags.etcd as string[],
+          ...readEtcdAccess(flags),
           advertise: flags.advertise as string,
           prefix: flags.prefix as string,
           leaderTtlMs: flags.leaderTtl as number,
@@ -326,6 +393,8 @@ export function main(argv: readonly string[]): void {
       server.on('error', (error: unknown) => {
         process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
         process.exitCode = 1;
+        // The server closes itself after an error (bounded by its drain timeout); then exit.
+        void server.close().finally(() => process.exit(1));
       });
       // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
       // synchronous, so the reader can run before this process gets past it).

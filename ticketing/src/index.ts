@@ -32,6 +32,7 @@ export {
   ProtocolError,
   type IndeterminateReason,
 } from './errors.js';
+export { EtcdAccessError, EtcdAuthError, EtcdPermissionError, EtcdTlsError } from './cluster/errors.js';
 export {
   TicketState,
   DEFAULT_LIMITS,

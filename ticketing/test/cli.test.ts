@@ -186,12 +186,47 @@ describe('ticketing serve', () => {
     [['serve', '--line-timeout', 'never'], /--line-timeout/],
     [['serve', '--bogus'], /unknown option/],
     [['bogus'], /unknown command/],
+    [['serve', '--etcd-user', 'u'], /--etcd-user needs --cluster/],
+    [['serve', '--cluster', '--advertise', '127.0.0.1:1', '--etcd', 'http://a:1,https://b:2'], /not a mix/],
+    [
+      ['serve', '--cluster', '--advertise', '127.0.0.1:1', '--etcd', 'http://a:1', '--etcd-ca', 'ca.pem'],
+      /--etcd-ca needs https/,
+    ],
+    [
+      ['serve', '--cluster', '--advertise', '127.0.0.1:1', '--etcd', 'https://a:1', '--etcd-cert', 'c.pem'],
+      /--etcd-cert and --etcd-key go together/,
+    ],
+    [
+      ['serve', '--cluster', '--advertise', '127.0.0.1:1', '--etcd', 'https://a:1', '--etcd-user', 'u'],
+      /--etcd-user needs --etcd-password-file/,
+    ],
+    [
+      ['serve', '--cluster', '--advertise', '127.0.0.1:1', '--etcd', 'http://a:1', '--etcd-password-file', 'p'],
+      /--etcd-password-file needs --etcd-user/,
+    ],
   ])('a usage error %j: "ticketing: …" on stderr and exit 64', async (args, message) => {
     const { code, stdout, stderr } = await runCli(args);
     expect(code).toBe(64);
     expect(stdout).toBe('');
     expect(stderr).toMatch(/^ticketing: /);
     expect(stderr).toMatch(message);
+  });
+
+  test('an unreadable etcd file: an error naming it, exit 1 before listening', async () => {
+    const args = [
+      'serve',
+      '--cluster',
+      '--advertise',
+      '127.0.0.1:1',
+      '--etcd',
+      'https://127.0.0.1:1',
+      '--etcd-ca',
+      '/nonexistent/ca.pem',
+    ];
+    const { code, stdout, stderr } = await runCli(args);
+    expect(code).toBe(1);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(/^ticketing: etcd CA file \/nonexistent\/ca.pem: ENOENT/);
   });
 
   test.each([

@@ -27,12 +27,23 @@ import { channels, publish } from '../events.js';
 import { formatError, formatLeader, formatMoved } from '../protocol.js';
 import type { GateHost, HeldReply, ServerGate } from '../server/cluster-host.js';
 import { TicketState, type Effect } from '../state.js';
-import { createEtcdClient } from './etcd.js';
+import {
+  asAccessError,
+  checkEtcdAccess,
+  checkEtcdClientOptions,
+  createEtcdClient,
+  type EtcdTlsOptions,
+} from './etcd.js';
+import type { EtcdAccessError } from './errors.js';
 import { KeyLayout, decodeSnapshot, encodeGrant } from './store.js';
 
 export interface ClusterNodeOptions {
-  /** etcd endpoints, `http://host:port`. */
+  /** etcd endpoints: `http://host:port`, or (all of them) `https://host:port`. */
   readonly etcd: readonly string[];
+  /** TLS to https endpoints: CA (default: the system's), client certificate and key (PEM). */
+  readonly etcdTls?: EtcdTlsOptions | undefined;
+  /** etcd user and password, when etcd has authentication on. */
+  readonly etcdUser?: { readonly name: string; readonly password: string } | undefined;
   /** `host:port` clients reach this node at: what `M` and `L` carry. */
   readonly advertise: string;
   /** Key prefix in etcd. Default `/ticketing/`. */
@@ -105,6 +116,8 @@ export class ClusterNode implements ServerGate {
   readonly #firedAt: number[] = [];
   #campaigning = false;
   #lastCampaign = -Infinity;
+  /** Set once etcd has refused this node for good (see #refused). */
+  #accessError: EtcdAccessError | undefined;
 
   #open = newBatch();
   #inFlight = false;
@@ -120,6 +133,7 @@ export class ClusterNode implements ServerGate {
     if (!(this.leaderTtlMs >= 1000 && this.leaderTtlMs % 1000 === 0)) {
       throw new RangeError(`leaderTtlMs must be a whole number of seconds, at least 1s, got ${this.leaderTtlMs}`);
     }
+    checkEtcdClientOptions({ hosts: options.etcd, tls: options.etcdTls, user: options.etcdUser });
     this.#layout = new KeyLayout(this.prefix);
     this.#callTimeoutMs = options.callTimeoutMs ?? CLUSTER_DEFAULTS.callTimeoutMs;
     this.#maxTxnOps = options.maxTxnOps ?? CLUSTER_DEFAULTS.maxTxnOps;
@@ -141,6 +155,7 @@ export class ClusterNode implements ServerGate {
 
   refusal(): string | undefined {
     if (this.#closing) return formatError('not_active', 'shutting down');
+    if (this.#accessError !== undefined) return formatError('not_active', 'etcd refused this node');
     if (!this.#leaseConfirmed()) {
       this.#stepDown('lease not confirmed');
       return formatError('not_active', this.#aliveUntil === -Infinity ? 'starting' : 'etcd unreachable');
@@ -215,14 +230,27 @@ export class ClusterNode implements ServerGate {
   // Lease and leadership
 
   async #start(): Promise<void> {
-    this.#client = await createEtcdClient({
+    const clientOptions = {
       hosts: this.#options.etcd,
       callTimeoutMs: this.#callTimeoutMs,
       hostCooldownMs: Math.min(1000, this.leaderTtlMs / 2),
-    });
-    if (this.#closing) {
-      this.#client.close();
-      return;
+      tls: this.#options.etcdTls,
+      user: this.#options.etcdUser,
+    };
+    this.#client = await createEtcdClient(clientOptions);
+    // Serve nothing until etcd has let this node use its prefix; ask again while etcd is down.
+    for (;;) {
+      if (this.#closing) {
+        this.#client.close();
+        return;
+      }
+      try {
+        await checkEtcdAccess(this.#client, clientOptions, this.#layout);
+        break;
+      } catch (error) {
+        if (this.#refused(error)) return;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(500, this.leaderTtlMs / 4)));
+      }
     }
     this.#newLease();
     void this.#watch();
@@ -270,7 +298,7 @@ export class ClusterNode implements ServerGate {
   /** Runs every ~100 ms: steps down a leader whose lease is in doubt, and campaigns when there is
    * no leader (the watch reacts faster; this covers a watch that is down). */
   #check(): void {
-    if (this.#closing) return;
+    if (this.#closing || this.#accessError !== undefined) return;
     if (!this.#leaseConfirmed()) {
       this.#stepDown('lease not confirmed');
       return;
@@ -337,7 +365,8 @@ export class ClusterNode implements ServerGate {
       if (kv !== undefined && kv.lease === leaseId) await this.#takeOver(kv.create_revision);
       else this.#setLeader(kv?.value.toString('latin1'));
     } catch (error) {
-      publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason: 'campaign failed', error }));
+      if (!this.#refused(error))
+        publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason: 'campaign failed', error }));
     } finally {
       this.#campaigning = false;
     }
@@ -379,7 +408,29 @@ export class ClusterNode implements ServerGate {
       this.#host!.broadcast(formatLeader(this.advertise));
     } catch (error) {
       if (term === this.#term) this.#stepDown('takeover failed', error);
+      this.#refused(error);
     }
+  }
+
+  /**
+   * Whether `error` says etcd will never let this node in (TLS, user or permission refused). The
+   * first such error ends the node: it steps down, stops campaigning, and the server reports the
+   * error and closes. Retrying would only hide a wrong configuration behind `E no_leader`.
+   */
+  #refused(error: unknown): boolean {
+    const accessError = asAccessError(error, this.#options.etcdUser?.name, this.prefix);
+    if (accessError === undefined || this.#closing) return accessError !== undefined;
+    if (this.#accessError !== undefined) return true;
+    this.#accessError = accessError;
+    this.#stepDown('etcd refused this node', accessError);
+    publish(channels.clusterRole, () => ({
+      node: this,
+      role: this.#role,
+      reason: 'etcd refused this node',
+      error: accessError,
+    }));
+    this.#host!.fail(accessError);
+    return true;
   }
 
   /** Ends a term at once (see the file comment); gives the key up if etcd still has it ours. */
@@ -475,7 +526,7 @@ export class ClusterNode implements ServerGate {
             // is sure. Its writes are absolute and guarded by this term, so applying it twice is
             // applying it once, and the next batch waits for it.
             if (term !== this.#term) return;
-            if (!this.#leaseConfirmed()) throw error;
+            if (!this.#leaseConfirmed() || asAccessError(error, undefined, this.prefix) !== undefined) throw error;
             await new Promise((resolve) => setTimeout(resolve, 50));
             if (term !== this.#term) return;
             continue;
@@ -487,6 +538,7 @@ export class ClusterNode implements ServerGate {
       }
     } catch (error) {
       if (term === this.#term) this.#stepDown('commit failed', error);
+      this.#refused(error);
       return;
     }
     this.#inFlight = false;

@@ -36,6 +36,8 @@ export interface GateHost {
   deliver(replies: ReadonlyArray<HeldReply>): void;
   /** Sends an unsolicited line (`L …`) to every open connection. */
   broadcast(line: string): void;
+  /** The gate cannot go on (etcd refused this node): close the server and emit `error`. */
+  fail(error: Error): void;
 }
 
 export interface HeldReply {
@@ -47,6 +49,7 @@ export interface HeldReply {
 export function createGateHost(core: ServerCore): GateHost {
   return {
     now: core.config.clock,
+    fail: (error) => core.fatal(error),
     setState: (state, detail = 'leadership lost') => {
       const previous = core.state;
       core.state = state;

@@ -255,7 +255,8 @@ export class TicketServer extends EventEmitter {
     await core.store?.settle();
   }
 
-  /** The state file could not be written: no token may leave. Close everything, then report. */
+  /** The state file could not be written (no token may leave), or the cluster gate cannot go on.
+   * Close everything, then report. */
   #fatal(error: unknown): void {
     this.#core.outbox.drop();
     for (const conn of this.#core.connections.values()) conn.socket.destroy();

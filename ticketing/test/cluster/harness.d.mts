@@ -1,11 +1,15 @@
 /** Types of harness.mjs: a real etcd cluster, TCP proxies and Ticketing nodes on loopback. */
 import type { ChildProcess } from 'node:child_process';
+import type { CertificateAuthority } from '../certs.mjs';
 
 export declare const ROOT: string;
 export declare const TICKETING_CLI: string;
 export declare const ETCD_HEARTBEAT_MS: number;
 export declare const ETCD_ELECTION_MS: number;
 export declare const PROBE_KEY: string;
+/** The etcd user a secure cluster makes for Ticketing nodes, and the prefix it may read and write. */
+export declare const SECURE_USER: string;
+export declare const SECURE_PREFIX: string;
 
 /** Sends `signal` and waits for the exit (SIGKILL after `graceMs`); SIGSTOP returns at once. */
 export declare function killChild(child: ChildProcess, signal?: NodeJS.Signals, graceMs?: number): Promise<void>;
@@ -59,6 +63,18 @@ export interface EtcdCluster extends AsyncDisposable {
   restart(index: number, options?: { timeoutMs?: number }): Promise<void>;
   /** The last lines of every member's log. */
   logs(): string;
+  /** Started with `secure`: TLS for clients and peers (client certificates required), auth on. */
+  readonly secure: boolean;
+  /** The cluster's CA (secure only): issue more certificates with it. */
+  readonly ca: CertificateAuthority | undefined;
+  /** The `ticketing serve` flags that reach a secure cluster as SECURE_USER (CA, client
+   * certificate and key, user, password file); `[]` otherwise. */
+  readonly ticketingArgs: string[];
+  /** Runs etcdctl as root (by root's client certificate); secure only. Resolves its stdout. */
+  etcdctl(args: string[], options?: { input?: string }): Promise<string>;
+  /** Makes an etcd user with a role that may read and write keys starting with `prefix` (no
+   * role without one); secure only. Resolves the path of a 0600 file holding its password. */
+  addUser(name: string, options?: { prefix?: string; password?: string }): Promise<string>;
   /** Kills every member by PID and removes the data dirs. Idempotent. */
   stop(): Promise<void>;
 }
@@ -70,6 +86,9 @@ export interface EtcdClusterOptions {
   electionMs?: number;
   startTimeoutMs?: number;
   extraArgs?: string[];
+  /** TLS for clients and peers with certificates from a CA made for the cluster
+   * (`--client-cert-auth`), and auth on: users root and SECURE_USER. */
+  secure?: boolean;
 }
 export declare function startEtcdCluster(options?: EtcdClusterOptions): Promise<EtcdCluster>;
 

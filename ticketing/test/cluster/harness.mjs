@@ -9,11 +9,25 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { accessSync, closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import {
+  accessSync,
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createCa } from '../certs.mjs';
 
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const TICKETING_CLI = join(ROOT, 'ticketing', 'dist', 'cli.js');
@@ -171,16 +185,40 @@ export async function freePorts(count, host = '127.0.0.1') {
 // ---------------------------------------------------------------------------------------------
 // etcd cluster
 
-async function fetchJson(url, body, timeoutMs = 1_000) {
-  const response = await fetch(url, {
-    method: body === undefined ? 'GET' : 'POST',
-    body: body === undefined ? undefined : JSON.stringify(body),
-    headers: body === undefined ? undefined : { 'content-type': 'application/json' },
-    signal: AbortSignal.timeout(timeoutMs),
+/** GET (or POST `body` as JSON) and parse the answer; `tls` (ca, cert, key) for an https URL. */
+function fetchJson(url, body, timeoutMs = 1_000, tls = undefined) {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const request = (url.startsWith('https:') ? https : http).request(url, {
+      method: payload === undefined ? 'GET' : 'POST',
+      headers: payload === undefined ? {} : { 'content-type': 'application/json' },
+      timeout: timeoutMs,
+      ...tls,
+    });
+    const timer = setTimeout(() => request.destroy(new Error(`${url}: no answer within ${timeoutMs} ms`)), timeoutMs);
+    request.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    request.on('response', (response) => {
+      let text = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk) => (text += chunk));
+      response.on('error', reject);
+      response.on('end', () => {
+        clearTimeout(timer);
+        if (response.statusCode !== 200) reject(new Error(`${url}: HTTP ${response.statusCode} ${text.slice(0, 200)}`));
+        else {
+          try {
+            resolve(JSON.parse(text));
+          } catch (error) {
+            reject(error);
+          }
+        }
+      });
+    });
+    request.end(payload);
   });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${text.slice(0, 200)}`);
-  return JSON.parse(text);
 }
 
 function logTail(file, lines = 15) {
@@ -194,13 +232,20 @@ function logTail(file, lines = 15) {
 // etcd's own variables would override the flags below: a test cluster takes nothing from the host.
 function cleanEnv(extra = {}) {
   const env = {};
-  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith('ETCD_')) env[name] = value;
+  for (const [name, value] of Object.entries(process.env)) if (!/^ETCD(CTL)?_/.test(name)) env[name] = value;
   return { ...env, ...extra };
 }
 
+/** The user and role a secure cluster makes for Ticketing, and the root of the prefix it may use
+ * (every test prefix, `/ticketing-test-…/`, and the default `/ticketing/` start with it). */
+export const SECURE_USER = 'ticketing';
+export const SECURE_PREFIX = '/ticketing';
+
 /**
  * Starts `members` etcd members on loopback (free client and peer ports, temp data dirs, a unique
- * cluster token) and waits until every member reports healthy. See harness.d.mts for the API.
+ * cluster token) and waits until every member reports healthy. With `secure`, clients and peers
+ * speak TLS with certificates checked against a CA made for the cluster, and auth is enabled.
+ * See harness.d.mts for the API.
  */
 export async function startEtcdCluster({
   members: count = 3,
@@ -209,20 +254,25 @@ export async function startEtcdCluster({
   electionMs = ETCD_ELECTION_MS,
   startTimeoutMs = 20_000,
   extraArgs = [],
+  secure = false,
 } = {}) {
   const etcd = binary ?? (await ensureEtcd()).binary;
   if (!etcd) throw new Error(`etcd is not available: ${(await ensureEtcd({ install: false })).reason}`);
+  const etcdctl = secure ? findOnPath('etcdctl') : undefined;
+  if (secure && !etcdctl) throw new Error('etcdctl is not installed (Debian: apt-get install etcd-client)');
   const dir = makeTempDir('ticketing-etcd-');
   const ports = await freePorts(count * 2);
   const token = `t-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+  const scheme = secure ? 'https' : 'http';
   const specs = Array.from({ length: count }, (_, i) => ({
     index: i,
     name: `m${i}`,
-    clientUrl: `http://127.0.0.1:${ports[2 * i]}`,
-    peerUrl: `http://127.0.0.1:${ports[2 * i + 1]}`,
+    clientUrl: `${scheme}://127.0.0.1:${ports[2 * i]}`,
+    peerUrl: `${scheme}://127.0.0.1:${ports[2 * i + 1]}`,
     dataDir: join(dir, `m${i}`),
     logFile: join(dir, `m${i}.log`),
   }));
+  const pki = secure ? await makeClusterPki(join(dir, 'pki'), specs) : undefined;
   const initialCluster = specs.map((s) => `${s.name}=${s.peerUrl}`).join(',');
   const memberIds = new Map(); // index → etcd member id (decimal string), learned from status
 
@@ -262,6 +312,7 @@ export async function startEtcdCluster({
           String(electionMs),
           '--logger',
           'zap',
+          ...(pki ? pki.memberArgs(spec) : []),
           ...extraArgs,
         ];
         const log = openSync(spec.logFile, 'a');
@@ -283,7 +334,7 @@ export async function startEtcdCluster({
       },
       async healthy(timeoutMs = 1_000) {
         try {
-          const body = await fetchJson(`${spec.clientUrl}/health`, undefined, timeoutMs);
+          const body = await fetchJson(`${spec.clientUrl}/health`, undefined, timeoutMs, pki?.probeTls);
           return body.health === 'true' || body.health === true;
         } catch {
           return false;
@@ -291,7 +342,7 @@ export async function startEtcdCluster({
       },
       /** This member's view: { memberId, leaderId, raftTerm } from /v3/maintenance/status. */
       async status(timeoutMs = 1_000) {
-        const body = await fetchJson(`${spec.clientUrl}/v3/maintenance/status`, {}, timeoutMs);
+        const body = await fetchJson(`${spec.clientUrl}/v3/maintenance/status`, {}, timeoutMs, pki?.probeTls);
         const memberId = String(body.header?.member_id ?? '');
         if (memberId) memberIds.set(spec.index, memberId);
         return { memberId, leaderId: String(body.leader ?? '0'), raftTerm: Number(body.raftTerm ?? 0) };
@@ -319,6 +370,15 @@ export async function startEtcdCluster({
   }
 
   let stopped = false;
+  /** Runs etcdctl against the cluster as root (by its client certificate), bounded. */
+  const asRoot = async (args, { input } = {}) => {
+    const endpoints = members.map((m) => m.clientUrl).join(',');
+    const tlsArgs = ['--cacert', pki.ca.certFile, '--cert', pki.root.certFile, '--key', pki.root.keyFile];
+    const result = await runWithInput(etcdctl, ['--endpoints', endpoints, ...tlsArgs, ...args], input, 10_000);
+    if (!result.ok) throw new Error(`etcdctl ${args.join(' ')}: ${result.stderr.trim() || result.stdout.trim()}`);
+    return result.stdout;
+  };
+  const passwordsDir = join(dir, 'passwords');
   const cluster = {
     dir,
     token,
@@ -326,6 +386,31 @@ export async function startEtcdCluster({
     endpoints: members.map((m) => m.clientUrl),
     heartbeatMs,
     electionMs,
+    secure: Boolean(secure),
+    ca: pki?.ca,
+    ticketingArgs: [],
+    etcdctl: (args, options) => {
+      if (!pki) throw new Error('etcdctl: only on a secure cluster');
+      return asRoot(args, options);
+    },
+    /**
+     * Makes etcd user `name` (password written to a 0600 file), with a role that may read and
+     * write keys starting with `prefix` (none without one). Resolves the password file's path.
+     */
+    async addUser(name, { prefix, password = `pw-${name}-${Math.random().toString(36).slice(2)}` } = {}) {
+      if (!pki) throw new Error('addUser: only on a secure cluster');
+      // The password goes to etcdctl on stdin, never in its argv.
+      await asRoot(['user', 'add', name, '--interactive=false'], { input: `${password}\n` });
+      if (prefix !== undefined) {
+        await asRoot(['role', 'add', name]);
+        await asRoot(['role', 'grant-permission', '--prefix=true', name, 'readwrite', prefix]);
+        await asRoot(['user', 'grant-role', name, name]);
+      }
+      mkdirSync(passwordsDir, { recursive: true, mode: 0o700 });
+      const file = join(passwordsDir, name);
+      writeFileSync(file, `${password}\n`, { mode: 0o600 });
+      return file;
+    },
     /** Index of the member etcd currently has as leader (as its live members see it), or -1. */
     async leaderIndex({ timeoutMs = 1_000 } = {}) {
       const views = await Promise.all(
@@ -375,11 +460,85 @@ export async function startEtcdCluster({
     for (const member of members) member.spawn();
     await waitHealthy(members, startTimeoutMs);
     await Promise.all(members.map((m) => m.status().catch(() => undefined)));
+    if (pki) {
+      // Root first (auth enable needs it); root authenticates by its certificate's CN from then on.
+      await cluster.addUser('root');
+      const passwordFile = await cluster.addUser(SECURE_USER, { prefix: SECURE_PREFIX });
+      await asRoot(['auth', 'enable']);
+      cluster.ticketingArgs = [
+        '--etcd-ca',
+        pki.ca.certFile,
+        '--etcd-cert',
+        pki.node.certFile,
+        '--etcd-key',
+        pki.node.keyFile,
+        '--etcd-user',
+        SECURE_USER,
+        '--etcd-password-file',
+        passwordFile,
+      ];
+    }
   } catch (error) {
     await cluster.stop();
     throw error;
   }
   return cluster;
+}
+
+/**
+ * A CA for one cluster, a certificate per member (for its client and peer ports), a client
+ * certificate with CN `root` (etcd's client-certificate auth: etcdctl acts as root without a
+ * password), one without a CN for the health and status requests (etcd's HTTP gateway refuses a
+ * CN while auth is on), and one for Ticketing nodes, whose CN is no etcd user (so a node is known
+ * only by its --etcd-user).
+ */
+async function makeClusterPki(dir, specs) {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const ca = await createCa({ dir, commonName: 'ticketing test etcd CA' });
+  const memberCerts = await Promise.all(
+    specs.map((spec) => ca.issue({ name: spec.name, commonName: `etcd-${spec.name}`, hosts: ['127.0.0.1'] })),
+  );
+  const root = await ca.issue({ name: 'root', usage: ['clientAuth'] });
+  const probe = await ca.issue({ name: 'probe', commonName: '', usage: ['clientAuth'] });
+  const node = await ca.issue({ name: 'ticketing-node', usage: ['clientAuth'] });
+  return {
+    ca,
+    root,
+    node,
+    probeTls: { ca: ca.cert, cert: probe.cert, key: probe.key },
+    memberArgs(spec) {
+      const cert = memberCerts[spec.index];
+      return [
+        '--client-cert-auth',
+        '--trusted-ca-file',
+        ca.certFile,
+        '--cert-file',
+        cert.certFile,
+        '--key-file',
+        cert.keyFile,
+        '--peer-client-cert-auth',
+        '--peer-trusted-ca-file',
+        ca.certFile,
+        '--peer-cert-file',
+        cert.certFile,
+        '--peer-key-file',
+        cert.keyFile,
+      ];
+    },
+  };
+}
+
+/** execFile with `input` written to the child's stdin; resolves like run(). */
+function runWithInput(command, args, input, timeoutMs) {
+  return new Promise((resolve) => {
+    const child = execFile(
+      command,
+      args,
+      { timeout: timeoutMs, env: cleanEnv(), maxBuffer: 1 << 20 },
+      (error, stdout, stderr) => resolve({ ok: !error, code: error?.code, stdout, stderr }),
+    );
+    child.stdin.end(input ?? '');
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

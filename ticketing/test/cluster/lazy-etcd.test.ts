@@ -67,8 +67,8 @@ describe('serve --cluster usage errors', () => {
       /http:\/\/host:port/,
     ],
     [
-      '--etcd with https',
-      ['--cluster', '--etcd', 'https://127.0.0.1:2379', '--advertise', '127.0.0.1:1'],
+      '--etcd with another scheme',
+      ['--cluster', '--etcd', 'grpc://127.0.0.1:2379', '--advertise', '127.0.0.1:1'],
       /http:\/\/host:port/,
     ],
     [
