@@ -11,6 +11,8 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
+import type { ClusterNode } from './cluster/node.js';
+import { createLogger, LOG_LEVELS, ServerLog, type LogLevel } from './observe/log.js';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
 
@@ -207,6 +209,11 @@ export function main(argv: readonly string[]): void {
         .argParser(leaderTtl)
         .default(2_000, '2s'),
     )
+    .addOption(
+      new Option('--log-level <level>', 'JSON log lines on stderr at this level and above')
+        .choices(LOG_LEVELS)
+        .default('info'),
+    )
     .action(async (flags: Record<string, unknown>, command: Command) => {
       const cluster = flags.cluster === true;
       if (cluster) {
@@ -225,11 +232,15 @@ export function main(argv: readonly string[]): void {
         }
       }
       const clock = testClock();
+      const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
+      const logger = createLogger(flags.logLevel as LogLevel);
+      // The flags hold file names, never a secret or a password.
+      logger.info({ version: version(), config: flags }, 'starting');
       const options: TicketServerOptions = {
         host: flags.host as string,
         port: flags.port as number,
         leaseMs: flags.lease as number,
-        secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+        secret,
         stateFile: flags.stateFile as string | undefined,
         maxWaitersPerKey: flags.maxWaitersPerKey as number,
         maxWaiters: flags.maxWaiters as number,
@@ -241,10 +252,10 @@ export function main(argv: readonly string[]): void {
         lineTimeoutMs: flags.lineTimeout as number,
         ...(clock === undefined ? {} : { clock }),
       };
-      let gate: TicketServerOptions['gate'];
+      let node: ClusterNode | undefined;
       if (cluster) {
         const { ClusterNode } = await import('./cluster/node.js');
-        gate = new ClusterNode({
+        node = new ClusterNode({
           etcd: flags.etcd as string[],
           advertise: flags.advertise as string,
           prefix: flags.prefix as string,
@@ -255,29 +266,43 @@ export function main(argv: readonly string[]): void {
           maxWaitersPerKey: options.maxWaitersPerKey!,
         });
       }
-      const server = new TicketServer({ ...options, gate });
-      server.on('error', (error: unknown) => {
-        process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
-        process.exitCode = 1;
-      });
+      const server = new TicketServer({ ...options, gate: node });
+      const serverLog = new ServerLog({ logger, server, node });
       // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
       // synchronous, so the reader can run before this process gets past it).
       let stopping = false;
-      const stop = (): void => {
-        if (stopping) process.exit(process.exitCode ?? 1); // second signal: do not wait
+      let exitCode = 0;
+      const exit = (code: number): never => {
+        serverLog.close();
+        logger.info({ code }, 'exit');
+        process.exit(code);
+      };
+      const stop = (reason: string): void => {
+        if (stopping) exit(exitCode || 1); // second signal: do not wait
         stopping = true;
+        logger.info({ reason }, 'draining');
         server.close().then(
-          () => process.exit(process.exitCode ?? 0),
+          () => exit(exitCode),
           (error: unknown) => {
-            process.stderr.write(`ticketing: ${String(error)}\n`);
-            process.exit(1);
+            logger.error({ err: error }, 'drain failed');
+            exit(1);
           },
         );
       };
+      server.on('error', (error: unknown) => {
+        logger.fatal({ err: error }, 'serving is unsafe: closing');
+        exitCode = 1;
+        stop('error');
+      });
       process.on('SIGTERM', stop);
       process.on('SIGINT', stop);
-      const { host, port } = await server.listen();
-      process.stdout.write(`listening ${formatListening(host, port)}\n`);
+      try {
+        const { host, port } = await server.listen();
+        process.stdout.write(`listening ${formatListening(host, port)}\n`);
+      } catch (error) {
+        logger.fatal({ err: error }, (error as Error).message ?? String(error));
+        process.exit(1);
+      }
     });
   program.parseAsync(argv).catch((error: unknown) => {
     if (error instanceof CommanderError) {
