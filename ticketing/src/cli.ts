@@ -11,8 +11,11 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
+import { fetchLocks, locksText } from './inspect.js';
+import { HttpEndpoint, MAX_LIMIT, parseListenAddress } from './observe/http.js';
 import type { ClusterNode } from './cluster/node.js';
 import { createLogger, LOG_LEVELS, ServerLog, type LogLevel } from './observe/log.js';
+import { TicketMetrics } from './observe/metrics.js';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
 
@@ -93,6 +96,14 @@ function etcdUrls(text: string): string[] {
     }
   }
   return urls;
+}
+
+function listenAddress(text: string): { host: string; port: number } {
+  try {
+    return parseListenAddress(text);
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
 }
 
 function advertiseAddress(text: string): string {
@@ -209,6 +220,11 @@ export function main(argv: readonly string[]): void {
         .argParser(leaderTtl)
         .default(2_000, '2s'),
     )
+    .option(
+      '--http <host:port>',
+      'serve /healthz, /readyz, /metrics and /v1/locks on this address (HTTPS when the server has TLS)',
+      listenAddress,
+    )
     .addOption(
       new Option('--log-level <level>', 'JSON log lines on stderr at this level and above')
         .choices(LOG_LEVELS)
@@ -268,6 +284,11 @@ export function main(argv: readonly string[]): void {
       }
       const server = new TicketServer({ ...options, gate: node });
       const serverLog = new ServerLog({ logger, server, node });
+      const http = flags.http as { host: string; port: number } | undefined;
+      const endpoint =
+        http === undefined
+          ? undefined
+          : new HttpEndpoint({ server, metrics: new TicketMetrics({ server, node }), ...http });
       // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
       // synchronous, so the reader can run before this process gets past it).
       let stopping = false;
@@ -282,7 +303,10 @@ export function main(argv: readonly string[]): void {
         stopping = true;
         logger.info({ reason }, 'draining');
         server.close().then(
-          () => exit(exitCode),
+          async () => {
+            await endpoint?.close();
+            exit(exitCode);
+          },
           (error: unknown) => {
             logger.error({ err: error }, 'drain failed');
             exit(1);
@@ -298,11 +322,44 @@ export function main(argv: readonly string[]): void {
       process.on('SIGINT', stop);
       try {
         const { host, port } = await server.listen();
+        if (endpoint !== undefined)
+          logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
         process.stdout.write(`listening ${formatListening(host, port)}\n`);
       } catch (error) {
         logger.fatal({ err: error }, (error as Error).message ?? String(error));
         process.exit(1);
       }
+    });
+  program
+    .command('inspect')
+    .description("list the keys a server holds, from its HTTP endpoint's /v1/locks")
+    .requiredOption('--http <host:port>', "the server's --http address", advertiseAddress)
+    .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
+    .option('--tls-ca <path>', 'ask over HTTPS, trusting this CA certificate (PEM)')
+    .option('--prefix <prefix>', 'only keys that start with this')
+    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), 1000)
+    .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
+    .option('--json', "print the endpoint's JSON array (tokens as strings)")
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 success (also when nothing is held), 64 usage error, 1 any other failure\n' +
+        '(unreachable, refused: a wrong or missing secret, a follower or a node not serving).',
+    )
+    .action(async (flags: Record<string, unknown>) => {
+      const result = await fetchLocks({
+        address: flags.http as string,
+        secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+        ca: flags.tlsCa === undefined ? undefined : readFileSync(flags.tlsCa as string),
+        prefix: flags.prefix as string | undefined,
+        limit: flags.limit as number,
+        timeoutMs: flags.timeout as number,
+      });
+      if (!result.ok) throw new Error(result.why);
+      process.stdout.write(
+        flags.json === true
+          ? result.body
+          : locksText(result.rows, flags.prefix as string | undefined, flags.limit as number),
+      );
     });
   program.parseAsync(argv).catch((error: unknown) => {
     if (error instanceof CommanderError) {

@@ -77,11 +77,9 @@ export class ServerLog {
       logger.warn({ suppressed, windowMs }, 'connection errors not logged (rate limit)'),
     );
     this.#on(channels.serverListening, ({ host, port }) => logger.info({ host, port }, 'listening'));
-    this.#on(channels.serverEffect, ({ effect }) => {
-      const { type, key, owner, token } = effect as { type: string; key: string; owner: string; token: bigint };
-      if (type === 'expired')
-        logger.info({ key, owner, token: String(token) }, 'lease expired: the holder never released');
-    });
+    this.#on(channels.serverExpired, ({ key, owner, token }) =>
+      logger.info({ key, owner, token: String(token) }, 'lease expired: the holder never released'),
+    );
     this.#on(channels.serverConnection, ({ connection, remoteAddress, remotePort }) =>
       this.#remotes.set(connection, `${String(remoteAddress)}:${String(remotePort)}`),
     );

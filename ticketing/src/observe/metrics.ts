@@ -7,13 +7,13 @@
  * The names are part of the interface (docs/ticketing.md "Metrics").
  */
 import diagnostics from 'node:diagnostics_channel';
-import { performance } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { channels } from '../events.js';
 import type { Effect } from '../state.js';
 
 /** What the metrics read from the server at scrape time. */
 export interface MetricsServer {
+  readonly leaseMs: number;
   stats(): { readonly connections: number; readonly keys: number; readonly waiters: number };
 }
 
@@ -36,13 +36,6 @@ const COMMIT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 type Message = { readonly server?: unknown; readonly node?: unknown };
 
-/** A queued request, from its `queued` effect to its grant or its leaving the queue. */
-interface QueuedAt {
-  readonly waiter: number;
-  readonly deadline: number;
-  readonly at: number;
-}
-
 export class TicketMetrics {
   readonly registry = new Registry();
   readonly #server: MetricsServer;
@@ -52,9 +45,6 @@ export class TicketMetrics {
   readonly #expirations: Counter;
   readonly #leaderChanges: Counter;
   readonly #commit: Histogram;
-  /** Queued requests by session and key, oldest first (a session's waiters on one key are
-   * granted in the order they queued). */
-  readonly #queued = new Map<string, QueuedAt[]>();
   /** The leader this node last reported (to count changes, not repeats). */
   #lastLeader: unknown;
   readonly #subscriptions: Array<[diagnostics.Channel, (message: unknown) => void]> = [];
@@ -121,10 +111,6 @@ export class TicketMetrics {
       if (leader !== undefined && leader !== this.#lastLeader) this.#leaderChanges.inc();
       this.#lastLeader = leader;
     });
-    this.#subscribe(channels.clusterRole, (message) => {
-      // A term ended: its state, and every queue in it, is gone without effects.
-      if ((message as { role: string }).role === 'follower') this.#queued.clear();
-    });
     this.#subscribe(channels.clusterCommit, (message) =>
       this.#commit.observe((message as { seconds: number }).seconds),
     );
@@ -143,7 +129,6 @@ export class TicketMetrics {
   close(): void {
     for (const [channel, listener] of this.#subscriptions) channel.unsubscribe(listener);
     this.#subscriptions.length = 0;
-    this.#queued.clear();
   }
 
   /** Subscribes to `channel`, for the messages of this server or node only. */
@@ -158,33 +143,18 @@ export class TicketMetrics {
 
   #onEffect(effect: Effect): void {
     switch (effect.type) {
-      case 'queued': {
-        const id = queueId(effect.session, effect.key);
-        const list = this.#queued.get(id);
-        const entry = { waiter: effect.waiter, deadline: effect.deadline, at: performance.now() };
-        if (list === undefined) this.#queued.set(id, [entry]);
-        else list.push(entry);
-        return;
-      }
       case 'granted': {
         this.#requests.inc({ op: 'acquire', result: 'acquired' });
-        if (effect.path === 'free' || effect.path === 'takeover') this.#wait.observe(0);
-        else {
-          const queued = this.#take(effect.session, effect.key, front);
-          if (queued !== undefined) this.#wait.observe((performance.now() - queued.at) / 1000);
-        }
+        // Granted at expiresAt - leaseMs; requested at its arrival (or queueing).
+        const waitedMs = effect.expiresAt - this.#server.leaseMs - effect.requestedAt;
+        this.#wait.observe(Math.max(0, waitedMs) / 1000);
         return;
       }
       case 'timed-out':
         this.#requests.inc({ op: 'acquire', result: 'timeout' });
-        // The wait that ran out is the session's earliest deadline on the key.
-        if (effect.reason !== 'held') this.#take(effect.session, effect.key, earliestDeadline);
         return;
       case 'busy':
         this.#requests.inc({ op: 'acquire', result: 'busy' });
-        return;
-      case 'abandoned':
-        this.#take(effect.session, effect.key, (list) => list.findIndex((q) => q.waiter === effect.waiter));
         return;
       case 'released':
         // The server's own releases (of a grant nobody could receive) have negative sessions.
@@ -200,28 +170,4 @@ export class TicketMetrics {
         return;
     }
   }
-
-  /** Removes (and returns) one of the session's queued requests on `key`, chosen by `pick`. */
-  #take(session: number, key: string, pick: (list: QueuedAt[]) => number): QueuedAt | undefined {
-    const id = queueId(session, key);
-    const list = this.#queued.get(id);
-    if (list === undefined) return undefined;
-    const index = pick(list);
-    if (index < 0) return undefined;
-    const [taken] = list.splice(index, 1);
-    if (list.length === 0) this.#queued.delete(id);
-    return taken;
-  }
-}
-
-function queueId(session: number, key: string): string {
-  return `${session} ${key}`;
-}
-
-const front = (): number => 0;
-
-function earliestDeadline(list: QueuedAt[]): number {
-  let best = 0;
-  for (let i = 1; i < list.length; i++) if (list[i]!.deadline < list[best]!.deadline) best = i;
-  return best;
 }

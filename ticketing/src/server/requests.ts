@@ -38,6 +38,13 @@ export class RequestHandler {
     this.#secretDigest = secret === undefined ? undefined : digest(secret);
   }
 
+  /** Whether `secret` is the current one (true when there is none), in constant time. */
+  authorizes(secret: string | undefined): boolean {
+    const expected = this.#secretDigest;
+    if (expected === undefined) return true;
+    return secret !== undefined && timingSafeEqual(digest(secret), expected);
+  }
+
   get needsAuth(): boolean {
     return this.#secretDigest !== undefined;
   }

@@ -48,10 +48,12 @@ export interface LockView {
   readonly waiters: number;
 }
 
-/** Would a request sent now be served? `reason` says why not (the refusal's text). */
+/** Would a request sent now be served? `reason` says why not (the refusal's text); `leader` is
+ * the leader's advertise address on a follower (which redirects requests there). */
 export interface Readiness {
   readonly ready: boolean;
   readonly reason?: string;
+  readonly leader?: string;
 }
 
 /**
@@ -135,8 +137,15 @@ export class TicketServer extends EventEmitter {
     if (this.#address === undefined) return { ready: false, reason: 'not listening' };
     if (this.#closing !== undefined) return { ready: false, reason: 'shutting down' };
     const refusal = this.#core.config.gate?.refusal();
-    if (refusal === undefined || refusal.startsWith('M ')) return { ready: true };
+    if (refusal === undefined) return { ready: true };
+    if (refusal.startsWith('M ')) return { ready: true, leader: refusal.slice(2).trimEnd() };
     return { ready: false, reason: refusal.trimEnd() };
+  }
+
+  /** Whether `secret` is the server's `H` secret (true when it has none), compared in constant
+   * time: for an endpoint that takes the same secret (`Authorization: Bearer`). */
+  authorizes(secret: string | undefined): boolean {
+    return this.#requests.authorizes(secret);
   }
 
   /** Replaces the `H` secret for connections opened from now on (undefined: none). */
