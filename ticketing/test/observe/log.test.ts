@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { CLI, LineSocket, until } from '../helpers.js';
+import { request, sample } from './support.js';
 
 const INDEX = fileURLToPath(new URL('../../dist/index.js', import.meta.url));
 const SECRET = 'sup3r-s3cret-l0g-test';
@@ -68,7 +69,7 @@ describe('ticketing serve logs', () => {
     const dir = mkdtempSync(join(tmpdir(), 'ticketing-log-'));
     const secretFile = join(dir, 'secret');
     writeFileSync(secretFile, `${SECRET}\n`);
-    const s = await serve(['--secret-file', secretFile, '--lease', '500ms']);
+    const s = await serve(['--secret-file', secretFile, '--lease', '500ms', '--http', '127.0.0.1:0']);
     const held = await holder(s.port, 'orders', 'worker-7');
     held.kill('SIGKILL');
     await once(held, 'exit');
@@ -77,6 +78,10 @@ describe('ticketing serve logs', () => {
     cleanups.push(() => client.close());
     const next = await client.acquire('orders', { owner: 'worker-8', waitMs: 5_000 });
     expect(next.status).toBe('acquired');
+    // The killed holder's grant counts as an expiry in the metrics too.
+    const httpPort = s.lines().find((l) => l.msg === 'http listening')!.port as number;
+    const metrics = (await request(httpPort, '/metrics')).body;
+    expect(sample(metrics, 'ticketing_expirations_total')).toBe(1);
     await client.close();
     s.child.kill('SIGTERM');
     expect(await s.exit).toBe(0);
