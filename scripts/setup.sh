@@ -5,16 +5,18 @@
 #   etcd      etcd-server and etcd-client (3.4): the Ticketing cluster tests, demo and benchmark
 #             (etcdctl makes the secure cluster's users and roles)
 #   redis     redis-server: the Ticketing benchmark's Redis side (its quick run is a test)
+#   prometheus  prometheus, for its promtool: the Ticketing metrics test lints a real /metrics scrape
 #   bench     stress-ng and strace: `npm run bench:busy` and `node bench/syscalls.mjs` (no test needs
 #             them, so only when asked)
-# `sh scripts/setup.sh` installs the first three; `sh scripts/setup.sh etcd` only that one.
+# `sh scripts/setup.sh` installs the first four; `sh scripts/setup.sh etcd` only that one.
 # Idempotent and quiet when everything is there. Installing needs root and apt-get; without them it
 # says what is missing in one line each and exits 0 (the cluster tests then skip, saying why).
-# No service starts: the install runs under a policy-rc.d that forbids it (redis-server and
-# etcd-server ship init scripts), and the previous policy is put back. Every apt step is bounded.
+# No service starts: the install runs under a policy-rc.d that forbids it (redis-server,
+# etcd-server and prometheus ship init scripts), and the previous policy is put back. Every apt
+# step is bounded.
 set -u
 
-components=${*:-prebuild etcd redis}
+components=${*:-prebuild etcd redis prometheus}
 need=""
 for component in $components; do
   case $component in
@@ -32,11 +34,12 @@ for component in $components; do
       command -v etcdctl >/dev/null 2>&1 || need="$need etcd-client"
       ;;
     redis) command -v redis-server >/dev/null 2>&1 || need="$need redis-server" ;;
+    prometheus) command -v promtool >/dev/null 2>&1 || need="$need prometheus" ;;
     bench)
       command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
       command -v strace >/dev/null 2>&1 || need="$need strace"
       ;;
-    *) echo "setup: unknown component $component (prebuild, etcd, redis, bench)" >&2; exit 64 ;;
+    *) echo "setup: unknown component $component (prebuild, etcd, redis, prometheus, bench)" >&2; exit 64 ;;
   esac
 done
 [ -z "$need" ] && exit 0
@@ -76,7 +79,7 @@ if ! install; then
   exit 1
 fi
 # The packages' own services never started (policy-rc.d); say so if some other one is running.
-for daemon in etcd redis-server; do
+for daemon in etcd redis-server prometheus; do
   if pgrep -x "$daemon" >/dev/null 2>&1; then
     echo "setup: note: a $daemon process is running (not started by this script): tests start their own" >&2
   fi

@@ -12,7 +12,7 @@ const EXPECTED: Record<string, string[]> = {
     'flocklease repair',
     'flocklease release',
   ],
-  'docs/ticketing.md': ['ticketing', 'ticketing serve'],
+  'docs/ticketing.md': ['ticketing', 'ticketing serve', 'ticketing inspect'],
 };
 
 describe.each(Object.entries(EXPECTED))('%s', (doc, commands) => {

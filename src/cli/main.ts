@@ -28,7 +28,8 @@ import {
   LeaseTokenExhaustedError,
   LeaseUnsupportedError,
 } from '../port/errors.js';
-import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText, relative } from './format.js';
+import { relative } from '../kernel/display.js';
+import { inspectionJson, inspectionText, isoSeconds, pruneJson, pruneText } from './format.js';
 import { EXIT_HELD, EXIT_LOST, runCommand } from './run.js';
 
 export const EXIT = { OK: 0, FAILURE: 1, USAGE: 64, CORRUPT: 65, HELD: EXIT_HELD, LOST: EXIT_LOST } as const;

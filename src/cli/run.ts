@@ -18,7 +18,8 @@ import { timerDelay } from '../kernel/timers.js';
 import { supervisorPath } from '../native.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
-import { compact, displayText, isoSeconds, relative } from './format.js';
+import { compact, displayText, relative } from '../kernel/display.js';
+import { isoSeconds } from './format.js';
 
 /** The lease was lost while the command ran (taken over, broken by an operator, or expired while
  * renewals failed); the command was terminated. Outside sysexits (64–78) and the shell's 126, 127

@@ -13,7 +13,11 @@ import { readFileSync } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { parseDuration } from '#kernel';
-import type { ClusterNodeOptions } from './cluster/node.js';
+import type { ClusterNode, ClusterNodeOptions } from './cluster/node.js';
+import { fetchLocks, locksText } from './inspect.js';
+import { HttpEndpoint, MAX_LIMIT, parseListenAddress } from './observe/http.js';
+import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from './observe/log.js';
+import { TicketMetrics } from './observe/metrics.js';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
 import { TlsMaterial } from './server/tls-material.js';
@@ -150,6 +154,14 @@ function etcdUserName(text: string): string {
   return text;
 }
 
+function listenAddress(text: string): { host: string; port: number } {
+  try {
+    return parseListenAddress(text);
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
+}
+
 function advertiseAddress(text: string): string {
   if (!isAddress(text)) throw new InvalidArgumentError('expected host:port');
   return text;
@@ -199,20 +211,25 @@ function isLoopback(host: string): boolean {
  * SIGHUP: the TLS files and the secret file are read again; what fails to load keeps the previous
  * material in force and is reported on stderr. Never a reason to exit.
  */
-function reloadOnHangup(server: TicketServer, material: TlsMaterial | undefined, secretFile: string | undefined): void {
-  const report = (text: string): boolean => process.stderr.write(`ticketing: ${text}\n`);
+/** SIGHUP: reload the TLS files (the server and the HTTPS endpoint take the new material; ServerLog
+ * logs the outcome) and the secret file. A file that fails keeps the old one in force. */
+function reloadOnHangup(
+  logger: Logger,
+  server: TicketServer,
+  material: TlsMaterial | undefined,
+  endpoint: HttpEndpoint | undefined,
+  secretFile: string | undefined,
+): void {
+  if (material !== undefined && endpoint?.secure === true)
+    material.on('reload', () => endpoint.setTls(material.secureContextOptions));
   process.on('SIGHUP', () => {
-    if (material !== undefined) {
-      const error = material.reload();
-      report(error === undefined ? 'reloaded the TLS files' : `${error.message}; keeping the previous TLS material`);
-    }
-    if (secretFile !== undefined) {
-      try {
-        server.setSecret(readSecretFile(secretFile));
-        report('reloaded the secret file');
-      } catch (error) {
-        report(`${(error as Error).message}; keeping the previous secret`);
-      }
+    material?.reload();
+    if (secretFile === undefined) return;
+    try {
+      server.setSecret(readSecretFile(secretFile));
+      logger.info({ file: secretFile }, 'secret reloaded');
+    } catch (error) {
+      logger.error({ err: error }, 'secret reload failed: keeping the previous secret');
     }
   });
 }
@@ -313,6 +330,16 @@ export function main(argv: readonly string[]): void {
         .argParser(leaderTtl)
         .default(2_000, '2s'),
     )
+    .option(
+      '--http <host:port>',
+      'serve /healthz, /readyz, /metrics and /v1/locks on this address (HTTPS when the server has TLS)',
+      listenAddress,
+    )
+    .addOption(
+      new Option('--log-level <level>', 'JSON log lines on stderr at this level and above')
+        .choices(LOG_LEVELS)
+        .default('info'),
+    )
     .action(async (flags: Record<string, unknown>, command: Command) => {
       const cluster = flags.cluster === true;
       if (cluster) {
@@ -357,11 +384,15 @@ export function main(argv: readonly string[]): void {
               ca: flags.tlsCa as string | undefined,
             });
       const clock = testClock();
+      const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
+      const logger = createLogger(flags.logLevel as LogLevel);
+      // The flags hold file names, never a secret or a password.
+      logger.info({ version: version(), config: flags }, 'starting');
       const options: TicketServerOptions = {
         host: flags.host as string,
         port: flags.port as number,
         leaseMs: flags.lease as number,
-        secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+        secret,
         stateFile: flags.stateFile as string | undefined,
         maxWaitersPerKey: flags.maxWaitersPerKey as number,
         maxWaiters: flags.maxWaiters as number,
@@ -374,10 +405,10 @@ export function main(argv: readonly string[]): void {
         tls: material,
         ...(clock === undefined ? {} : { clock }),
       };
-      let gate: TicketServerOptions['gate'];
+      let node: ClusterNode | undefined;
       if (cluster) {
         const { ClusterNode } = await import('./cluster/node.js');
-        gate = new ClusterNode({
+        node = new ClusterNode({
           etcd: flags.etcd as string[],
           ...readEtcdAccess(flags),
           advertise: flags.advertise as string,
@@ -389,32 +420,90 @@ export function main(argv: readonly string[]): void {
           maxWaitersPerKey: options.maxWaitersPerKey!,
         });
       }
-      const server = new TicketServer({ ...options, gate });
-      server.on('error', (error: unknown) => {
-        process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
-        process.exitCode = 1;
-        // The server closes itself after an error (bounded by its drain timeout); then exit.
-        void server.close().finally(() => process.exit(1));
-      });
+      const server = new TicketServer({ ...options, gate: node });
+      const serverLog = new ServerLog({ logger, server, node, tls: material });
+      const http = flags.http as { host: string; port: number } | undefined;
+      const endpoint =
+        http === undefined
+          ? undefined
+          : new HttpEndpoint({
+              server,
+              metrics: new TicketMetrics({ server, node }),
+              tls: material?.secureContextOptions,
+              ...http,
+            });
       // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
       // synchronous, so the reader can run before this process gets past it).
       let stopping = false;
-      const stop = (): void => {
-        if (stopping) process.exit(process.exitCode ?? 1); // second signal: do not wait
+      let exitCode = 0;
+      const exit = (code: number): never => {
+        serverLog.close();
+        logger.info({ code }, 'exit');
+        process.exit(code);
+      };
+      const stop = (reason: string): void => {
+        if (stopping) exit(exitCode || 1); // second signal: do not wait
         stopping = true;
+        logger.info({ reason }, 'draining');
         server.close().then(
-          () => process.exit(process.exitCode ?? 0),
+          async () => {
+            await endpoint?.close();
+            exit(exitCode);
+          },
           (error: unknown) => {
-            process.stderr.write(`ticketing: ${String(error)}\n`);
-            process.exit(1);
+            logger.error({ err: error }, 'drain failed');
+            exit(1);
           },
         );
       };
-      reloadOnHangup(server, material, flags.secretFile as string | undefined);
+      reloadOnHangup(logger, server, material, endpoint, flags.secretFile as string | undefined);
+      server.on('error', (error: unknown) => {
+        logger.fatal({ err: error }, 'serving is unsafe: closing');
+        exitCode = 1;
+        stop('error');
+      });
       process.on('SIGTERM', stop);
       process.on('SIGINT', stop);
-      const { host, port } = await server.listen();
-      process.stdout.write(`listening ${formatListening(host, port)}\n`);
+      try {
+        const { host, port } = await server.listen();
+        if (endpoint !== undefined)
+          logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
+        process.stdout.write(`listening ${formatListening(host, port)}\n`);
+      } catch (error) {
+        logger.fatal({ err: error }, (error as Error).message ?? String(error));
+        process.exit(1);
+      }
+    });
+  program
+    .command('inspect')
+    .description("list the keys a server holds, from its HTTP endpoint's /v1/locks")
+    .requiredOption('--http <host:port>', "the server's --http address", advertiseAddress)
+    .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
+    .option('--tls-ca <path>', 'ask over HTTPS, trusting this CA certificate (PEM)')
+    .option('--prefix <prefix>', 'only keys that start with this')
+    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), 1000)
+    .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
+    .option('--json', "print the endpoint's JSON array (tokens as strings)")
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 success (also when nothing is held), 64 usage error, 1 any other failure\n' +
+        '(unreachable, refused: a wrong or missing secret, a follower or a node not serving).',
+    )
+    .action(async (flags: Record<string, unknown>) => {
+      const result = await fetchLocks({
+        address: flags.http as string,
+        secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+        ca: flags.tlsCa === undefined ? undefined : readFileSync(flags.tlsCa as string),
+        prefix: flags.prefix as string | undefined,
+        limit: flags.limit as number,
+        timeoutMs: flags.timeout as number,
+      });
+      if (!result.ok) throw new Error(result.why);
+      process.stdout.write(
+        flags.json === true
+          ? result.body
+          : locksText(result.rows, flags.prefix as string | undefined, flags.limit as number),
+      );
     });
   program.parseAsync(argv).catch((error: unknown) => {
     if (error instanceof CommanderError) {

@@ -46,8 +46,12 @@ export const channels = {
   clusterRole: diagnostics.channel('ticketing:cluster:role'),
   /** The leader as this node last saw it in etcd: `{ node, leader }` (undefined: none). */
   clusterLeader: diagnostics.channel('ticketing:cluster:leader'),
-  /** A batch committed: `{ node, writes, replies, txns }` (the group-commit batch size). */
+  /** A batch committed: `{ node, writes, replies, txns, seconds }` (the group-commit batch size,
+   * and how long its txns took, retries included). */
   clusterCommit: diagnostics.channel('ticketing:cluster:commit'),
+  /** Whether etcd confirms this node's lease changed: `{ node, reachable }`. Not published while
+   * the node starts (for one leader TTL) unless etcd answered. */
+  clusterEtcd: diagnostics.channel('ticketing:cluster:etcd'),
 
   // ---- client
   /** A connection opened: `{ client, lane, address }` (lane: `acquire` or `release`). */

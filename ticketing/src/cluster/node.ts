@@ -118,6 +118,9 @@ export class ClusterNode implements ServerGate {
   #lastCampaign = -Infinity;
   /** Set once etcd has refused this node for good (see #refused). */
   #accessError: EtcdAccessError | undefined;
+  #startedAt = monotonic();
+  /** As last published on `clusterEtcd` (undefined: not yet). */
+  #etcdReachable: boolean | undefined;
 
   #open = newBatch();
   #inFlight = false;
@@ -299,12 +302,22 @@ export class ClusterNode implements ServerGate {
    * no leader (the watch reacts faster; this covers a watch that is down). */
   #check(): void {
     if (this.#closing || this.#accessError !== undefined) return;
+    this.#reportEtcd();
     if (!this.#leaseConfirmed()) {
       this.#stepDown('lease not confirmed');
       return;
     }
     const pollMs = Math.min(500, this.leaderTtlMs / 4);
     if (this.#role === 'follower' && monotonic() - this.#lastCampaign >= pollMs) void this.#campaign();
+  }
+
+  /** Publishes each change of whether etcd confirms this node's lease (not while starting). */
+  #reportEtcd(): void {
+    const reachable = this.#leaseConfirmed();
+    if (reachable === this.#etcdReachable) return;
+    if (!reachable && this.#etcdReachable === undefined && monotonic() - this.#startedAt < this.leaderTtlMs) return;
+    this.#etcdReachable = reachable;
+    publish(channels.clusterEtcd, () => ({ node: this, reachable }));
   }
 
   async #watch(): Promise<void> {
@@ -504,6 +517,7 @@ export class ClusterNode implements ServerGate {
       );
     }
     this.#inFlight = true;
+    const startedAt = monotonic();
     const guard = [
       {
         key: this.#layout.leader,
@@ -548,6 +562,7 @@ export class ClusterNode implements ServerGate {
       writes: batch.touched.size,
       replies: batch.replies.length,
       txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)),
+      seconds: (monotonic() - startedAt) / 1000,
     }));
     this.#host!.deliver(batch.replies);
     // A grant's lease counts from when its A was written (its holder cannot have learned of it

@@ -38,9 +38,11 @@ export class RequestHandler {
     this.#secretDigest = secret === undefined ? undefined : digest(secret);
   }
 
-  secretMatches(secret: string): boolean {
+  /** Whether `secret` is the current one (true when there is none), in constant time. */
+  authorizes(secret: string | undefined): boolean {
     const expected = this.#secretDigest;
-    return expected === undefined || timingSafeEqual(digest(secret), expected);
+    if (expected === undefined) return true;
+    return secret !== undefined && timingSafeEqual(digest(secret), expected);
   }
 
   get needsAuth(): boolean {
@@ -60,7 +62,8 @@ export class RequestHandler {
       return false;
     }
     if (!conn.authed) {
-      if (request.op !== 'H' || !this.secretMatches(request.secret)) {
+      const expected = this.#secretDigest;
+      if (request.op !== 'H' || (expected !== undefined && !timingSafeEqual(digest(request.secret), expected))) {
         conns.fail(conn, 'auth_failed', undefined, 'auth_failed');
         return false;
       }

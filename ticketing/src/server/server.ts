@@ -17,7 +17,6 @@
  */
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
-import tls from 'node:tls';
 import { channels, publish } from '../events.js';
 import { TicketState, type KeyView } from '../state.js';
 import { TokenStore } from '../token-store.js';
@@ -49,10 +48,12 @@ export interface LockView {
   readonly waiters: number;
 }
 
-/** Would a request sent now be served? `reason` says why not (the refusal's text). */
+/** Would a request sent now be served? `reason` says why not (the refusal's text); `leader` is
+ * the leader's advertise address on a follower (which redirects requests there). */
 export interface Readiness {
   readonly ready: boolean;
   readonly reason?: string;
+  readonly leader?: string;
 }
 
 /**
@@ -136,14 +137,15 @@ export class TicketServer extends EventEmitter {
     if (this.#address === undefined) return { ready: false, reason: 'not listening' };
     if (this.#closing !== undefined) return { ready: false, reason: 'shutting down' };
     const refusal = this.#core.config.gate?.refusal();
-    if (refusal === undefined || refusal.startsWith('M ')) return { ready: true };
+    if (refusal === undefined) return { ready: true };
+    if (refusal.startsWith('M ')) return { ready: true, leader: refusal.slice(2).trimEnd() };
     return { ready: false, reason: refusal.trimEnd() };
   }
 
-  /** Does `secret` match the `H` secret (true when the server has none)? Timing-safe; for an
-   * endpoint that accepts the same secret, e.g. as a bearer token. */
-  secretMatches(secret: string): boolean {
-    return this.#requests.secretMatches(secret);
+  /** Whether `secret` is the server's `H` secret (true when it has none), compared in constant
+   * time: for an endpoint that takes the same secret (`Authorization: Bearer`). */
+  authorizes(secret: string | undefined): boolean {
+    return this.#requests.authorizes(secret);
   }
 
   /** Replaces the `H` secret for connections opened from now on (undefined: none). */
@@ -162,7 +164,11 @@ export class TicketServer extends EventEmitter {
     } else {
       config.gate.attach(createGateHost(core));
     }
-    const server = this.#createServer();
+    const server = net.createServer(
+      // Paused, so that adoptSocket can take the handle over before the first read.
+      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
+      (socket) => core.conns.accept(socket),
+    );
     this.#server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -179,39 +185,6 @@ export class TicketServer extends EventEmitter {
     core.timers.start();
     publish(channels.serverListening, () => ({ server: this, ...this.#address }));
     return this.#address;
-  }
-
-  #createServer(): net.Server {
-    const core = this.#core;
-    const socketOptions = { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 };
-    const material = core.config.tls;
-    if (material === undefined) {
-      // Paused, so that adoptSocket can take the handle over before the first read.
-      return net.createServer({ ...socketOptions, pauseOnConnect: true }, (socket) => core.conns.accept(socket));
-    }
-    const server = tls.createServer(
-      // A handshake gets as long as an H line would.
-      // A client certificate that does not verify is not cut off in the handshake: Node would
-      // close without a TLS alert, and the client could not tell that from a lost connection. It
-      // is answered `E bad_certificate <reason>` instead, before any request is read.
-      {
-        ...socketOptions,
-        ...material.serverOptions(),
-        rejectUnauthorized: false,
-        handshakeTimeout: core.config.authTimeoutMs,
-      },
-      (socket) => {
-        const refused = material.mutual && !socket.authorized;
-        core.conns.accept(socket, refused ? String(socket.authorizationError ?? 'no certificate') : undefined);
-      },
-    );
-    server.on('tlsClientError', (error, socket) =>
-      publish(channels.serverTlsError, () => ({ server: this, error, remoteAddress: socket.remoteAddress })),
-    );
-    const reload = (): void => server.setSecureContext(material.secureContextOptions);
-    material.on('reload', reload);
-    server.once('close', () => material.off('reload', reload));
-    return server;
   }
 
   /**
@@ -255,8 +228,7 @@ export class TicketServer extends EventEmitter {
     await core.store?.settle();
   }
 
-  /** The state file could not be written (no token may leave), or the cluster gate cannot go on.
-   * Close everything, then report. */
+  /** The state file could not be written: no token may leave. Close everything, then report. */
   #fatal(error: unknown): void {
     this.#core.outbox.drop();
     for (const conn of this.#core.connections.values()) conn.socket.destroy();

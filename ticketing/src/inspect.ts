@@ -1,0 +1,150 @@
+/**
+ * `ticketing inspect`: asks a server's HTTP endpoint (`GET /v1/locks`) which keys are held, and
+ * prints them as a table (escaped as `flocklease inspect` does) or, with `--json`, the endpoint's
+ * array as it came.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { displayText, relative, table } from '#kernel';
+
+export interface InspectRequest {
+  /** The endpoint's `host:port` (IPv6 in brackets). */
+  readonly address: string;
+  /** Sent as `Authorization: Bearer <secret>`. */
+  readonly secret?: string | undefined;
+  /** PEM: ask over HTTPS, trusting this CA. */
+  readonly ca?: Buffer | undefined;
+  readonly prefix?: string | undefined;
+  readonly limit?: number | undefined;
+  /** The whole exchange, ms. */
+  readonly timeoutMs: number;
+}
+
+/** One row of `GET /v1/locks`. */
+export interface LockRow {
+  readonly key: string;
+  readonly owner: string;
+  readonly token: string;
+  readonly expiresInMs: number;
+  readonly waiters: number;
+}
+
+/** The endpoint's answer: its body, parsed, or why there is none (a sentence for stderr). */
+export type InspectResult =
+  | { readonly ok: true; readonly rows: LockRow[]; readonly body: string }
+  | {
+      readonly ok: false;
+      readonly why: string;
+    };
+
+/** The endpoint's reply is at most this large (10 000 rows of the longest keys and owners fit). */
+const MAX_BODY_BYTES = 16 * 1024 * 1024;
+
+export async function fetchLocks(request: InspectRequest): Promise<InspectResult> {
+  const colon = request.address.lastIndexOf(':');
+  const hostname = request.address.slice(0, colon).replace(/^\[(.*)\]$/, '$1');
+  const port = Number(request.address.slice(colon + 1));
+  const query = new URLSearchParams();
+  if (request.prefix !== undefined) query.set('prefix', request.prefix);
+  if (request.limit !== undefined) query.set('limit', String(request.limit));
+  const path = `/v1/locks${query.size > 0 ? `?${query.toString()}` : ''}`;
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (request.secret !== undefined) headers.authorization = `Bearer ${request.secret}`;
+  const scheme = request.ca === undefined ? 'http' : 'https';
+  let status: number;
+  let body: string;
+  try {
+    ({ status, body } = await get(request, { hostname, port, path, headers }));
+  } catch (error) {
+    return { ok: false, why: `${scheme}://${request.address}: ${(error as Error).message}` };
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return { ok: false, why: `${scheme}://${request.address}${path}: HTTP ${status}, not JSON` };
+  }
+  if (status === 200 && Array.isArray(parsed) && parsed.every(isLockRow)) return { ok: true, rows: parsed, body };
+  return { ok: false, why: refusal(status, parsed) };
+}
+
+/** The rows as a table for a terminal; every key and owner escaped. */
+export function locksText(rows: readonly LockRow[], prefix: string | undefined, limit: number): string {
+  if (rows.length === 0)
+    return prefix === undefined || prefix === ''
+      ? 'No locks held.\n'
+      : `No locks held under "${displayText(prefix)}".\n`;
+  const cells = rows.map((row) => [
+    displayText(row.key),
+    displayText(row.owner),
+    row.token,
+    relative(row.expiresInMs, 0),
+    String(row.waiters),
+  ]);
+  const more = rows.length >= limit ? `\n(the first ${limit}: --limit shows more)` : '';
+  return `${table(['KEY', 'OWNER', 'TOKEN', 'EXPIRES', 'WAITERS'], cells)}${more}\n`;
+}
+
+function get(request: InspectRequest, options: http.RequestOptions): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const client =
+      request.ca === undefined
+        ? http.request(options)
+        : https.request({ ...options, ca: request.ca, minVersion: 'TLSv1.2' });
+    const timer = setTimeout(
+      () => client.destroy(new Error(`no answer within ${request.timeoutMs} ms`)),
+      request.timeoutMs,
+    );
+    client.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    client.on('response', (response) => {
+      response.on('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      const chunks: Buffer[] = [];
+      let size = 0;
+      response.on('data', (chunk: Buffer) => {
+        size += chunk.length;
+        if (size > MAX_BODY_BYTES) client.destroy(new Error(`the answer exceeds ${MAX_BODY_BYTES} bytes`));
+        else chunks.push(chunk);
+      });
+      response.on('end', () => {
+        clearTimeout(timer);
+        resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
+      });
+    });
+    client.end();
+  });
+}
+
+/** Why the endpoint refused, in a sentence. */
+function refusal(status: number, body: unknown): string {
+  const fields = typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : {};
+  switch (status) {
+    case 401:
+      return 'the server wants its secret: --secret-file <file> (or the secret given is not the one)';
+    case 503:
+      return fields.error === 'not_leader'
+        ? `this node is a follower; the leader is ${String(fields.leader)} (its clients' address: inspect its HTTP endpoint)`
+        : `this node is not serving: ${String(fields.reason)}`;
+    case 400:
+      return `bad request: ${String(fields.detail)}`;
+    default:
+      return `unexpected answer: HTTP ${status} ${JSON.stringify(body).slice(0, 200)}`;
+  }
+}
+
+function isLockRow(value: unknown): value is LockRow {
+  if (typeof value !== 'object' || value === null) return false;
+  const row = value as Record<string, unknown>;
+  return (
+    typeof row.key === 'string' &&
+    typeof row.owner === 'string' &&
+    typeof row.token === 'string' &&
+    typeof row.expiresInMs === 'number' &&
+    typeof row.waiters === 'number'
+  );
+}
