@@ -432,7 +432,8 @@ export class TicketState {
   restartLease(key: string, token: bigint, now: number): boolean {
     const entry = this.#keys.get(key);
     if (entry === undefined || entry.token !== token) return false;
-    this.#extend(entry, now + this.leaseMs);
+    entry.expiresAt = Math.max(entry.expiresAt, now + this.leaseMs);
+    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
     return true;
   }
 
@@ -477,16 +478,9 @@ export class TicketState {
     // Unlike a release, an expired key that is not yet swept or taken over is not kept: its lease
     // ran out, and its holder may already have stopped counting on it.
     if (now >= entry.expiresAt) return [{ type: 'gone', session, key, token, reason: 'expired' }];
-    this.#extend(entry, now + this.leaseMs);
+    this.restartLease(key, token, now); // never earlier than it was
     const { owner, expiresAt } = entry;
     return [{ type: 'kept', session, key, owner, token, expiresAt, leaseMs: Math.floor(this.leaseMs) }];
-  }
-
-  /** Moves the key's expiry to `at` unless it is later already (a lease is never cut short). */
-  #extend(entry: KeyEntry, at: number): void {
-    if (at <= entry.expiresAt) return;
-    entry.expiresAt = at;
-    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, at);
   }
 
   #expire(key: string, token: bigint, now: number): Effects {
