@@ -20,6 +20,11 @@
  *
  * Cluster mode: `npm run bench:ticketing -- --cluster [--quick]` (etcd, three nodes, failover): see cluster.mjs.
  *
+ * The keep's cost: `npm run bench:ticketing -- --keep [--rounds 7]` drives one Ticketing server with
+ * the same load generator at distinct 4×16 in two cycles, A+R and A+K+R (`K key token` between the
+ * grant and the release), alternating which goes first in each round; reports cycles/s, the ratio
+ * (median and range of the rounds' ratios) and each process's CPU (server, load generator).
+ *
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
@@ -390,12 +395,16 @@ function floorSummary(summary) {
 }
 
 function parseArgs(argv) {
-  const options = { quick: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
+  const options = { quick: false, keep: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     if (flag === '--quick') {
       Object.assign(options, { quick: true, rounds: 1, durationMs: 400, warmupMs: 200 });
+      continue;
+    }
+    if (flag === '--keep') {
+      options.keep = true;
       continue;
     }
     const value = argv[++i];
@@ -604,8 +613,100 @@ async function clientRounds(options, servers) {
   return { setup: { workers, connections }, runs: results, summary, table, violations };
 }
 
+/** The keep's cost: A+R against A+K+R on one server, interleaved, at distinct 4×16. */
+async function keepMain(options) {
+  const loadgen = buildLoadgen();
+  const workload = SERVER_WORKLOADS.find((w) => w.id === 'distinct 4×16');
+  const cycles = [
+    { id: 'A+R', proto: 'ticketing', backoffUs: 0 },
+    { id: 'A+K+R', proto: 'ticketing-keep', backoffUs: 0 },
+  ];
+  const loadStart = loadavg();
+  const server = await startTicketing();
+  const runs = { 'A+R': [], 'A+K+R': [] };
+  try {
+    for (let round = 1; round <= options.rounds; round++) {
+      for (const cycle of round % 2 === 0 ? [...cycles].reverse() : cycles) {
+        const prefix = `k${round}${cycle.id === 'A+R' ? 'p' : 'k'}`;
+        const run = await runLoadgen(cycle, workload, server, options, prefix);
+        runs[cycle.id].push(run);
+        console.error(
+          `round ${round} ${cycle.id.padEnd(6)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  p99 ${Math.round(run.p99Us)} µs  ` +
+            `server ${(run.serverUserUsPerCycle + run.serverSysUsPerCycle).toFixed(1)} µs/cycle (${(100 * run.serverCpuShare).toFixed(0)} % CPU)  ` +
+            `loadgen ${(run.clientUserUsPerCycle + run.clientSysUsPerCycle).toFixed(1)} µs/cycle (${(100 * run.clientCpuShare).toFixed(0)} % CPU)`,
+        );
+      }
+    }
+  } finally {
+    await stop(server.child);
+  }
+  const loadEnd = loadavg();
+  const ratios = runs['A+K+R'].map((run, i) => run.cyclesPerSecond / runs['A+R'][i].cyclesPerSecond);
+  const cpuRatios = runs['A+K+R'].map(
+    (run, i) =>
+      (run.serverUserUsPerCycle + run.serverSysUsPerCycle) /
+      (runs['A+R'][i].serverUserUsPerCycle + runs['A+R'][i].serverSysUsPerCycle),
+  );
+  const summary = {};
+  const rows = [
+    '| cycle | cycles/s (median) | cycles/s range | p99 µs | server CPU µs/cycle (user + sys) | server CPU share | load generator CPU µs/cycle | load generator CPU share |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  for (const { id } of cycles) {
+    const list = runs[id];
+    const m = (f) => medianOf(list.map(f));
+    const cell = {
+      cyclesPerSecond: m((r) => r.cyclesPerSecond),
+      min: Math.min(...list.map((r) => r.cyclesPerSecond)),
+      max: Math.max(...list.map((r) => r.cyclesPerSecond)),
+      p99Us: m((r) => r.p99Us),
+      serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
+      serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
+      serverCpuShare: m((r) => r.serverCpuShare),
+      clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
+      clientCpuShare: m((r) => r.clientCpuShare),
+      failures: list.reduce((n, r) => n + r.failures, 0),
+    };
+    summary[id] = cell;
+    rows.push(
+      `| ${id} | ${fmt(cell.cyclesPerSecond)} | ${fmt(cell.min)}–${fmt(cell.max)} | ${Math.round(cell.p99Us)} | ` +
+        `${(cell.serverUserUsPerCycle + cell.serverSysUsPerCycle).toFixed(1)} (${cell.serverUserUsPerCycle.toFixed(1)} + ${cell.serverSysUsPerCycle.toFixed(1)}) | ` +
+        `${(100 * cell.serverCpuShare).toFixed(0)} % | ${cell.clientUsPerCycle.toFixed(1)} | ${(100 * cell.clientCpuShare).toFixed(0)} % |`,
+    );
+  }
+  summary.ratio = {
+    cyclesPerSecond: medianOf(ratios),
+    min: Math.min(...ratios),
+    max: Math.max(...ratios),
+    serverCpuPerCycle: medianOf(cpuRatios),
+  };
+  const failures = summary['A+R'].failures + summary['A+K+R'].failures;
+  const run = `${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, ${options.rounds} interleaved round(s)`;
+  console.log(
+    [
+      `### The keep's cost: A+K+R against A+R, distinct 4×16 (one C load generator; ${run})`,
+      '',
+      `${cpus().length} CPUs, Node ${process.version}; load average ${loadStart[0]} at start, ${loadEnd[0]} at end. Medians over rounds.`,
+      '',
+      ...rows,
+      '',
+      `A+K+R ÷ A+R cycles/s: ${summary.ratio.cyclesPerSecond.toFixed(3)}× (rounds ${summary.ratio.min.toFixed(3)}–${summary.ratio.max.toFixed(3)}); ` +
+        `server CPU per cycle ${summary.ratio.serverCpuPerCycle.toFixed(3)}×.`,
+      '',
+      `Check: ${failures === 0 ? 'every keep was K and every release R in every run' : `${failures} G, N, T or B replies`}.`,
+    ].join('\n'),
+  );
+  mkdirSync(options.out, { recursive: true });
+  writeFileSync(
+    join(options.out, 'keep-results.json'),
+    `${JSON.stringify({ date: new Date().toISOString(), machine: { cpus: cpus().length, node: process.version, loadgen }, load: { start: loadStart, end: loadEnd }, options, summary, runs }, null, 2)}\n`,
+  );
+  if (failures > 0) process.exitCode = 1;
+}
+
 async function main() {
   const options = parseArgs(process.argv.slice(2));
+  if (options.keep) return keepMain(options);
   const loadgen = buildLoadgen();
   const redisBinary = ensureRedis();
   const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();

@@ -4,14 +4,15 @@
  * reply handled, and all the requests they trigger sent in one write(). The loop is the same for
  * Ticketing and Redis; only the request/reply codec differs.
  *
- *   loadgen ticketing|redis PORT CONNS INFLIGHT distinct|hot WARMUP_MS DURATION_MS BACKOFF_US
- *           SERVER_PID PREFIX
+ *   loadgen ticketing|ticketing-keep|redis PORT CONNS INFLIGHT distinct|hot WARMUP_MS DURATION_MS
+ *           BACKOFF_US SERVER_PID PREFIX
  *
  * Every connection carries INFLIGHT independent lock loops ("slots"): acquire, then release as
  * soon as the grant is seen, then acquire again. A cycle runs from the first acquire request of
  * a slot to its release's reply.
  * - Ticketing: `A key owner 60000` / `R key token`; replies matched by owner (A/T/B) and token
- *   (R/N), as the protocol says (never by position).
+ *   (R/N), as the protocol says (never by position). `ticketing-keep`: the same with a keep
+ *   between them, `A` / `K key token` / `R`, the K's reply (K/G) matched by token.
  * - Redis: `SET key value NX PX 30000`, then `EVALSHA <compare-and-delete> 1 key value`; replies
  *   come in order per connection. A failed SET (the key is held) is retried at once
  *   (BACKOFF_US 0) or after BACKOFF_US.
@@ -43,7 +44,7 @@
 #define LEASE_MS 30000
 
 enum proto { TICKETING, REDIS };
-enum phase { ACQUIRING, RELEASING, BACKING_OFF };
+enum phase { ACQUIRING, KEEPING, RELEASING, BACKING_OFF };
 
 struct slot {
   int conn;
@@ -72,6 +73,7 @@ struct conn {
 };
 
 static enum proto proto;
+static int keep; /* ticketing-keep: A, K, R per cycle */
 static int hot;
 static uint64_t backoff_ns;
 static struct conn *conns;
@@ -197,6 +199,15 @@ static void send_release(int si) {
   }
 }
 
+static void send_keep(int si) {
+  struct slot *s = &slots[si];
+  struct conn *c = &conns[s->conn];
+  s->phase = KEEPING;
+  char line[128];
+  int n = snprintf(line, sizeof line, "K %.*s %.*s\n", s->key_len, s->key, s->token_len, s->token);
+  put(c, line, (size_t)n);
+}
+
 static void cycle_done(int si, uint64_t now) {
   if (measuring) {
     cycles++;
@@ -224,10 +235,10 @@ static int slot_by_owner(struct conn *c, const char *owner, size_t n) {
   }
   return -1;
 }
-static int slot_by_token(struct conn *c, const char *token, size_t n) {
+static int slot_by_token(struct conn *c, int phase, const char *token, size_t n) {
   for (int i = 0; i < inflight; i++) {
     struct slot *s = &slots[c->first_slot + i];
-    if (s->phase == RELEASING && (size_t)s->token_len == n && memcmp(s->token, token, n) == 0) return c->first_slot + i;
+    if (s->phase == phase && (size_t)s->token_len == n && memcmp(s->token, token, n) == 0) return c->first_slot + i;
   }
   return -1;
 }
@@ -254,7 +265,8 @@ static void ticketing_reply(struct conn *c, const char *line, size_t n, uint64_t
       if (si < 0 || slots[si].phase != ACQUIRING || (size_t)(sp - a) >= sizeof slots[si].token) bad_reply(line, n);
       slots[si].token_len = (int)(sp - a);
       memcpy(slots[si].token, a, (size_t)(sp - a));
-      send_release(si);
+      if (keep) send_keep(si);
+      else send_release(si);
       return;
     }
     case 'T':
@@ -267,10 +279,18 @@ static void ticketing_reply(struct conn *c, const char *line, size_t n, uint64_t
     }
     case 'R':
     case 'N': { /* R token key */
-      int si = slot_by_token(c, a, (size_t)(sp - a));
+      int si = slot_by_token(c, RELEASING, a, (size_t)(sp - a));
       if (si < 0) bad_reply(line, n);
       if (line[0] == 'N') failures++;
       cycle_done(si, now);
+      return;
+    }
+    case 'K':
+    case 'G': { /* K token key lease_ms; G token key: a keep is answered, release */
+      int si = slot_by_token(c, KEEPING, a, (size_t)(sp - a));
+      if (si < 0) bad_reply(line, n);
+      if (line[0] == 'G') failures++;
+      send_release(si);
       return;
     }
     default:
@@ -387,11 +407,12 @@ static struct cpu own_cpu(void) {
 int main(int argc, char **argv) {
   if (argc != 11) {
     fprintf(stderr,
-            "usage: loadgen ticketing|redis PORT CONNS INFLIGHT distinct|hot WARMUP_MS DURATION_MS BACKOFF_US "
+            "usage: loadgen ticketing|ticketing-keep|redis PORT CONNS INFLIGHT distinct|hot WARMUP_MS DURATION_MS BACKOFF_US "
             "SERVER_PID PREFIX\n");
     return 2;
   }
   proto = strcmp(argv[1], "redis") == 0 ? REDIS : TICKETING;
+  keep = strcmp(argv[1], "ticketing-keep") == 0;
   int port = atoi(argv[2]);
   nconns = atoi(argv[3]);
   inflight = atoi(argv[4]);

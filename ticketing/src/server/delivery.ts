@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { channels, publish } from '../events.js';
 import type { Command, Effect } from '../state.js';
 import type { ServerCore } from './core.js';
-import { B, N, R, T, type ReplySink } from './replies.js';
+import { B, G, N, R, T, type ReplySink } from './replies.js';
 
 /** Sessions for grants made by the server itself (an undeliverable grant's release). */
 const INTERNAL_SESSION = -1;
@@ -79,6 +79,18 @@ export class Delivery {
         return sink.releaseReply(effect.session, R, effect.token, effect.key);
       case 'not-released':
         return sink.releaseReply(effect.session, N, effect.token, effect.key);
+      case 'kept': {
+        sink.kept(effect.session, effect.token, effect.key, effect.leaseMs);
+        // The connection that kept a grant holds it as long as a grant made on it.
+        const conn = this.core.connections.get(effect.session);
+        if (conn === undefined) return;
+        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
+        const holdsUntil = perfNow + (effect.expiresAt - now);
+        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        return;
+      }
+      case 'gone':
+        return sink.releaseReply(effect.session, G, effect.token, effect.key);
       default:
         return; // queued, expired, abandoned, swept: state only
     }

@@ -8,6 +8,8 @@ import {
   ReplyBuffer,
   formatAcquired,
   formatBusy,
+  formatGone,
+  formatKept,
   formatNotReleased,
   formatReleased,
   formatTimedOut,
@@ -20,6 +22,7 @@ export const T = 0x54;
 export const B = 0x42;
 export const R = 0x52;
 export const N = 0x4e;
+export const G = 0x47;
 
 /** Where the replies to requests go. */
 export interface ReplySink {
@@ -27,8 +30,10 @@ export interface ReplySink {
   acquired(conn: Connection, token: bigint, owner: string, key: string): void;
   /** `T` or `B` to a session. */
   refused(session: number, op: typeof T | typeof B, owner: string, key: string): void;
-  /** `R` or `N` to a session. */
-  releaseReply(session: number, op: typeof R | typeof N, token: bigint, key: string): void;
+  /** `R`, `N` or `G` to a session. */
+  releaseReply(session: number, op: typeof R | typeof N | typeof G, token: bigint, key: string): void;
+  /** `K` (kept) to a session. */
+  kept(session: number, token: bigint, key: string, leaseMs: number): void;
 }
 
 /** Single mode: encoded at once into the connection's reply buffer (unless it is closing). */
@@ -41,6 +46,7 @@ export function directReplies(core: ServerCore): ReplySink {
     acquired: (conn, token, owner, key) => core.outbox.output(conn).acquired(token, owner, key),
     refused: (session, op, owner, key) => replyTo(session)?.refused(op, owner, key),
     releaseReply: (session, op, token, key) => replyTo(session)?.releaseReply(op, token, key),
+    kept: (session, token, key, leaseMs) => replyTo(session)?.kept(token, key, leaseMs),
   };
 }
 
@@ -51,7 +57,14 @@ export function gatedReplies(gate: ServerGate): ReplySink {
     refused: (session, op, owner, key) =>
       gate.hold(session, op === T ? formatTimedOut(owner, key) : formatBusy(owner, key), undefined),
     releaseReply: (session, op, token, key) =>
-      gate.hold(session, op === R ? formatReleased(token, key) : formatNotReleased(token, key), undefined),
+      gate.hold(
+        session,
+        op === R ? formatReleased(token, key) : op === N ? formatNotReleased(token, key) : formatGone(token, key),
+        undefined,
+      ),
+    // A keep writes nothing, but its reply waits for the guarded commit like every other
+    // (docs/ticketing-cluster.md "Keeps").
+    kept: (session, token, key, leaseMs) => gate.hold(session, formatKept(token, key, leaseMs), undefined),
   };
 }
 

@@ -91,6 +91,9 @@ export class RequestHandler {
         core.delivery.run(command);
         break;
       }
+      case 'K':
+        core.delivery.run({ type: 'keep', session: conn.id, key: request.key, token: request.token });
+        break;
       case 'R': {
         const command = this.#releaseCommand;
         command.session = conn.id;

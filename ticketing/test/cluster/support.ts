@@ -42,6 +42,16 @@ export async function askUntil(address: string, line: string, accept: RegExp, ti
   );
 }
 
+/** A `K` its holder sent for a grant, and what came of it (`pending` until a reply or a close). */
+export interface Keep {
+  readonly sentAt: number;
+  /** The node it was sent to. */
+  readonly to: string;
+  result: 'pending' | 'kept' | 'gone' | 'indeterminate';
+  /** The lease the `K` reply carried. */
+  leaseMs?: number;
+}
+
 /** One acknowledged grant as a client saw it. */
 export interface Grant {
   readonly key: string;
@@ -52,6 +62,8 @@ export interface Grant {
   /** When the exact-token R was sent, and its outcome. */
   releaseSentAt?: number;
   released?: 'released' | 'not-held' | 'indeterminate';
+  /** Keeps sent for it, in order. */
+  keeps?: Keep[];
 }
 
 export interface Load {
@@ -127,9 +139,11 @@ export function startLoad(
 
 /**
  * The history checker: per key, tokens are unique and grants in token order never overlap: a
- * grant is acknowledged only after the previous holder's release was sent (or its lease, counted
- * from its acknowledgement, ran out). So no key was held by two clients at once, and tokens rise
- * in the order grants were made.
+ * grant is acknowledged only after the previous holder's release was sent, or, without a
+ * release, after its validity ended: its lease counted from its acknowledgement, or from the send
+ * time of any `K` answered `K` (a `K` reply with lease L extends the holder's validity to the K's
+ * send time + L, however late the reply came), whichever is later. So no key was held by two
+ * clients at once, and tokens rise in the order grants were made.
  */
 export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
   const byKey = new Map<string, Grant[]>();
@@ -149,11 +163,21 @@ export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
       const freedAt =
         previous.released === 'released' || previous.released === 'indeterminate'
           ? previous.releaseSentAt!
-          : previous.ackAt + leaseMs;
+          : validUntil(previous, leaseMs);
       expect(
         next.ackAt,
-        `${key}: token ${next.token} acknowledged at ${next.ackAt.toFixed(1)} while token ${previous.token} was held until ${freedAt.toFixed(1)}`,
+        `${key}: token ${next.token} acknowledged at ${next.ackAt.toFixed(1)} while token ${previous.token} was held until ${freedAt.toFixed(1)}` +
+          ` (acknowledged at ${previous.ackAt.toFixed(1)}, kept by K sent at ${JSON.stringify(kept(previous).map((k) => Math.round(k.sentAt)))})`,
       ).toBeGreaterThanOrEqual(freedAt - 1);
     }
   }
+}
+
+function kept(grant: Grant): Keep[] {
+  return (grant.keeps ?? []).filter((k) => k.result === 'kept');
+}
+
+/** Until when a holder that did not release may count on its grant. */
+function validUntil(grant: Grant, leaseMs: number): number {
+  return Math.max(grant.ackAt + leaseMs, ...kept(grant).map((k) => k.sentAt + k.leaseMs!));
 }
