@@ -63,6 +63,7 @@ export class TicketMetrics {
     // Every pair exists from the start, so that a rate over it is defined before the first one.
     for (const result of ['acquired', 'timeout', 'busy']) this.#requests.inc({ op: 'acquire', result }, 0);
     for (const result of ['released', 'not_held']) this.#requests.inc({ op: 'release', result }, 0);
+    for (const result of ['kept', 'gone']) this.#requests.inc({ op: 'keep', result }, 0);
     this.#wait = new Histogram({
       name: 'ticketing_acquire_wait_seconds',
       help: 'Time from an acquire request arriving to its grant (0 for a key granted at once).',
@@ -162,6 +163,12 @@ export class TicketMetrics {
         return;
       case 'not-released':
         this.#requests.inc({ op: 'release', result: 'not_held' });
+        return;
+      case 'kept':
+        this.#requests.inc({ op: 'keep', result: 'kept' });
+        return;
+      case 'gone':
+        this.#requests.inc({ op: 'keep', result: 'gone' });
         return;
       case 'expired':
         this.#expirations.inc();
