@@ -20,7 +20,8 @@ import {
   type IndeterminateReason,
 } from '../errors.js';
 import { channels, publish } from '../events.js';
-import { endedRequestError, type ConnectionEnd } from './outcomes.js';
+import { splitKeepReply } from './keep.js';
+import { endedRequestError, lockGone, type ConnectionEnd } from './outcomes.js';
 import type { Pending, PendingAcquire, PendingRegistry, PendingRelease } from './pending.js';
 import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
 
@@ -288,9 +289,28 @@ export class Lane {
           return true;
         }
       }
+    } else if (line[0] === 'K' || line[0] === 'G') {
+      const keep = splitKeepReply(line);
+      if (keep !== undefined) return this.#keepAnswered(keep, line);
     }
     return this.#onOtherLine(line);
   };
+
+  /** A keep's answer (`K` kept, `G` gone), matched by (token, key). */
+  #keepAnswered(reply: NonNullable<ReturnType<typeof splitKeepReply>>, line: string): boolean {
+    const p = this.registry.findKeep(reply.token, reply.key);
+    if (p === undefined || p.lane !== this || p.sentAt < 0) {
+      this.#teardown('connection-lost', new ProtocolError('a reply matches no pending keep', line));
+      return false;
+    }
+    this.#sample(now() - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    this.#settle(p);
+    if (reply.op === 'K') p.resolve({ key: p.key, token: p.token, leaseMs: reply.leaseMs, sentAt: p.sentAt });
+    else p.reject(lockGone(p.key, p.token));
+    return true;
+  }
 
   #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
     const p = this.registry.findAcquire(owner, key);
