@@ -22,7 +22,8 @@ const MAX_TOKEN_TEXT = MAX_TOKEN.toString();
 
 const NAME = /^[\x21-\x7e]{1,256}$/;
 const TOKEN = /^[1-9][0-9]{0,19}$/;
-const WAIT = /^(?:0|[1-9][0-9]{0,15})$/;
+/** Milliseconds (an `A` request's wait, a `K` reply's lease). */
+const MS = /^(?:0|[1-9][0-9]{0,15})$/;
 /** E codes are lower-case words; details are free printable text. */
 const ERROR_CODE = /^[a-z][a-z_]{0,63}$/;
 const PRINTABLE = /^[\x20-\x7e]*$/;
@@ -38,9 +39,9 @@ export function isTokenText(text: string): boolean {
   return text.length < 20 || text <= MAX_TOKEN_TEXT; // same length: string order is numeric order
 }
 
-/** A canonical decimal wait of at most 2^53-1 ms (beyond that a number loses precision). */
-function parseWaitMs(text: string): number | undefined {
-  if (!WAIT.test(text)) return undefined;
+/** A canonical decimal of at most 2^53-1 ms (beyond that a number loses precision). */
+function parseMs(text: string): number | undefined {
+  if (!MS.test(text)) return undefined;
   const value = Number(text);
   return Number.isSafeInteger(value) ? value : undefined;
 }
@@ -62,7 +63,9 @@ export function isAddress(text: string): boolean {
 export type Request =
   | { readonly op: 'H'; readonly secret: string }
   | { readonly op: 'A'; readonly key: string; readonly owner: string; readonly waitMs: number }
-  | { readonly op: 'R'; readonly key: string; readonly token: bigint; readonly tokenText: string };
+  | { readonly op: 'R'; readonly key: string; readonly token: bigint; readonly tokenText: string }
+  /** Keep (docs/ticketing.md "Keep"): the same fields and rules as `R`. */
+  | { readonly op: 'K'; readonly key: string; readonly token: bigint; readonly tokenText: string };
 
 /** A request line that breaks the format: the server answers `E bad_request <detail>` and closes. */
 export interface RequestError {
@@ -82,16 +85,18 @@ export function parseRequest(line: string): Request | RequestError {
       const [, key, owner, wait] = fields as [string, string, string, string];
       if (!NAME.test(key)) return bad('key must be 1-256 bytes of printable ASCII without spaces');
       if (!NAME.test(owner)) return bad('owner must be 1-256 bytes of printable ASCII without spaces');
-      const waitMs = parseWaitMs(wait);
+      const waitMs = parseMs(wait);
       if (waitMs === undefined) return bad('wait_ms must be a canonical decimal integer >= 0');
       return { op: 'A', key, owner, waitMs };
     }
-    case 'R': {
-      if (fields.length !== 3) return bad('R takes 2 fields: R <key> <token>');
+    case 'R':
+    case 'K': {
+      const op = fields[0];
+      if (fields.length !== 3) return bad(`${op} takes 2 fields: ${op} <key> <token>`);
       const [, key, tokenText] = fields as [string, string, string];
       if (!NAME.test(key)) return bad('key must be 1-256 bytes of printable ASCII without spaces');
       if (!isTokenText(tokenText)) return bad('token must be a canonical decimal integer in 1..2^64-1');
-      return { op: 'R', key, token: BigInt(tokenText), tokenText };
+      return { op, key, token: BigInt(tokenText), tokenText };
     }
     case 'H': {
       if (fields.length !== 2 || !NAME.test(fields[1]!)) return bad('H takes 1 field: H <secret>');
@@ -117,7 +122,7 @@ const MAX_SAFE_TOKEN = BigInt(Number.MAX_SAFE_INTEGER);
  * exactly its own.
  */
 export class RequestReader {
-  op: 'A' | 'R' | 'H' | 'error' = 'error';
+  op: 'A' | 'R' | 'K' | 'H' | 'error' = 'error';
   key = '';
   owner = '';
   waitMs = 0;
@@ -131,7 +136,7 @@ export class RequestReader {
     const op = buf[start];
     if (end - start >= 5 && buf[start + 1] === SPACE) {
       if (op === 0x41 /* A */ && this.#acquire(buf, start + 2, end)) return this;
-      if (op === 0x52 /* R */ && this.#release(buf, start + 2, end)) return this;
+      if ((op === 0x52 || op === 0x4b) /* R, K */ && this.#tokenRequest(op, buf, start + 2, end)) return this;
     }
     const request = parseRequest(buf.toString('latin1', start, end));
     this.op = request.op;
@@ -142,6 +147,7 @@ export class RequestReader {
         this.waitMs = request.waitMs;
         break;
       case 'R':
+      case 'K':
         this.key = request.key;
         this.token = request.token;
         break;
@@ -169,14 +175,15 @@ export class RequestReader {
     return true;
   }
 
-  #release(buf: Buffer, at: number, end: number): boolean {
+  /** `R` or `K`: `<key> <token>`. */
+  #tokenRequest(op: number, buf: Buffer, at: number, end: number): boolean {
     const keyEnd = nameEnd(buf, at, end);
     if (keyEnd < 0 || buf[keyEnd] !== SPACE) return false;
     // Tokens up to 2^53-1 (today's wall-clock µs are about 2^51) without a string; larger ones
     // go through parseRequest.
     const token = safeDecimal(buf, keyEnd + 1, end, false);
     if (token < 0) return false;
-    this.op = 'R';
+    this.op = op === 0x52 ? 'R' : 'K';
     this.key = buf.toString('latin1', at, keyEnd);
     this.token = BigInt(token);
     return true;
@@ -246,14 +253,26 @@ export class ReplyBuffer {
     this.#ascii(key);
     this.#byte(0x0a);
   }
-  /** `R`, `N`: `<op> <token> <key>`. */
-  releaseReply(op: 0x52 | 0x4e, token: bigint, key: string): void {
+  /** `R`, `N`, `G`: `<op> <token> <key>`. */
+  releaseReply(op: 0x52 | 0x4e | 0x47, token: bigint, key: string): void {
     this.#reserve(key.length + 25);
     this.#byte(op);
     this.#byte(SPACE);
     this.#token(token);
     this.#byte(SPACE);
     this.#ascii(key);
+    this.#byte(0x0a);
+  }
+  /** `K <token> <key> <lease_ms>`. */
+  kept(token: bigint, key: string, leaseMs: number): void {
+    this.#reserve(key.length + 43);
+    this.#byte(0x4b);
+    this.#byte(SPACE);
+    this.#token(token);
+    this.#byte(SPACE);
+    this.#ascii(key);
+    this.#byte(SPACE);
+    this.#ascii(String(leaseMs));
     this.#byte(0x0a);
   }
   /** A whole formatted line (latin1), e.g. from `formatError`. */
@@ -320,6 +339,9 @@ export function formatAcquire(key: string, owner: string, waitMs: number): strin
 export function formatRelease(key: string, token: bigint | string): string {
   return `R ${key} ${token}\n`;
 }
+export function formatKeep(key: string, token: bigint | string): string {
+  return `K ${key} ${token}\n`;
+}
 export function formatHello(secret: string): string {
   return `H ${secret}\n`;
 }
@@ -333,12 +355,16 @@ export type Reply =
   | { readonly op: 'A'; readonly token: string; readonly owner: string; readonly key: string }
   | { readonly op: 'T' | 'B'; readonly owner: string; readonly key: string }
   | { readonly op: 'R' | 'N'; readonly token: string; readonly key: string }
+  /** Kept: the grant's expiry is now at least `leaseMs` after the server applied the `K`. */
+  | { readonly op: 'K'; readonly token: string; readonly key: string; readonly leaseMs: number }
+  /** Gone: the key is not held under this token. */
+  | { readonly op: 'G'; readonly token: string; readonly key: string }
   | { readonly op: 'M' | 'L'; readonly address: string }
   /** `code` is any lower-case word: an unknown code is still an error (and fatal to the client). */
   | { readonly op: 'E'; readonly code: string; readonly detail: string };
 
 /**
- * Splits a request-answering reply (`A`/`T`/`B`/`R`/`N`) into its fields by the grammar's shape:
+ * Splits a request-answering reply (`A`/`T`/`B`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
  * op, field count and the token's form. Key and owner are NOT checked: a client that looks them up
  * among its own (already valid) pending requests learns their validity from the match, at no cost;
  * anything it cannot match goes through `parseReply`, which checks everything. `undefined` for
@@ -355,9 +381,16 @@ export function splitReply(line: string): AnswerReply | undefined {
     const token = line.slice(2, a);
     return isTokenText(token) ? { op, token, owner: line.slice(a + 1, b), key: line.slice(b + 1) } : undefined;
   }
+  if (op === 'K') {
+    if (b <= a + 1 || line.indexOf(' ', b + 1) !== -1) return undefined;
+    const token = line.slice(2, a);
+    const leaseMs = parseMs(line.slice(b + 1));
+    if (!isTokenText(token) || leaseMs === undefined) return undefined;
+    return { op, token, key: line.slice(a + 1, b), leaseMs };
+  }
   if (b !== -1 || a === line.length - 1) return undefined;
   if (op === 'T' || op === 'B') return { op, owner: line.slice(2, a), key: line.slice(a + 1) };
-  if (op === 'R' || op === 'N') {
+  if (op === 'R' || op === 'N' || op === 'G') {
     const token = line.slice(2, a);
     return isTokenText(token) ? { op, token, key: line.slice(a + 1) } : undefined;
   }
@@ -365,7 +398,7 @@ export function splitReply(line: string): AnswerReply | undefined {
 }
 
 /** The replies that answer a request. */
-export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'R' | 'N' }>;
+export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'R' | 'N' | 'K' | 'G' }>;
 
 /** Parses one reply line; `undefined` for anything malformed or unknown. */
 export function parseReply(line: string): Reply | undefined {
@@ -421,6 +454,12 @@ export function formatReleased(token: bigint | string, key: string): string {
 }
 export function formatNotReleased(token: bigint | string, key: string): string {
   return `N ${token} ${key}\n`;
+}
+export function formatKept(token: bigint | string, key: string, leaseMs: number): string {
+  return `K ${token} ${key} ${leaseMs}\n`;
+}
+export function formatGone(token: bigint | string, key: string): string {
+  return `G ${token} ${key}\n`;
 }
 export function formatMoved(address: string): string {
   return `M ${address}\n`;

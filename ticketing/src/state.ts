@@ -13,6 +13,9 @@
  * - expiry: lazy (the next acquire takes over); a key that expires WITH waiters is handed to the
  *   front waiter at its deadline (`expire`, driven by `nextDue`); expired keys without waiters
  *   are removed by `sweep`.
+ * - keep: the key held under exactly that token and not expired → its expiry becomes now + the
+ *   lease (never earlier than it was); anything else (released, expired even if not yet swept,
+ *   taken over, never granted) → gone, and nothing changes. Waiters are not touched.
  * The owner is an identifier only: a request whose owner equals the holder's gets nothing special.
  */
 import { DeadlineHeap, type HeapItem } from './deadline-heap.js';
@@ -32,6 +35,7 @@ export type Command =
       readonly waitMs: number;
     }
   | { readonly type: 'release'; readonly session: SessionId; readonly key: string; readonly token: bigint }
+  | { readonly type: 'keep'; readonly session: SessionId; readonly key: string; readonly token: bigint }
   /** The key's lease ran out: takes effect only if the key still has that token and is past its
    * expiry (so a stale or early expire is a no-op). */
   | { readonly type: 'expire'; readonly key: string; readonly token: bigint }
@@ -99,6 +103,25 @@ export type Effect =
       readonly key: string;
       readonly token: bigint;
       readonly reason: 'not-registered' | 'token-mismatch';
+    }
+  /** A keep's results (request op `keep`): the grant's expiry moved to `expiresAt`, at least
+   * `leaseMs` (whole ms) after the keep was applied… */
+  | {
+      readonly type: 'kept';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      readonly expiresAt: number;
+      readonly leaseMs: number;
+    }
+  /** …or the key is not held under that token, and nothing changed. */
+  | {
+      readonly type: 'gone';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly token: bigint;
+      readonly reason: 'not-registered' | 'token-mismatch' | 'expired';
     }
   /** A lease ran out and its generation ended (taken over, handed to a waiter, or swept). */
   | { readonly type: 'expired'; readonly key: string; readonly owner: string; readonly token: bigint }
@@ -290,6 +313,8 @@ export class TicketState {
         return this.#acquire(command.session, command.key, command.owner, command.waitMs, now);
       case 'release':
         return this.#release(command.session, command.key, command.token, now);
+      case 'keep':
+        return this.#keep(command.session, command.key, command.token, now);
       case 'expire':
         return this.#expire(command.key, command.token, now);
       case 'wait-timeout':
@@ -376,8 +401,7 @@ export class TicketState {
   restartLease(key: string, token: bigint, now: number): boolean {
     const entry = this.#keys.get(key);
     if (entry === undefined || entry.token !== token) return false;
-    entry.expiresAt = Math.max(entry.expiresAt, now + this.leaseMs);
-    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
+    this.#extend(entry, now + this.leaseMs);
     return true;
   }
 
@@ -413,6 +437,25 @@ export class TicketState {
     const effects: Effects = [{ type: 'released', session, key, token }];
     this.#handOff(entry, now, 'handoff', effects);
     return effects;
+  }
+
+  #keep(session: SessionId, key: string, token: bigint, now: number): Effects {
+    const entry = this.#keys.get(key);
+    if (entry === undefined) return [{ type: 'gone', session, key, token, reason: 'not-registered' }];
+    if (entry.token !== token) return [{ type: 'gone', session, key, token, reason: 'token-mismatch' }];
+    // Unlike a release, an expired key that is not yet swept or taken over is not kept: its lease
+    // ran out, and its holder may already have stopped counting on it.
+    if (now >= entry.expiresAt) return [{ type: 'gone', session, key, token, reason: 'expired' }];
+    this.#extend(entry, now + this.leaseMs);
+    const { owner, expiresAt } = entry;
+    return [{ type: 'kept', session, key, owner, token, expiresAt, leaseMs: Math.floor(this.leaseMs) }];
+  }
+
+  /** Moves the key's expiry to `at` unless it is later already (a lease is never cut short). */
+  #extend(entry: KeyEntry, at: number): void {
+    if (at <= entry.expiresAt) return;
+    entry.expiresAt = at;
+    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, at);
   }
 
   #expire(key: string, token: bigint, now: number): Effects {

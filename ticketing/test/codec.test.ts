@@ -8,6 +8,8 @@ import {
   formatAcquired,
   formatBusy,
   formatError,
+  formatGone,
+  formatKept,
   formatNotReleased,
   formatReleased,
   formatTimedOut,
@@ -24,7 +26,8 @@ function viaReader(line: string): unknown {
     case 'A':
       return { op: 'A', key: r.key, owner: r.owner, waitMs: r.waitMs };
     case 'R':
-      return { op: 'R', key: r.key, token: r.token, tokenText: r.token.toString() };
+    case 'K':
+      return { op: r.op, key: r.key, token: r.token, tokenText: r.token.toString() };
     case 'H':
       return { op: 'H', secret: r.secret };
     default:
@@ -62,6 +65,24 @@ describe('RequestReader', () => {
     'R  1',
     'R k',
     'R k 1 2',
+    'K k 1',
+    'K k 0',
+    'K k 01',
+    'K k -1',
+    'K k 1795947255842404',
+    'K k 9007199254740992',
+    `K k ${MAX_TOKEN}`,
+    `K k ${MAX_TOKEN + 1n}`,
+    `K ${name256} 1`,
+    `K ${name256}x 1`,
+    'K  1',
+    'K k',
+    'K k 1 2',
+    'K k 1 ',
+    'K k\u00e9 1',
+    'K',
+    'KK k 1',
+    'k k 1',
     'H s3cret',
     'H',
     'X k o 1',
@@ -73,22 +94,22 @@ describe('RequestReader', () => {
   test.each(lines)('%j reads as parseRequest parses it', (line) => {
     const expected = parseRequest(line);
     expect(viaReader(line)).toEqual(
-      expected.op === 'R' ? { ...expected, tokenText: expected.token.toString() } : expected,
+      expected.op === 'R' || expected.op === 'K' ? { ...expected, tokenText: expected.token.toString() } : expected,
     );
   });
 
   test('random lines over the request alphabet read as parseRequest parses them', () => {
-    const alphabet = ['A', 'R', 'H', ' ', '0', '1', '9', 'k', '~', '\r', '\u0000', '\u00ff'];
+    const alphabet = ['A', 'R', 'K', 'H', ' ', '0', '1', '9', 'k', '~', '\r', '\u0000', '\u00ff'];
     let seed = 12345;
     const rand = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
     for (let i = 0; i < 5000; i++) {
-      const prefix = ['A k o ', 'R k ', 'A ', 'R ', ''][Math.floor(rand() * 5)]!;
+      const prefix = ['A k o ', 'R k ', 'K k ', 'A ', 'R ', 'K ', ''][Math.floor(rand() * 7)]!;
       let line = prefix;
       const n = Math.floor(rand() * 12);
       for (let j = 0; j < n; j++) line += alphabet[Math.floor(rand() * alphabet.length)];
       const expected = parseRequest(line);
       expect(viaReader(line), JSON.stringify(line)).toEqual(
-        expected.op === 'R' ? { ...expected, tokenText: expected.token.toString() } : expected,
+        expected.op === 'R' || expected.op === 'K' ? { ...expected, tokenText: expected.token.toString() } : expected,
       );
     }
   });
@@ -110,6 +131,14 @@ describe('ReplyBuffer', () => {
       expected.push(formatReleased(token, 'orders'));
       out.releaseReply(0x4e, token, key);
       expected.push(formatNotReleased(token, key));
+      out.releaseReply(0x47, token, key);
+      expected.push(formatGone(token, key));
+      out.kept(token, key, 30_000);
+      expected.push(formatKept(token, key, 30_000));
+    }
+    for (const leaseMs of [0, 1, 999, 2_147_483_647]) {
+      out.kept(1795947255842404n, 'orders', leaseMs);
+      expected.push(formatKept(1795947255842404n, 'orders', leaseMs));
     }
     out.refused(0x54, 'w2', 'orders');
     expected.push(formatTimedOut('w2', 'orders'));

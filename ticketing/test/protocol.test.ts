@@ -6,6 +6,9 @@ import {
   formatAcquired,
   formatBusy,
   formatError,
+  formatGone,
+  formatKeep,
+  formatKept,
   formatNotReleased,
   formatReleased,
   formatTimedOut,
@@ -31,6 +34,23 @@ describe('requests', () => {
     expect(parseRequest('H s3cret')).toEqual({ op: 'H', secret: 's3cret' });
   });
 
+  test('K parses as R does: a key and an exact token', () => {
+    expect(parseRequest('K orders 1795947255842404')).toEqual({
+      op: 'K',
+      key: 'orders',
+      token: 1795947255842404n,
+      tokenText: '1795947255842404',
+    });
+    expect(parseRequest(`K k ${MAX_TOKEN}`)).toEqual({
+      op: 'K',
+      key: 'k',
+      token: MAX_TOKEN,
+      tokenText: `${MAX_TOKEN}`,
+    });
+    expect(parseRequest(formatKeep('k', 42n).trimEnd())).toEqual({ op: 'K', key: 'k', token: 42n, tokenText: '42' });
+    expect(formatKeep('orders', 42n)).toBe('K orders 42\n');
+  });
+
   test.each([
     ['', 'unknown request'],
     ['X k o 1', 'unknown request'],
@@ -51,6 +71,18 @@ describe('requests', () => {
     ['R k 007', 'token'],
     [`R k ${MAX_TOKEN + 1n}`, 'token'],
     ['R k', 'R takes 2 fields'],
+    ['K k', 'K takes 2 fields'],
+    ['K k 1 2', 'K takes 2 fields'],
+    ['K  1', 'key must be'],
+    ['K', 'K takes 2 fields'],
+    ['K k 0', 'token'],
+    ['K k 007', 'token'],
+    ['K k -1', 'token'],
+    ['K k x', 'token'],
+    [`K k ${MAX_TOKEN + 1n}`, 'token'],
+    [`K ${'k'.repeat(257)} 1`, 'key must be'],
+    ['K k\u00e9 1', 'key must be'],
+    ['k k 1', 'unknown request'],
     ['H', 'H takes 1 field'],
     ['H a b', 'H takes 1 field'],
     ['\u0000\u0001binary', 'non-ASCII or control bytes'],
@@ -87,6 +119,13 @@ describe('replies', () => {
     expect(parseReply(formatBusy('o', 'k').trimEnd())).toEqual({ op: 'B', owner: 'o', key: 'k' });
     expect(parseReply(formatReleased(42n, 'k').trimEnd())).toEqual({ op: 'R', token: '42', key: 'k' });
     expect(parseReply(formatNotReleased(42n, 'k').trimEnd())).toEqual({ op: 'N', token: '42', key: 'k' });
+    expect(parseReply(formatKept(42n, 'k', 30_000).trimEnd())).toEqual({
+      op: 'K',
+      token: '42',
+      key: 'k',
+      leaseMs: 30_000,
+    });
+    expect(parseReply(formatGone(42n, 'k').trimEnd())).toEqual({ op: 'G', token: '42', key: 'k' });
     expect(parseReply('M 10.0.0.2:7000')).toEqual({ op: 'M', address: '10.0.0.2:7000' });
     expect(parseReply('L [::1]:7000')).toEqual({ op: 'L', address: '[::1]:7000' });
     expect(parseReply(formatError('bad_request', 'not a request').trimEnd())).toEqual({
@@ -103,6 +142,8 @@ describe('replies', () => {
     expect(formatBusy('own', 'key')).toBe('B own key\n');
     expect(formatReleased(7n, 'key')).toBe('R 7 key\n');
     expect(formatNotReleased(7n, 'key')).toBe('N 7 key\n');
+    expect(formatKept(7n, 'key', 30_000)).toBe('K 7 key 30000\n');
+    expect(formatGone(7n, 'key')).toBe('G 7 key\n');
     expect(formatError('capacity')).toBe('E capacity\n');
   });
 
@@ -116,6 +157,19 @@ describe('replies', () => {
     'T o k x',
     'R k 1',
     'N 1',
+    'K 1 k',
+    'K 0 k 1',
+    'K 1 k 01',
+    'K 1 k -1',
+    'K 1 k 1.5',
+    'K 1 k 9007199254740992',
+    'K 1 k 1 x',
+    'K 1  1',
+    'K 1 k\u00ff 1',
+    'G 1',
+    'G 0 k',
+    'G 1 k x',
+    'G 1 k\u00ff',
     'M nohostport',
     'M host:0',
     'M host:70000',
@@ -204,6 +258,14 @@ describe('the reply grammar has one home', () => {
     'R 1 k x',
     'R x k',
     'N 1 ',
+    'K 42 k 30000',
+    'K 42 k 0',
+    'K 42 k ',
+    'K 042 k 1',
+    'K 1 k\u0001 1',
+    'G 42 k',
+    'G 42 ',
+    'G x k',
     'M 127.0.0.1:7000',
     'L [::1]:7000',
     'E capacity too many',

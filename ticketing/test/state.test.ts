@@ -15,10 +15,11 @@ const acquire = (session: number, key: string, owner: string, waitMs = 0): Comma
   waitMs,
 });
 const release = (session: number, key: string, token: bigint): Command => ({ type: 'release', session, key, token });
+const keep = (session: number, key: string, token: bigint): Command => ({ type: 'keep', session, key, token });
 
 /** Effects that answer a request (what goes on the wire). */
 const replies = (effects: Effect[]): Effect[] =>
-  effects.filter((e) => ['granted', 'timed-out', 'busy', 'released', 'not-released'].includes(e.type));
+  effects.filter((e) => ['granted', 'timed-out', 'busy', 'released', 'not-released', 'kept', 'gone'].includes(e.type));
 
 function granted(effects: Effect[]): Extract<Effect, { type: 'granted' }> {
   const grant = effects.find((e) => e.type === 'granted');
@@ -201,6 +202,128 @@ describe('release table', () => {
       type: 'not-released',
       reason: 'not-registered',
     });
+  });
+});
+
+describe('keep table', () => {
+  test('held under exactly that token, not expired: the expiry becomes now + lease, K', () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    expect(state.apply(keep(2, 'k', token), T0 + 600)).toEqual([
+      { type: 'kept', session: 2, key: 'k', owner: 'o1', token, expiresAt: T0 + 600 + LEASE, leaseMs: LEASE },
+    ]);
+    expect(state.get('k')).toMatchObject({ owner: 'o1', token, grantedAt: T0, expiresAt: T0 + 600 + LEASE });
+    // Kept past its first lease: still held, an acquire gets T, the holder's release gets R.
+    expect(replies(state.apply(acquire(3, 'k', 'o2'), T0 + LEASE + 500))).toEqual([
+      { type: 'timed-out', session: 3, key: 'k', owner: 'o2', reason: 'held' },
+    ]);
+    expect(state.apply({ type: 'sweep' }, T0 + LEASE + 500)).toEqual([
+      { type: 'swept', visited: 1, removed: 0, done: true },
+    ]);
+    expect(state.apply(release(1, 'k', token), T0 + LEASE + 550)[0]).toMatchObject({ type: 'released' });
+  });
+
+  test('a keep never moves the expiry earlier', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    state.restartLease('k', token, T0 + 100);
+    expect(state.apply(keep(1, 'k', token), T0 + 50)[0]).toMatchObject({ type: 'kept', expiresAt: T0 + 100 + LEASE });
+    expect(state.nextDeadline()).toBe(T0 + 100 + LEASE);
+  });
+
+  test('the whole-ms lease is reported, rounded down', () => {
+    const state = new TicketState({ leaseMs: 1000.7 });
+    const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    expect(state.apply(keep(1, 'k', token), T0)[0]).toMatchObject({ type: 'kept', leaseMs: 1000 });
+  });
+
+  test.each([
+    ['never granted', 'not-registered'],
+    ['released', 'not-registered'],
+    ['taken over after expiry', 'token-mismatch'],
+    ['handed to a waiter', 'token-mismatch'],
+    ['another token', 'token-mismatch'],
+    ['expired, not yet swept (single mode)', 'expired'],
+    ['expired at exactly its deadline', 'expired'],
+    ['swept', 'not-registered'],
+  ] as const)('%s: G, and nothing changes', (path, reason) => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    let at = T0 + 10;
+    let asked = token;
+    switch (path) {
+      case 'never granted':
+        asked = 7n;
+        state.apply(release(1, 'k', token), at);
+        break;
+      case 'released':
+        state.apply(release(1, 'k', token), at);
+        break;
+      case 'taken over after expiry':
+        granted(state.apply(acquire(2, 'k', 'o2'), (at = T0 + LEASE + 1)));
+        break;
+      case 'handed to a waiter':
+        state.apply(acquire(2, 'k', 'o2', 5_000), T0);
+        granted(state.apply(release(1, 'k', token), at));
+        break;
+      case 'another token':
+        asked = token + 1n;
+        break;
+      case 'expired, not yet swept (single mode)':
+        at = T0 + 2 * LEASE;
+        break;
+      case 'expired at exactly its deadline':
+        at = T0 + LEASE;
+        break;
+      case 'swept':
+        state.apply({ type: 'sweep' }, (at = T0 + LEASE));
+        break;
+    }
+    const before = state.get('k');
+    const waiters = state.waiterCount;
+    const deadline = state.nextDeadline();
+    expect(state.apply(keep(3, 'k', asked), at)).toEqual([
+      { type: 'gone', session: 3, key: 'k', token: asked, reason },
+    ]);
+    expect(state.get('k')).toEqual(before);
+    expect(state.waiterCount).toBe(waiters);
+    expect(state.nextDeadline()).toBe(deadline);
+  });
+
+  test("the owner is no authority: a keep with the holder's owner but not its token is G", () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const { token } = granted(state.apply(acquire(1, 'k', 'same'), T0));
+    // There is no owner in a K at all; only the exact token counts, whatever session sends it.
+    expect(state.apply(keep(1, 'k', token - 1n), T0 + 1)[0]).toMatchObject({ type: 'gone' });
+    expect(state.apply(keep(9, 'k', token), T0 + 1)[0]).toMatchObject({ type: 'kept', session: 9 });
+  });
+
+  test('a kept key with waiters: its deadline moves in the heap, the waiter gets it only at the new expiry', () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const first = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    state.apply(acquire(2, 'k', 'o2', 10_000), T0 + 10);
+    expect(state.nextDeadline()).toBe(T0 + LEASE);
+    state.apply(keep(1, 'k', first.token), T0 + 700);
+    expect(state.nextDeadline()).toBe(T0 + 700 + LEASE);
+    expect(state.nextDue(T0 + LEASE)).toBeUndefined();
+    // A stale expire for the old deadline changes nothing.
+    expect(state.apply({ type: 'expire', key: 'k', token: first.token }, T0 + LEASE)).toEqual([]);
+    const due = state.nextDue(T0 + 700 + LEASE)!;
+    expect(due).toEqual({ type: 'expire', key: 'k', token: first.token });
+    const handed = state.apply(due, T0 + 700 + LEASE);
+    expect(granted(handed)).toMatchObject({ owner: 'o2', path: 'expiry' });
+  });
+
+  test('keeps do not touch the queue: waiters stay in order, positions unchanged', () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
+    state.apply(acquire(2, 'k', 'o2', 5_000), T0);
+    state.apply(acquire(3, 'k', 'o3', 5_000), T0);
+    const queue = state.get('k')!.waiters;
+    state.apply(keep(1, 'k', token), T0 + 100);
+    expect(state.get('k')!.waiters).toEqual(queue);
+    expect(state.apply(release(1, 'k', token), T0 + 200).map((e) => e.type)).toEqual(['released', 'granted']);
+    expect(state.get('k')!.owner).toBe('o2');
   });
 });
 
@@ -443,6 +566,33 @@ describe('cluster mode: eager expiry, adopt, restartLease', () => {
     expect(granted(state.apply(acquire(2, 'j', 'b'), T0 + 1)).token).toBe(far + 1n);
     expect(() => state.adopt('k', 'x', 1n, T0)).toThrow(/already registered/);
     expect(() => state.adopt('z', 'x', 0n, T0)).toThrow(RangeError);
+  });
+
+  test('eager: a keep moves the expiry in the deadline heap; the old deadline fires nothing', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    granted(state.apply(acquire(1, 'j', 'b'), T0 + 100));
+    expect(state.apply(keep(1, 'k', token), T0 + 500)[0]).toMatchObject({ type: 'kept' });
+    // j's deadline is now the earliest; k's moved behind it.
+    expect(state.nextDeadline()).toBe(T0 + 100 + LEASE);
+    expect(state.nextDue(T0 + LEASE)).toBeUndefined();
+    expect(state.apply(state.nextDue(T0 + 100 + LEASE)!, T0 + 100 + LEASE)).toMatchObject([{ key: 'j' }]);
+    expect(state.nextDeadline()).toBe(T0 + 500 + LEASE);
+    expect(state.apply(state.nextDue(T0 + 500 + LEASE)!, T0 + 500 + LEASE)).toEqual([
+      { type: 'expired', key: 'k', owner: 'a', token },
+    ]);
+    // Expired (eagerly, deleted): a late keep is G.
+    expect(state.apply(keep(1, 'k', token), T0 + 500 + LEASE)[0]).toMatchObject({
+      type: 'gone',
+      reason: 'not-registered',
+    });
+  });
+
+  test('eager: an adopted grant (a new leader) is kept by its token like any other', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    state.adopt('k', 'a', 42n, T0);
+    expect(state.apply(keep(5, 'k', 42n), T0 + 300)[0]).toMatchObject({ type: 'kept', expiresAt: T0 + 300 + LEASE });
+    expect(state.nextDeadline()).toBe(T0 + 300 + LEASE);
   });
 
   test('restartLease moves the expiry later for the same token only', () => {

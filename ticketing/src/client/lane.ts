@@ -381,6 +381,11 @@ export class Lane {
       case 'N':
         this.#teardown('connection-lost', new ProtocolError('a reply matches no pending release', line));
         return false;
+      case 'K':
+      case 'G':
+        // (this client sends no K yet: every keep reply is unmatched)
+        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending keep', line));
+        return false;
       case 'L':
         this.host.setLeaderHint(reply.address, 'L');
         return true;
