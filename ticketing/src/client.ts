@@ -21,7 +21,7 @@
 import { performance } from 'node:perf_hooks';
 import { now } from './client/clock.js';
 import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
-import { formatKeep, type KeepResult } from './client/keep.js';
+import type { KeepResult } from './client/keep.js';
 import { releaseUntilAnswered } from './client/resend.js';
 import {
   checkAcquire,
@@ -46,7 +46,7 @@ import {
   type PendingKeep,
   type PendingRelease,
 } from './client/pending.js';
-import { formatAcquire, formatRelease } from './protocol.js';
+import { formatAcquire, formatKeep, formatRelease } from './protocol.js';
 
 export type {
   AcquireOptions,

@@ -28,6 +28,8 @@ import {
   formatError,
   formatNotReleased,
   formatReleased,
+  formatKept,
+  formatGone,
   formatTimedOut,
   isName,
   type ErrorCode,
@@ -592,6 +594,9 @@ export class TicketServer extends EventEmitter {
         this.#run(command);
         break;
       }
+      case 'K':
+        this.#run({ type: 'keep', session: conn.id, key: request.key, token: request.token });
+        break;
       case 'H':
         // A secretless server accepts (and ignores) H as the first line, so a client configured
         // with a secret still works; anywhere else H is out of place.
@@ -804,6 +809,15 @@ export class TicketServer extends EventEmitter {
         if (this.#gate !== undefined)
           this.#gate.hold(effect.session, formatNotReleased(effect.token, effect.key), undefined);
         else this.#replyTo(effect.session)?.releaseReply(N, effect.token, effect.key);
+        return;
+      case 'kept':
+        if (this.#gate !== undefined)
+          this.#gate.hold(effect.session, formatKept(effect.token, effect.key, effect.leaseMs), undefined);
+        else this.#replyTo(effect.session)?.kept(effect.token, effect.key, effect.leaseMs);
+        return;
+      case 'gone':
+        if (this.#gate !== undefined) this.#gate.hold(effect.session, formatGone(effect.token, effect.key), undefined);
+        else this.#replyTo(effect.session)?.releaseReply(0x47, effect.token, effect.key);
         return;
       default:
         return; // queued, expired, abandoned, swept: state only
