@@ -14,19 +14,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { liveName, safeID } from '../flock/layout.js';
 import { Lease } from '../flock/lease.js';
 import { inspectLeaseDir } from '../flock/operator/index.js';
+import { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
 import { timerDelay } from '../kernel/timers.js';
 import { supervisorPath } from '../native.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
 import { compact, displayText, isoSeconds, relative } from './format.js';
 
-/** The lease was lost while the command ran (taken over, broken by an operator, or expired while
- * renewals failed); the command was terminated. Outside sysexits (64–78) and the shell's 126, 127
- * and 128+n, so it collides with none of the codes this CLI or a shell gives a meaning. */
-export const EXIT_LOST = 79;
-/** The lease is held by someone else and was not obtained in time (sysexits EX_TEMPFAIL). */
-export const EXIT_HELD = 75;
-
+export { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
 /** Signals passed on to the command. */
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
 type Forwarded = (typeof FORWARDED_SIGNALS)[number];

@@ -8,3 +8,4 @@ export { MAX_TOKEN, nextToken } from './token.js';
 export { MAX_TIMER_MS, timerDelay } from './timers.js';
 export { publish } from './events.js';
 export { parseDuration } from './duration.js';
+export { EXIT_HELD, EXIT_LOST } from './exit.js';

@@ -10,7 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { parseDuration } from '#kernel';
+import { EXIT_HELD, EXIT_LOST, parseDuration } from '#kernel';
 import { isAddress, isName } from './protocol.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server.js';
 
@@ -36,6 +36,23 @@ function duration(text: string): number {
 }
 
 const EXIT_USAGE = 64;
+
+function waitDuration(text: string): number {
+  if (/^0(ms|s)?$/.test(text)) return 0;
+  return duration(text);
+}
+
+function addressList(text: string): string[] {
+  const list = text.split(',');
+  for (const address of list)
+    if (!isAddress(address)) throw new InvalidArgumentError(`expected host:port, got ${JSON.stringify(address)}`);
+  return list;
+}
+
+function keyName(text: string): string {
+  if (!isName(text)) throw new InvalidArgumentError('expected 1-256 bytes of printable ASCII without spaces');
+  return text;
+}
 
 /** A default as the help shows it, in the unit a person would type (`30s`, not `30000`). */
 function durationText(ms: number): string {
@@ -135,6 +152,7 @@ export function main(argv: readonly string[]): void {
   const program = new Command('ticketing')
     .description('Ticketing: a TCP lock server with leases and fencing tokens')
     .version(version(), '-V, --version', 'print the version')
+    .enablePositionalOptions()
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({ outputError: (text, write) => write(`ticketing: ${text.replace(/^error: /, '')}`) })
@@ -278,6 +296,45 @@ export function main(argv: readonly string[]): void {
       process.on('SIGINT', stop);
       const { host, port } = await server.listen();
       process.stdout.write(`listening ${formatListening(host, port)}\n`);
+    });
+  program
+    .command('run')
+    .description(
+      'run a command while holding a key: keep it alive, release when the command exits, exit with its status; on loss SIGTERM (then SIGKILL) its process group before the lease can pass on',
+    )
+    .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
+    .requiredOption('--key <key>', 'the key to hold', keyName)
+    .addOption(
+      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait)')
+        .argParser(waitDuration)
+        .default(0, '0s'),
+    )
+    .option('--secret-file <path>', 'file holding the shared secret')
+    .addOption(
+      new Option(
+        '--kill-after <dur>',
+        'after a loss, SIGKILL this long after SIGTERM (default: a tenth of the lease)',
+      ).argParser(duration),
+    )
+    .argument('<command...>', 'the command and its arguments (after --)')
+    .passThroughOptions()
+    .addHelpText(
+      'after',
+      `\nThe command gets TICKETING_KEY and TICKETING_TOKEN (the fencing token) in its environment.\nExit codes: the command's status (128+n if signal n killed it); ${EXIT_HELD} held and not obtained in time;\n${EXIT_LOST} the lock was lost while the command ran; 64 usage (as flocklease run's, docs/cli.md).`,
+    )
+    .action(async (command: string[], flags: Record<string, unknown>) => {
+      const { runCommand } = await import('./run.js');
+      process.exitCode = await runCommand(
+        {
+          addresses: flags.addresses as string[],
+          key: flags.key as string,
+          secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+          waitMs: flags.wait as number,
+          killAfterMs: flags.killAfter as number | undefined,
+          command,
+        },
+        (line) => process.stderr.write(`ticketing: ${line}\n`),
+      );
     });
   program.parseAsync(argv).catch((error: unknown) => {
     if (error instanceof CommanderError) {
