@@ -125,6 +125,20 @@ export class NotAcquiredError extends TicketError {
   }
 }
 
+/** `TicketLease` (the `SessionLease` port): the key is held by another (acquire), or the grant is no
+ * longer held (renew). The port's code, so code written against the port handles it as it does the
+ * file lease's `LeaseHeldError`. */
+export class LeaseHeldError extends TicketError {
+  readonly code = 'ELEASEHELD';
+  constructor(
+    message: string,
+    readonly sessionId: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
 /** No connection could be made (or kept) to send the request within `connectTimeoutMs`. The
  * request was never sent. `cause` is the last connection error. */
 export class ConnectError extends TicketError {

@@ -14,7 +14,11 @@ export {
   type ReleaseOptions,
   type ReleaseResult,
   type BackoffOptions,
+  type RenewResult,
+  type HoldOptions,
+  type TicketHold,
 } from './client.js';
+export { TicketLease, type TicketLeaseGrant } from './ticket-lease.js';
 export {
   TicketError,
   IndeterminateError,
@@ -22,6 +26,9 @@ export {
   AuthFailedError,
   CapacityError,
   DuplicateRequestError,
+  LockLostError,
+  NotAcquiredError,
+  LeaseHeldError,
   ConnectError,
   ClientClosedError,
   ServerError,
