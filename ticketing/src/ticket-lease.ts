@@ -50,7 +50,7 @@ export class TicketLease {
     try {
       checkGrant(grant);
     } catch (error) {
-      return Promise.reject(error as Error);
+      return Promise.reject(error);
     }
     return this.#keep(grant);
   }

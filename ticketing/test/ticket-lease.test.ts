@@ -49,7 +49,7 @@ describe('TicketLease: the SessionLease port over a real server', () => {
       function rekey<G>(grant: G): G {
         if (typeof grant !== 'object' || grant === null) return grant;
         const g = grant as { sessionId?: unknown };
-        return typeof g.sessionId === 'string' ? ({ ...grant, sessionId: key(g.sessionId) } as G) : grant;
+        return typeof g.sessionId === 'string' ? { ...grant, sessionId: key(g.sessionId) } : grant;
       }
     },
     advance: (ms) => sleep(ms),
