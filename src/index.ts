@@ -45,3 +45,5 @@ export {
   type RepairResult,
   type ForceReleaseResult,
 } from './flock/operator/index.js';
+/** The `flocklease run` supervisor executable (`ticketing run` runs its commands under it too). */
+export { supervisorPath } from './native.js';

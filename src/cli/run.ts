@@ -10,24 +10,19 @@ import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
 import { constants } from 'node:os';
 import { join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { liveName, safeID } from '../flock/layout.js';
 import { Lease } from '../flock/lease.js';
 import { inspectLeaseDir } from '../flock/operator/index.js';
+import { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
 import { timerDelay } from '../kernel/timers.js';
+import { reapGroup } from '../kernel/process-group.js';
 import { supervisorPath } from '../native.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
 import { compact, displayText, relative } from '../kernel/display.js';
 import { isoSeconds } from './format.js';
 
-/** The lease was lost while the command ran (taken over, broken by an operator, or expired while
- * renewals failed); the command was terminated. Outside sysexits (64–78) and the shell's 126, 127
- * and 128+n, so it collides with none of the codes this CLI or a shell gives a meaning. */
-export const EXIT_LOST = 79;
-/** The lease is held by someone else and was not obtained in time (sysexits EX_TEMPFAIL). */
-export const EXIT_HELD = 75;
-
+export { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
 /** Signals passed on to the command. */
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
 type Forwarded = (typeof FORWARDED_SIGNALS)[number];
@@ -210,27 +205,6 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
 
 function describeStatus(status: { code: number | null; signal: NodeJS.Signals | null }): string {
   return status.code !== null ? `status ${status.code}` : `killed by ${status.signal}`;
-}
-
-/** After a loss, what is left of the command's process group gets the rest of the grace, then SIGKILL. */
-async function reapGroup(pgid: number, graceMs: number): Promise<void> {
-  const deadline = performance.now() + graceMs;
-  const alive = (): boolean => {
-    try {
-      process.kill(-pgid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  while (alive() && performance.now() < deadline) await sleep(20);
-  if (alive()) {
-    try {
-      process.kill(-pgid, 'SIGKILL');
-    } catch {
-      // gone meanwhile
-    }
-  }
 }
 
 /** One line naming the holder: owner, pid, token, expiry. */

@@ -9,3 +9,5 @@ export { MAX_TIMER_MS, timerDelay } from './timers.js';
 export { publish } from './events.js';
 export { parseDuration } from './duration.js';
 export { compact, displayText, relative, table } from './display.js';
+export { EXIT_HELD, EXIT_LOST } from './exit.js';
+export { reapGroup } from './process-group.js';

@@ -1,247 +1,34 @@
 #!/usr/bin/env node
 /**
- * `ticketing serve`: runs a TicketServer. Prints `listening <host>:<port>` once it listens;
- * SIGTERM/SIGINT drain and exit 0 (a second signal exits at once). The secret is read from
- * `--secret-file` only, never from argv (argv is visible to every user of the host).
- * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure.
- *
- * `serve --cluster` makes the server one node of a lock space kept in etcd (cluster/node.ts); only
- * then is etcd3 (and gRPC) loaded, by a dynamic import. The etcd password, like the secret, comes
- * from a file only.
+ * The `ticketing` command: `serve` (cli/serve.ts), `inspect` (the locks a server holds, from its
+ * HTTP endpoint) and `run` (a command run while holding a key, run.ts).
+ * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure; `run` adds its own.
  */
 import { readFileSync } from 'node:fs';
-import { BlockList, isIP } from 'node:net';
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { parseDuration } from '#kernel';
-import type { ClusterNode, ClusterNodeOptions } from './cluster/node.js';
+import { Command, CommanderError, Option } from 'commander';
+import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
-import { HttpEndpoint, MAX_LIMIT, parseListenAddress } from './observe/http.js';
-import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from './observe/log.js';
-import { TicketMetrics } from './observe/metrics.js';
-import { isAddress, isName } from './protocol.js';
-import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from './server/server.js';
-import { TlsMaterial } from './server/tls-material.js';
-
-function integer(min: number, max: number) {
-  return (text: string): number => {
-    if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
-      throw new InvalidArgumentError(`expected an integer in ${min}..${max}`);
-    }
-    return Number(text);
-  };
-}
-
-function duration(text: string): number {
-  let ms: number;
-  try {
-    ms = parseDuration(text);
-  } catch (error) {
-    throw new InvalidArgumentError((error as Error).message);
-  }
-  if (!(ms > 0) || ms > 2 ** 31 - 1)
-    throw new InvalidArgumentError('expected a positive duration of at most 24 days, e.g. 500ms, 30s');
-  return ms;
-}
-
-const EXIT_USAGE = 64;
-
-/** A default as the help shows it, in the unit a person would type (`30s`, not `30000`). */
-function durationText(ms: number): string {
-  for (const [unit, size] of [
-    ['h', 3_600_000],
-    ['m', 60_000],
-    ['s', 1_000],
-  ] as const) {
-    if (ms % size === 0) return `${ms / size}${unit}`;
-  }
-  return `${ms}ms`;
-}
-
-function durationOption(flags: string, description: string, defaultMs: number): Option {
-  return new Option(flags, description).argParser(duration).default(defaultMs, durationText(defaultMs));
-}
-
-function version(): string {
-  try {
-    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
-      .version;
-  } catch {
-    return 'unknown';
-  }
-}
-
-/** A file named by a flag (`what` says which, in the error), read whole. */
-function readNamedFile(path: string, what: string, encoding: BufferEncoding): string {
-  try {
-    return readFileSync(path, encoding);
-  } catch (error) {
-    // Node's EISDIR (and some other) messages omit the path.
-    const code = (error as NodeJS.ErrnoException).code;
-    const why = code === 'EISDIR' ? 'is a directory (EISDIR)' : (error as Error).message.replace(/, open '.*'$/, '');
-    throw new Error(`${what} ${path}: ${why}`, { cause: error });
-  }
-}
-
-/** The secret is the file's content, without one trailing newline. */
-export function readSecretFile(path: string): string {
-  const secret = readNamedFile(path, 'secret file', 'latin1').replace(/\r?\n$/, '');
-  if (!isName(secret))
-    throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
-  return secret;
-}
-
-/** `http://host:port` or `https://host:port`, comma-separated, all of one scheme. */
-function etcdUrls(text: string): string[] {
-  const urls = text.split(',');
-  for (const url of urls) {
-    if (
-      !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}\/?$/.test(url) ||
-      Number(url.replace(/\/$/, '').split(':').pop()) > 65535
-    ) {
-      throw new InvalidArgumentError(
-        `expected http://host:port or https://host:port URLs separated by commas, got ${JSON.stringify(url)}`,
-      );
-    }
-  }
-  if (new Set(urls.map((url) => url.startsWith('https:'))).size > 1)
-    throw new InvalidArgumentError('expected all http:// or all https:// URLs, not a mix');
-  return urls;
-}
-
-/** The etcd flags that only make sense together, checked before any file is read. */
-function checkEtcdFlags(flags: Record<string, unknown>, usage: (message: string) => never): void {
-  const secure = (flags.etcd as string[])[0]!.startsWith('https:');
-  for (const [flag, name] of [
-    ['etcdCa', '--etcd-ca'],
-    ['etcdCert', '--etcd-cert'],
-    ['etcdKey', '--etcd-key'],
-  ] as const) {
-    if (flags[flag] !== undefined && !secure) usage(`error: ${name} needs https:// URLs in --etcd`);
-  }
-  if ((flags.etcdCert === undefined) !== (flags.etcdKey === undefined))
-    usage('error: --etcd-cert and --etcd-key go together (a client certificate and its key)');
-  if (flags.etcdUser !== undefined && flags.etcdPasswordFile === undefined)
-    usage('error: --etcd-user needs --etcd-password-file (a password is never taken from argv)');
-  if (flags.etcdPasswordFile !== undefined && flags.etcdUser === undefined)
-    usage('error: --etcd-password-file needs --etcd-user');
-}
-
-/** The etcd TLS material and user, read from their files (an unreadable file: exit 1). */
-function readEtcdAccess(flags: Record<string, unknown>): Pick<ClusterNodeOptions, 'etcdTls' | 'etcdUser'> {
-  const pem = (flag: 'etcdCa' | 'etcdCert' | 'etcdKey', what: string): string | undefined =>
-    flags[flag] === undefined ? undefined : readNamedFile(flags[flag] as string, what, 'utf8');
-  const secure = (flags.etcd as string[])[0]!.startsWith('https:');
-  const etcdTls = secure
-    ? {
-        ca: pem('etcdCa', 'etcd CA file'),
-        cert: pem('etcdCert', 'etcd certificate file'),
-        key: pem('etcdKey', 'etcd key file'),
-      }
-    : undefined;
-  let etcdUser: ClusterNodeOptions['etcdUser'];
-  if (flags.etcdUser !== undefined) {
-    const file = flags.etcdPasswordFile as string;
-    const password = readNamedFile(file, 'etcd password file', 'utf8').replace(/\r?\n$/, '');
-    if (password === '') throw new Error(`etcd password file ${file}: empty`);
-    etcdUser = { name: flags.etcdUser as string, password };
-  }
-  return { etcdTls, etcdUser };
-}
-
-function etcdUserName(text: string): string {
-  if (!/^[\x21-\x7e]{1,128}$/.test(text))
-    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
-  return text;
-}
-
-function listenAddress(text: string): { host: string; port: number } {
-  try {
-    return parseListenAddress(text);
-  } catch (error) {
-    throw new InvalidArgumentError((error as Error).message);
-  }
-}
-
-function advertiseAddress(text: string): string {
-  if (!isAddress(text)) throw new InvalidArgumentError('expected host:port');
-  return text;
-}
-
-function etcdPrefix(text: string): string {
-  if (!/^[\x21-\x7e]{1,128}$/.test(text))
-    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
-  return text;
-}
-
-function leaderTtl(text: string): number {
-  const ms = duration(text);
-  if (ms < 1000 || ms % 1000 !== 0 || ms > 3_600_000) {
-    throw new InvalidArgumentError(
-      'expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)',
-    );
-  }
-  return ms;
-}
-
-/**
- * Test-only: `TICKETING_TEST_CLOCK_OFFSET_MS` shifts this process's wall clock (the clock that
- * stamps grants and tokens) by that many ms, to test nodes whose clocks disagree. Read here only.
- */
-function testClock(): (() => number) | undefined {
-  const text = process.env.TICKETING_TEST_CLOCK_OFFSET_MS;
-  if (text === undefined || text === '') return undefined;
-  const offset = Number(text);
-  if (!Number.isSafeInteger(offset))
-    throw new Error(`TICKETING_TEST_CLOCK_OFFSET_MS must be an integer, got ${JSON.stringify(text)}`);
-  return () => performance.timeOrigin + performance.now() + offset;
-}
-
-const LOOPBACK = new BlockList();
-LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
-LOOPBACK.addAddress('::1', 'ipv6');
-
-/** Only this host can reach a server listening here (a name other than localhost may not be). */
-function isLoopback(host: string): boolean {
-  if (host === 'localhost') return true;
-  const family = isIP(host);
-  return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
-}
-
-/**
- * SIGHUP: the TLS files and the secret file are read again; what fails to load keeps the previous
- * material in force and is reported on stderr. Never a reason to exit.
- */
-/** SIGHUP: reload the TLS files (the server and the HTTPS endpoint take the new material; ServerLog
- * logs the outcome) and the secret file. A file that fails keeps the old one in force. */
-function reloadOnHangup(
-  logger: Logger,
-  server: TicketServer,
-  material: TlsMaterial | undefined,
-  endpoint: HttpEndpoint | undefined,
-  secretFile: string | undefined,
-): void {
-  if (material !== undefined && endpoint?.secure === true)
-    material.on('reload', () => endpoint.setTls(material.secureContextOptions));
-  process.on('SIGHUP', () => {
-    material?.reload();
-    if (secretFile === undefined) return;
-    try {
-      server.setSecret(readSecretFile(secretFile));
-      logger.info({ file: secretFile }, 'secret reloaded');
-    } catch (error) {
-      logger.error({ err: error }, 'secret reload failed: keeping the previous secret');
-    }
-  });
-}
-
-function formatListening(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}
+import { MAX_LIMIT } from './observe/http.js';
+import {
+  addressList,
+  advertiseAddress,
+  duration,
+  durationOption,
+  EXIT_USAGE,
+  integer,
+  keyName,
+  readNamedFile,
+  readSecretFile,
+  version,
+  waitDuration,
+} from './cli/flags.js';
+import { addServeCommand } from './cli/serve.js';
 
 export function main(argv: readonly string[]): void {
   const program = new Command('ticketing')
     .description('Ticketing: a TCP lock server with leases and fencing tokens')
     .version(version(), '-V, --version', 'print the version')
+    .enablePositionalOptions()
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({ outputError: (text, write) => write(`ticketing: ${text.replace(/^error: /, '')}`) })
@@ -249,231 +36,7 @@ export function main(argv: readonly string[]): void {
       'after',
       '\nDurations: 500ms, 30s, 5m, 2h.\nExit codes: 0 success, 64 usage error (bad flags), 1 any other failure.',
     );
-  program
-    .command('serve')
-    .description('run the lock server (single mode, or one node of a cluster with --cluster)')
-    .option('--host <host>', 'address to listen on', SERVER_DEFAULTS.host)
-    .option('--port <port>', 'port to listen on (0 = pick a free one)', integer(0, 65535), 0)
-    .addOption(durationOption('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', SERVER_DEFAULTS.leaseMs))
-    .option('--secret-file <path>', 'file holding the shared secret (clients must send H <secret> first)')
-    .option(
-      '--state-file <path>',
-      'token high-water mark file: tokens stay unique across restarts even if the clock steps back',
-    )
-    .option(
-      '--max-waiters-per-key <n>',
-      'queued requests per key',
-      integer(0, Number.MAX_SAFE_INTEGER),
-      SERVER_DEFAULTS.maxWaitersPerKey,
-    )
-    .option(
-      '--max-waiters <n>',
-      'queued requests in total',
-      integer(0, Number.MAX_SAFE_INTEGER),
-      SERVER_DEFAULTS.maxWaiters,
-    )
-    .option('--max-keys <n>', 'registered keys in total', integer(1, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxKeys)
-    .option('--max-connections <n>', 'open connections', integer(1, 2 ** 31), SERVER_DEFAULTS.maxConnections)
-    .option(
-      '--max-line <bytes>',
-      'longest request line, terminator included',
-      integer(64, 2 ** 24),
-      SERVER_DEFAULTS.maxLineBytes,
-    )
-    .addOption(
-      durationOption(
-        '--write-timeout <dur>',
-        'cut off a connection whose replies have not drained for this long',
-        SERVER_DEFAULTS.writeTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        '--idle-timeout <dur>',
-        'close a connection with nothing pending (no queued request, no running lease granted on it) after this long without a byte from it',
-        SERVER_DEFAULTS.idleTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        '--line-timeout <dur>',
-        'close a connection that leaves a request line unfinished for this long',
-        SERVER_DEFAULTS.lineTimeoutMs,
-      ),
-    )
-    .option('--tls-cert <path>', 'serve TLS (1.2 or later) with this PEM certificate (needs --tls-key)')
-    .option('--tls-key <path>', 'PEM private key of --tls-cert')
-    .option('--tls-ca <path>', 'PEM CA: clients must present a certificate it signed (mutual TLS)')
-    .option(
-      '--allow-plaintext-secret',
-      'allow --secret-file on a non-loopback --host without TLS (the secret crosses the network in clear)',
-    )
-    .option('--cluster', 'cluster mode: one node of a lock space kept in etcd (needs --etcd and --advertise)')
-    .option(
-      '--etcd <urls>',
-      'cluster mode: etcd endpoints, http://host:port,… or https://host:port,… (TLS; without --etcd-ca the system CAs verify etcd)',
-      etcdUrls,
-    )
-    .option('--etcd-ca <file>', 'cluster mode: CA certificate (PEM) that verifies the etcd servers')
-    .option('--etcd-cert <file>', 'cluster mode: client certificate (PEM) for etcd, with --etcd-key')
-    .option('--etcd-key <file>', 'cluster mode: private key (PEM) of --etcd-cert')
-    .option('--etcd-user <name>', 'cluster mode: etcd user (needs --etcd-password-file)', etcdUserName)
-    .option('--etcd-password-file <file>', "cluster mode: file holding --etcd-user's password")
-    .option(
-      '--advertise <host:port>',
-      'cluster mode: the address clients reach this node at (sent in M and L)',
-      advertiseAddress,
-    )
-    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, '/ticketing/')
-    .addOption(
-      new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds')
-        .argParser(leaderTtl)
-        .default(2_000, '2s'),
-    )
-    .option(
-      '--http <host:port>',
-      'serve /healthz, /readyz, /metrics and /v1/locks on this address (HTTPS when the server has TLS)',
-      listenAddress,
-    )
-    .addOption(
-      new Option('--log-level <level>', 'JSON log lines on stderr at this level and above')
-        .choices(LOG_LEVELS)
-        .default('info'),
-    )
-    .action(async (flags: Record<string, unknown>, command: Command) => {
-      const cluster = flags.cluster === true;
-      if (cluster) {
-        if (flags.etcd === undefined) command.error('error: --cluster needs --etcd <url,url,…>');
-        if (flags.advertise === undefined) command.error('error: --cluster needs --advertise <host:port>');
-        if (flags.stateFile !== undefined)
-          command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
-        checkEtcdFlags(flags, (message) => command.error(message));
-      } else {
-        for (const flag of ['etcd', 'advertise', 'etcdCa', 'etcdCert', 'etcdKey', 'etcdUser', 'etcdPasswordFile']) {
-          if (flags[flag] !== undefined)
-            command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
-        }
-        for (const flag of ['prefix', 'leaderTtl'] as const) {
-          if (command.getOptionValueSource(flag) === 'cli') {
-            command.error(`error: --${flag === 'leaderTtl' ? 'leader-ttl' : flag} needs --cluster`);
-          }
-        }
-      }
-      if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
-        command.error('error: --tls-cert and --tls-key go together');
-      if (flags.tlsCa !== undefined && flags.tlsCert === undefined)
-        command.error('error: --tls-ca needs --tls-cert and --tls-key');
-      if (
-        flags.secretFile !== undefined &&
-        flags.tlsCert === undefined &&
-        flags.allowPlaintextSecret !== true &&
-        !isLoopback(flags.host as string)
-      ) {
-        command.error(
-          `error: --secret-file on --host ${flags.host as string} without --tls-cert would send the secret over the network in clear text; add --tls-cert/--tls-key, or --allow-plaintext-secret to accept that`,
-        );
-      }
-      // Hangups are handled from the start: the default action of SIGHUP would end the process.
-      process.on('SIGHUP', () => {});
-      const material =
-        flags.tlsCert === undefined
-          ? undefined
-          : TlsMaterial.load({
-              cert: flags.tlsCert as string,
-              key: flags.tlsKey as string,
-              ca: flags.tlsCa as string | undefined,
-            });
-      const clock = testClock();
-      const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
-      const logger = createLogger(flags.logLevel as LogLevel);
-      // The flags hold file names, never a secret or a password.
-      logger.info({ version: version(), config: flags }, 'starting');
-      const options: TicketServerOptions = {
-        host: flags.host as string,
-        port: flags.port as number,
-        leaseMs: flags.lease as number,
-        secret,
-        stateFile: flags.stateFile as string | undefined,
-        maxWaitersPerKey: flags.maxWaitersPerKey as number,
-        maxWaiters: flags.maxWaiters as number,
-        maxKeys: flags.maxKeys as number,
-        maxConnections: flags.maxConnections as number,
-        maxLineBytes: flags.maxLine as number,
-        writeTimeoutMs: flags.writeTimeout as number,
-        idleTimeoutMs: flags.idleTimeout as number,
-        lineTimeoutMs: flags.lineTimeout as number,
-        tls: material,
-        ...(clock === undefined ? {} : { clock }),
-      };
-      let node: ClusterNode | undefined;
-      if (cluster) {
-        const { ClusterNode } = await import('./cluster/node.js');
-        node = new ClusterNode({
-          etcd: flags.etcd as string[],
-          ...readEtcdAccess(flags),
-          advertise: flags.advertise as string,
-          prefix: flags.prefix as string,
-          leaderTtlMs: flags.leaderTtl as number,
-          leaseMs: options.leaseMs!,
-          maxKeys: options.maxKeys!,
-          maxWaiters: options.maxWaiters!,
-          maxWaitersPerKey: options.maxWaitersPerKey!,
-        });
-      }
-      const server = new TicketServer({ ...options, gate: node });
-      const serverLog = new ServerLog({ logger, server, node, tls: material });
-      const http = flags.http as { host: string; port: number } | undefined;
-      const endpoint =
-        http === undefined
-          ? undefined
-          : new HttpEndpoint({
-              server,
-              metrics: new TicketMetrics({ server, node }),
-              tls: material?.secureContextOptions,
-              ...http,
-            });
-      // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
-      // synchronous, so the reader can run before this process gets past it).
-      let stopping = false;
-      let exitCode = 0;
-      const exit = (code: number): never => {
-        serverLog.close();
-        logger.info({ code }, 'exit');
-        process.exit(code);
-      };
-      const stop = (reason: string): void => {
-        if (stopping) exit(exitCode || 1); // second signal: do not wait
-        stopping = true;
-        logger.info({ reason }, 'draining');
-        server.close().then(
-          async () => {
-            await endpoint?.close();
-            exit(exitCode);
-          },
-          (error: unknown) => {
-            logger.error({ err: error }, 'drain failed');
-            exit(1);
-          },
-        );
-      };
-      reloadOnHangup(logger, server, material, endpoint, flags.secretFile as string | undefined);
-      server.on('error', (error: unknown) => {
-        logger.fatal({ err: error }, 'serving is unsafe: closing');
-        exitCode = 1;
-        stop('error');
-      });
-      process.on('SIGTERM', stop);
-      process.on('SIGINT', stop);
-      try {
-        const { host, port } = await server.listen();
-        if (endpoint !== undefined)
-          logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
-        process.stdout.write(`listening ${formatListening(host, port)}\n`);
-      } catch (error) {
-        logger.fatal({ err: error }, (error as Error).message ?? String(error));
-        process.exit(1);
-      }
-    });
+  addServeCommand(program);
   program
     .command('inspect')
     .description("list the keys a server holds, from its HTTP endpoint's /v1/locks")
@@ -503,6 +66,63 @@ export function main(argv: readonly string[]): void {
         flags.json === true
           ? result.body
           : locksText(result.rows, flags.prefix as string | undefined, flags.limit as number),
+      );
+    });
+  program
+    .command('run')
+    .description(
+      'run a command while holding a key: keep it alive, release when the command exits, exit with its status; on loss SIGTERM (then SIGKILL) its process group before the lease can pass on',
+    )
+    .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
+    .requiredOption('--key <key>', 'the key to hold', keyName)
+    .addOption(
+      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait)')
+        .argParser(waitDuration)
+        .default(0, '0s'),
+    )
+    .option('--secret-file <path>', 'file holding the shared secret')
+    .option('--tls-ca <path>', 'connect with TLS, trusting this PEM CA for the servers')
+    .option('--tls-cert <path>', 'PEM client certificate, for servers that require one (needs --tls-key)')
+    .option('--tls-key <path>', 'PEM private key of --tls-cert')
+    .addOption(
+      new Option(
+        '--kill-after <dur>',
+        'after a loss, SIGKILL this long after SIGTERM (default: a tenth of the lease)',
+      ).argParser(duration),
+    )
+    .argument('<command...>', 'the command and its arguments (after --)')
+    .passThroughOptions()
+    .addHelpText(
+      'after',
+      `\nThe command gets TICKETING_KEY and TICKETING_TOKEN (the fencing token) in its environment.\nExit codes: the command's status (128+n if signal n killed it); ${EXIT_HELD} held and not obtained in time;\n${EXIT_LOST} the lock was lost while the command ran; 64 usage (as flocklease run's, docs/cli.md).`,
+    )
+    .action(async (command: string[], flags: Record<string, unknown>, self: Command) => {
+      if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
+        self.error('error: --tls-cert and --tls-key go together');
+      if (flags.tlsCert !== undefined && flags.tlsCa === undefined)
+        self.error('error: --tls-cert needs --tls-ca (the CA that signed the servers)');
+      const pem = (flag: string, what: string): string | undefined =>
+        flags[flag] === undefined ? undefined : readNamedFile(flags[flag] as string, what, 'utf8');
+      const tls =
+        flags.tlsCa === undefined
+          ? undefined
+          : {
+              ca: pem('tlsCa', 'TLS CA file'),
+              cert: pem('tlsCert', 'TLS certificate file'),
+              key: pem('tlsKey', 'TLS key file'),
+            };
+      const { runCommand } = await import('./run.js');
+      process.exitCode = await runCommand(
+        {
+          addresses: flags.addresses as string[],
+          key: flags.key as string,
+          secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
+          tls,
+          waitMs: flags.wait as number,
+          killAfterMs: flags.killAfter as number | undefined,
+          command,
+        },
+        (line) => process.stderr.write(`ticketing: ${line}\n`),
       );
     });
   program.parseAsync(argv).catch((error: unknown) => {

@@ -13,11 +13,16 @@
  *
  * The parts, in client/: options.ts (options, defaults, argument checks), pending.ts (the
  * registry of pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply
- * matching), outcomes.ts (the error of a request whose connection ended); the reply grammar is in
- * protocol.ts. This file is the public surface that ties them together.
+ * matching), outcomes.ts (the error of a request whose connection ended), keep.ts (the keep
+ * request and its replies), hold.ts (`hold()`), clock.ts (the clock and the local deadline),
+ * resend.ts (a release whose answer was lost); the reply grammar is in protocol.ts. This file is
+ * the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
 import { now } from './client/clock.js';
+import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
+import type { KeepResult } from './client/keep.js';
+import { releaseUntilAnswered } from './client/resend.js';
 import {
   checkAcquire,
   checkRelease,
@@ -34,8 +39,14 @@ import {
 import { ClientClosedError, DuplicateRequestError } from './errors.js';
 import { channels, publish } from './events.js';
 import { Lane, type LaneHost } from './client/lane.js';
-import { PendingRegistry, type Pending, type PendingAcquire, type PendingRelease } from './client/pending.js';
-import { formatAcquire, formatRelease } from './protocol.js';
+import {
+  PendingRegistry,
+  type Pending,
+  type PendingAcquire,
+  type PendingKeep,
+  type PendingRelease,
+} from './client/pending.js';
+import { formatAcquire, formatKeep, formatRelease } from './protocol.js';
 
 export type {
   AcquireOptions,
@@ -45,6 +56,18 @@ export type {
   ReleaseResult,
   TicketClientOptions,
 } from './client/options.js';
+export type { HoldOptions, TicketHold } from './client/hold.js';
+
+/** A confirmed keep. */
+export interface RenewResult {
+  readonly key: string;
+  readonly token: bigint;
+  /** The lease the server applied, ms. */
+  readonly leaseMs: number;
+  /** The lease's end counted from when the keep was sent (the server applied it no earlier), on
+   * this host's clock. Stop before it: the server's clock may run a little faster. */
+  readonly expiresAt: Date;
+}
 
 /**
  * A pipelining client for one ticketing server (or a cluster's allowlisted nodes).
@@ -66,6 +89,10 @@ export class TicketClient {
   readonly #acquireLane: Lane;
   readonly #releaseLane: Lane;
   #ownerSeq = 0;
+  /** The longest lease a `K` reply reported: bounds how long a lost release is re-sent. */
+  #learnedLeaseMs = 0;
+  /** Releases until they settle, re-sends included (close() waits for them). */
+  readonly #releasing = new Set<Promise<unknown>>();
   #leaderHint: Endpoint | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -175,6 +202,48 @@ export class TicketClient {
     return this.#release(key, args.tokenText, args.signal);
   }
 
+  /**
+   * Keeps the grant with exactly this token (`K`, on the release lane): its expiry becomes now +
+   * the server's lease. Resolves `{ leaseMs, expiresAt }`. Rejects with `LockLostError` when the
+   * key is not held under this token (`G`), with `IndeterminateError` when it was sent and no
+   * reply came, with `DuplicateRequestError` while another keep of this (key, token) is pending,
+   * and otherwise as `release` does.
+   */
+  renew(key: string, token: bigint | string, options?: ReleaseOptions): Promise<RenewResult> {
+    let args: ReturnType<typeof checkRelease>;
+    try {
+      args = checkRelease(key, token, options, this.#closed);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#keep(key, args.tokenText, args.signal).then((kept) => ({
+      key,
+      token: kept.token,
+      leaseMs: kept.leaseMs,
+      expiresAt: new Date(Date.now() + (kept.sentAt + kept.leaseMs - now())),
+    }));
+  }
+
+  /**
+   * Acquires `key` and keeps it alive until released or lost (docs/ticketing.md "Keeping a lock").
+   * Resolves once the first keep confirmed the grant, with `{ token, signal, release() }`:
+   * `signal` aborts no later than the local deadline unless a keep moved it, and at once when the
+   * server says the lock is gone. Rejects with `NotAcquiredError` when the key stayed held
+   * (`waitMs`) or the server was busy, with `LockLostError` when the grant could not be kept, and
+   * as `acquire` does.
+   */
+  hold(key: string, options: HoldOptions = {}): Promise<TicketHold> {
+    return startHold(
+      {
+        acquire: (k, o) => this.acquire(k, o),
+        keep: (k, t, signal) => this.#keep(k, t, signal),
+        release: (k, t) => this.#release(k, t, undefined),
+      },
+      key,
+      options,
+    );
+  }
+
   /** Stops taking requests, rejects unsent ones (`ClientClosedError`), waits for the ones in
    * flight to settle, then closes the connections. */
   close(): Promise<void> {
@@ -211,8 +280,13 @@ export class TicketClient {
     this.#acquireLane.closeQueued(new ClientClosedError('the client is closed'));
     await this.#acquireLane.whenIdle();
     // Releases already asked for (and orphan releases the acquires caused) still go out.
-    while (this.#registry.releaseCount > 0 || this.#releaseLane.inFlight + this.#releaseLane.queued > 0) {
+    while (
+      this.#registry.releaseCount > 0 ||
+      this.#releasing.size > 0 ||
+      this.#releaseLane.inFlight + this.#releaseLane.queued > 0
+    ) {
       await this.#releaseLane.whenIdle();
+      await Promise.all(this.#releasing);
       await new Promise((resolve) => setImmediate(resolve));
     }
     this.#releaseLane.closeQueued(new ClientClosedError('the client is closed'));
@@ -221,7 +295,25 @@ export class TicketClient {
     this.#releaseLane.end();
   }
 
+  /** A release, sent again while its answer is lost, until the grant's lease surely ran out. */
   #release(key: string, tokenText: string, signal: AbortSignal | undefined): Promise<ReleaseResult> {
+    const endAt = now() + Math.max(this.#learnedLeaseMs, this.leaseMs);
+    const done = releaseUntilAnswered((deadline) => {
+      if (this.#closed && this.#closing === undefined)
+        return Promise.reject(new ClientClosedError('the client was destroyed'));
+      const limit =
+        deadline === undefined || signal === undefined ? (deadline ?? signal) : AbortSignal.any([signal, deadline]);
+      return this.#releaseOnce(key, tokenText, limit);
+    }, endAt);
+    const settled: Promise<unknown> = done.then(
+      () => this.#releasing.delete(settled),
+      () => this.#releasing.delete(settled),
+    );
+    this.#releasing.add(settled);
+    return done;
+  }
+
+  #releaseOnce(key: string, tokenText: string, signal: AbortSignal | undefined): Promise<ReleaseResult> {
     return new Promise<ReleaseResult>((resolve, reject) => {
       const p: PendingRelease = {
         kind: 'release',
@@ -246,6 +338,50 @@ export class TicketClient {
       // waits for the earlier (and then, exact token as it is, can only get `not-held`).
       this.#registry.addRelease(p);
       if (!p.blocked) this.#releaseLane.submit(p);
+    });
+  }
+
+  #keep(key: string, tokenText: string, signal: AbortSignal | undefined): Promise<KeepResult> {
+    if (this.#closed) return Promise.reject(new ClientClosedError('the client is closed'));
+    return new Promise<KeepResult>((resolve, reject) => {
+      const p: PendingKeep = {
+        kind: 'keep',
+        key,
+        token: BigInt(tokenText),
+        tokenText,
+        line: formatKeep(key, tokenText),
+        waitMs: 0,
+        tokenNext: undefined,
+        signal,
+        submittedAt: now(),
+        sentAt: -1,
+        settled: false,
+        lane: undefined,
+        onAbort: undefined,
+        resolve: (kept) => {
+          if (kept.leaseMs > this.#learnedLeaseMs) this.#learnedLeaseMs = kept.leaseMs;
+          resolve(kept);
+        },
+        reject,
+      };
+      if (!this.#registry.addKeep(p)) {
+        reject(
+          new DuplicateRequestError(
+            `a keep of ${key} token ${tokenText} is already pending: its replies would be ambiguous`,
+            key,
+            undefined,
+            p.token,
+          ),
+        );
+        return;
+      }
+      if (signal?.aborted) {
+        this.#registry.remove(p);
+        reject(signal.reason);
+        return;
+      }
+      this.#watchAbort(p);
+      this.#releaseLane.submit(p);
     });
   }
 

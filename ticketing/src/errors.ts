@@ -33,11 +33,11 @@ export class IndeterminateError extends TicketError {
   readonly code = 'ETICKETINDETERMINATE';
   constructor(
     message: string,
-    readonly op: 'acquire' | 'release',
+    readonly op: 'acquire' | 'release' | 'keep',
     readonly key: string,
     /** The acquire's owner (acquires only). */
     readonly owner: string | undefined,
-    /** The grant's token if it was parsed (acquire), or the token being released (release). */
+    /** The grant's token if it was parsed (acquire), or the token being released or kept. */
     readonly token: bigint | undefined,
     readonly reason: IndeterminateReason,
     options?: ErrorOptions,
@@ -54,11 +54,11 @@ export class IndeterminateError extends TicketError {
 export abstract class RefusedError extends TicketError {
   constructor(
     message: string,
-    readonly op: 'acquire' | 'release',
+    readonly op: 'acquire' | 'release' | 'keep',
     readonly key: string,
     /** The acquire's owner (acquires only). */
     readonly owner: string | undefined,
-    /** The token being released (releases only). */
+    /** The token being released or kept (releases and keeps only). */
     readonly token: bigint | undefined,
     options?: ErrorOptions,
   ) {
@@ -86,16 +86,66 @@ export class CertificateError extends RefusedError {
   readonly code = 'ETICKETCERT';
 }
 
-/** An acquire with the same (key, owner) is already pending on this client: a second one would make
- * the replies ambiguous, so it is refused before it is sent. */
+/** An acquire with the same (key, owner), or a keep with the same (key, token), is already pending on
+ * this client: a second one would make the replies ambiguous, so it is refused before it is sent. */
 export class DuplicateRequestError extends TicketError {
   readonly code = 'ETICKETDUPLICATE';
   constructor(
     message: string,
     readonly key: string,
-    readonly owner: string,
+    /** The acquire's owner (acquires only). */
+    readonly owner: string | undefined,
+    /** The keep's token (keeps only). */
+    readonly token?: bigint,
   ) {
     super(message);
+  }
+}
+
+/**
+ * The lock is no longer held under this token: the server answered `G` to a keep (released,
+ * expired, taken over, or never granted), or, for a `hold()`, its local deadline passed before a
+ * keep was confirmed (the server may already have let it go). Definitive: stop using the token.
+ */
+export class LockLostError extends TicketError {
+  readonly code = 'ETICKETLOST';
+  constructor(
+    message: string,
+    readonly key: string,
+    readonly token: bigint,
+    /** `gone`: the server said so; `deadline`: the local deadline passed without a confirmed keep. */
+    readonly reason: 'gone' | 'deadline',
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** `hold()` did not get the lock: it was held and not released within `waitMs` (`timed-out`), or
+ * the server was at a queue limit (`busy`). Nothing is held. */
+export class NotAcquiredError extends TicketError {
+  readonly code = 'ETICKETNOTACQUIRED';
+  constructor(
+    message: string,
+    readonly key: string,
+    readonly owner: string,
+    readonly status: 'timed-out' | 'busy',
+  ) {
+    super(message);
+  }
+}
+
+/** `TicketLease` (the `SessionLease` port): the key is held by another (acquire), or the grant is no
+ * longer held (renew). The port's code, so code written against the port handles it as it does the
+ * file lease's `LeaseHeldError`. */
+export class LeaseHeldError extends TicketError {
+  readonly code = 'ELEASEHELD';
+  constructor(
+    message: string,
+    readonly sessionId: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
   }
 }
 

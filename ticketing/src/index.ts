@@ -17,7 +17,11 @@ export {
   type ReleaseOptions,
   type ReleaseResult,
   type BackoffOptions,
+  type RenewResult,
+  type HoldOptions,
+  type TicketHold,
 } from './client.js';
+export { TicketLease, type TicketLeaseGrant } from './ticket-lease.js';
 export {
   TicketError,
   IndeterminateError,
@@ -26,6 +30,9 @@ export {
   CapacityError,
   CertificateError,
   DuplicateRequestError,
+  LockLostError,
+  NotAcquiredError,
+  LeaseHeldError,
   ConnectError,
   ClientClosedError,
   ServerError,

@@ -1,13 +1,12 @@
 /**
- * Real certificates for tests, made with `openssl` in a temporary directory: a CA, server
+ * The certificates the TLS tests use, issued by certs.mjs in a temporary directory: a CA, server
  * certificates for 127.0.0.1/localhost, and client certificates (a good one, an expired one, one
- * from another CA). EC P-256 keys, so that making them takes milliseconds.
+ * from another CA).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
+import { createCa, type IssuedCertificate, type IssueOptions } from './certs.mjs';
 
 /** A certificate and its key, as file paths. */
 export interface CertFiles {
@@ -33,70 +32,24 @@ export interface TestPki {
   remove(): void;
 }
 
-function openssl(dir: string, args: string[]): void {
-  execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] });
-}
+const files = (issued: IssuedCertificate): CertFiles => ({ cert: issued.certFile, key: issued.keyFile });
 
-const EC = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-
-function makeCa(dir: string, name: string): string {
-  openssl(dir, [
-    'req',
-    '-x509',
-    ...EC,
-    '-keyout',
-    `${name}.key`,
-    '-out',
-    `${name}.pem`,
-    '-subj',
-    `/CN=${name}`,
-    '-days',
-    '30',
-  ]);
-  return join(dir, `${name}.pem`);
-}
-
-/** A certificate signed by CA `ca` (its basename), valid for `days` (negative: expired). */
-function makeCert(dir: string, ca: string, name: string, days: number, serverNames: boolean): CertFiles {
-  openssl(dir, ['req', ...EC, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`]);
-  const ext = serverNames ? 'subjectAltName=IP:127.0.0.1,DNS:localhost' : 'extendedKeyUsage=clientAuth';
-  const extFile = join(dir, `${name}.ext`);
-  execFileSync('sh', ['-c', `printf '%s\\n' "$1" > "$2"`, 'sh', ext, extFile]);
-  openssl(dir, [
-    'x509',
-    '-req',
-    '-in',
-    `${name}.csr`,
-    '-CA',
-    `${ca}.pem`,
-    '-CAkey',
-    `${ca}.key`,
-    '-CAcreateserial',
-    '-out',
-    `${name}.pem`,
-    '-days',
-    String(days),
-    '-extfile',
-    extFile,
-  ]);
-  return { cert: join(dir, `${name}.pem`), key: join(dir, `${name}.key`) };
-}
-
-/** Makes a fresh set of certificates in a new temporary directory. */
-export function makePki(): TestPki {
-  const dir = mkdtempSync(join(tmpdir(), 'ticketing-pki-'));
-  const ca = makeCa(dir, 'ca');
-  const otherCa = makeCa(dir, 'other-ca');
+/** Makes a fresh set of certificates in a new temporary directory (certs.mjs issues them). */
+export async function makePki(): Promise<TestPki> {
+  const ca = await createCa({ days: 30 });
+  const other = await createCa({ dir: ca.dir, name: 'other-ca', commonName: 'flocklease other test CA', days: 30 });
+  const server: Omit<IssueOptions, 'name'> = { hosts: ['127.0.0.1', 'localhost'], usage: ['serverAuth'], days: 30 };
+  const client: Omit<IssueOptions, 'name'> = { usage: ['clientAuth'], days: 30 };
   return {
-    dir,
-    ca,
-    otherCa,
-    server: makeCert(dir, 'ca', 'server', 30, true),
-    server2: makeCert(dir, 'ca', 'server2', 30, true),
-    client: makeCert(dir, 'ca', 'client', 30, false),
-    expiredClient: makeCert(dir, 'ca', 'expired-client', -1, false),
-    foreignClient: makeCert(dir, 'other-ca', 'foreign-client', 30, false),
-    remove: () => rmSync(dir, { recursive: true, force: true }),
+    dir: ca.dir,
+    ca: ca.certFile,
+    otherCa: other.certFile,
+    server: files(await ca.issue({ name: 'server', ...server })),
+    server2: files(await ca.issue({ name: 'server2', ...server })),
+    client: files(await ca.issue({ name: 'client', ...client })),
+    expiredClient: files(await ca.issue({ name: 'expired-client', usage: ['clientAuth'], days: -1 })),
+    foreignClient: files(await other.issue({ name: 'foreign-client', ...client })),
+    remove: () => ca.remove(),
   };
 }
 

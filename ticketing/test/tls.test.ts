@@ -18,7 +18,7 @@ import { TlsMaterial, TlsMaterialError } from '../src/server/tls-material.js';
 import { runCli, spawnServer, until } from './helpers.js';
 import { clientTls, makePki, serialOf, type TestPki } from './tls-helpers.js';
 
-const pki: TestPki = makePki();
+const pki: TestPki = await makePki();
 afterAll(() => pki.remove());
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -33,8 +33,8 @@ async function tlsServer(mutual: boolean): Promise<{ server: TicketServer; port:
   return { server, port };
 }
 
-function client(port: number, options: tls.ConnectionOptions): TicketClient {
-  const c = new TicketClient({ port, tls: options, connectTimeoutMs: 2_000 });
+function client(port: number, options: tls.ConnectionOptions, secret?: string): TicketClient {
+  const c = new TicketClient({ port, tls: options, secret, connectTimeoutMs: 2_000 });
   cleanups.push(() => c.destroy());
   return c;
 }
@@ -122,7 +122,7 @@ describe('TlsMaterial: bad files are refused with a clear error', () => {
     );
     expect(() => TlsMaterial.load({ cert: pki.server.key, key: pki.server.key })).toThrow(TlsMaterialError);
     expect(() => TlsMaterial.load({ cert: pki.server.cert, key: pki.client.key })).toThrow(
-      /TLS key .*client\.key does not match certificate .*server\.pem/,
+      /TLS key .*client\.key does not match certificate .*server\.crt/,
     );
   });
 });
@@ -167,7 +167,9 @@ describe('ticketing serve with TLS', () => {
     const key = join(pki.dir, 'live.key');
     copyFileSync(pki.server.cert, cert);
     copyFileSync(pki.server.key, key);
-    const served = await spawnServer(['--tls-cert', cert, '--tls-key', key]);
+    const secretFile = join(pki.dir, 'live.secret');
+    writeFileSync(secretFile, 'first-secret\n');
+    const served = await spawnServer(['--tls-cert', cert, '--tls-key', key, '--secret-file', secretFile]);
     cleanups.push(() => void served.child.kill('SIGKILL'));
     const peerSerial = async (): Promise<string> => {
       const socket = tls.connect({ port: served.port, host: '127.0.0.1', ...clientTls(pki) });
@@ -177,22 +179,45 @@ describe('ticketing serve with TLS', () => {
       return serial.toUpperCase();
     };
     expect(await peerSerial()).toBe(serialOf(pki.server.cert));
-    const open = client(served.port, clientTls(pki));
+    const open = client(served.port, clientTls(pki), 'first-secret');
     expect((await open.acquire('a', { waitMs: 0 })).status).toBe('acquired');
 
     copyFileSync(pki.server2.cert, cert);
     copyFileSync(pki.server2.key, key);
+    writeFileSync(secretFile, 'second-secret\n');
     served.child.kill('SIGHUP');
-    await until(() => served.stderr().includes('reloaded the TLS files'), 5_000, 'the reload');
+    await until(() => served.stderr().includes('"msg":"TLS reloaded"'), 5_000, 'the reload');
+    await until(() => served.stderr().includes('"msg":"secret reloaded"'), 5_000, 'the secret reload');
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
     expect((await open.acquire('b', { waitMs: 0 })).status).toBe('acquired');
+    // New connections need the new secret; the old one is refused.
+    expect((await client(served.port, clientTls(pki), 'second-secret').acquire('s', { waitMs: 0 })).status).toBe(
+      'acquired',
+    );
+    await expect(client(served.port, clientTls(pki), 'first-secret').acquire('t', { waitMs: 0 })).rejects.toThrow();
 
     writeFileSync(key, 'not a key\n');
     served.child.kill('SIGHUP');
-    await until(() => served.stderr().includes('keeping the previous TLS material'), 5_000, 'the failed reload');
+    await until(
+      () => served.stderr().includes('TLS reload failed: keeping the previous material'),
+      5_000,
+      'the failed reload',
+    );
     expect(served.stderr()).toMatch(/TLS key .*live\.key/);
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
     expect((await open.acquire('c', { waitMs: 0 })).status).toBe('acquired');
+    // A secret file that fails to load keeps the previous secret.
+    writeFileSync(secretFile, 'two words\n');
+    served.child.kill('SIGHUP');
+    await until(
+      () => served.stderr().includes('secret reload failed: keeping the previous secret'),
+      5_000,
+      'the failed secret reload',
+    );
+    expect((await client(served.port, clientTls(pki), 'second-secret').acquire('u', { waitMs: 0 })).status).toBe(
+      'acquired',
+    );
     expect(served.child.exitCode).toBeNull();
+    expect(served.stderr()).not.toMatch(/first-secret|second-secret/);
   });
 });

@@ -22,3 +22,22 @@ export function freshNow(): number {
   turnNow = performance.now();
   return turnNow;
 }
+
+/** The safety margin a holder takes off its lease (docs/ticketing.md "Keeping a lock"). */
+export interface DeadlineMargin {
+  /** Fraction of the lease: the two clocks may run at different rates. Default 0.01. */
+  readonly fraction: number;
+  /** Fixed part, ms: a timer fires late, and acting on it takes time. Default 50. */
+  readonly ms: number;
+}
+
+export const DEFAULT_MARGIN: DeadlineMargin = { fraction: 0.01, ms: 50 };
+
+/**
+ * The local deadline of a grant or keep, on this clock: counted from when the request that granted
+ * or kept it was sent (the server applied it no earlier), never from when its reply came, less the
+ * margin. Before it, the server cannot have let the lock go; a holder stops by then.
+ */
+export function localDeadline(sentAt: number, leaseMs: number, margin: DeadlineMargin): number {
+  return sentAt + leaseMs - (leaseMs * margin.fraction + margin.ms);
+}

@@ -21,9 +21,9 @@ import {
   type IndeterminateReason,
 } from '../errors.js';
 import { channels, publish } from '../events.js';
-import { endedRequestError, type ConnectionEnd } from './outcomes.js';
+import { endedRequestError, lockGone, type ConnectionEnd } from './outcomes.js';
 import { isCertificateError, openSocket } from './transport.js';
-import type { Pending, PendingAcquire, PendingRegistry, PendingRelease } from './pending.js';
+import type { Pending, PendingAcquire, PendingKeep, PendingRegistry, PendingRelease } from './pending.js';
 import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
 
 /** What a lane asks of the client that owns it. */
@@ -286,10 +286,27 @@ export class Lane {
           this.#released(p, answer.op === 'R');
           return true;
         }
+        case 'K':
+        case 'G': {
+          const p = this.registry.findKeep(answer.token, answer.key);
+          if (p === undefined || p.lane !== this || p.sentAt < 0) break;
+          this.#keepAnswered(p, answer.op === 'K' ? answer.leaseMs : undefined);
+          return true;
+        }
       }
     }
     return this.#onOtherLine(line);
   };
+
+  /** A keep's answer: `K` (kept, with the lease applied) or `G` (gone: `leaseMs` undefined). */
+  #keepAnswered(p: PendingKeep, leaseMs: number | undefined): void {
+    this.#sample(now() - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    this.#settle(p);
+    if (leaseMs !== undefined) p.resolve({ key: p.key, token: p.token, leaseMs, sentAt: p.sentAt });
+    else p.reject(lockGone(p.key, p.token));
+  }
 
   #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
     const p = this.registry.findAcquire(owner, key);
@@ -362,7 +379,6 @@ export class Lane {
         return false;
       case 'K':
       case 'G':
-        // (this client sends no K yet: every keep reply is unmatched)
         this.#teardown('connection-lost', new ProtocolError('a reply matches no pending keep', line));
         return false;
       case 'L':

@@ -8,6 +8,7 @@ import {
   type CertificateError,
   IndeterminateError,
   type IndeterminateReason,
+  LockLostError,
   type TicketError,
 } from '../errors.js';
 import type { Pending } from './pending.js';
@@ -27,7 +28,7 @@ export type ConnectionEnd =
 /** `token`: a grant's token salvaged from a half-received reply (acquires only). */
 export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint): TicketError {
   const acquire = p.kind === 'acquire';
-  const what = acquire ? `acquire ${p.key} (owner ${p.owner})` : `release ${p.key} token ${p.token}`;
+  const what = acquire ? `acquire ${p.key} (owner ${p.owner})` : `${p.kind} ${p.key} token ${p.token}`;
   const owner = acquire ? p.owner : undefined;
   switch (end.kind) {
     case 'refused':
@@ -55,7 +56,7 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
       );
     case 'lost':
       return new IndeterminateError(
-        `${what}: no definitive reply (${describe(end.cause)}); it may or may not ${acquire ? 'hold the key' : 'have released'}`,
+        `${what}: no definitive reply (${describe(end.cause)}); it may or may not ${acquire ? 'hold the key' : p.kind === 'keep' ? 'have kept it' : 'have released'}`,
         p.kind,
         p.key,
         owner,
@@ -64,6 +65,16 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
         { cause: end.cause },
       );
   }
+}
+
+/** The server's `G`: the key is not held under this token. */
+export function lockGone(key: string, token: bigint): LockLostError {
+  return new LockLostError(
+    `${key} is not held under token ${token} (released, expired, taken over, or never granted)`,
+    key,
+    token,
+    'gone',
+  );
 }
 
 function describe(cause: unknown): string {

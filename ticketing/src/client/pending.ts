@@ -1,12 +1,13 @@
 /**
  * The client's registry of pending requests: every unsettled acquire by owner and every
- * unsettled release by token, the identifiers the server's replies echo. Requests sharing an
+ * unsettled release and keep by token, the identifiers the server's replies echo. Requests sharing an
  * identifier (one owner on several keys, one token released twice) chain, so a reply is matched
  * by (identifier, key) without scanning, and two releases of one (key, token) never travel at
  * once (their `R`/`N` would be ambiguous): the later one waits, `blocked`, until the earlier
  * settles.
  */
 import type { AcquireResult, BackoffOptions, ReleaseResult } from './options.js';
+import type { KeepResult } from './keep.js';
 import { Table } from '../table.js';
 
 /** Where a request is sent (the connection lane's identity, opaque here). */
@@ -54,13 +55,28 @@ export interface PendingRelease extends PendingBase {
   readonly reject: (error: unknown) => void;
 }
 
-export type Pending = PendingAcquire | PendingRelease;
+/** A keep (`K <key> <token>`). At most one per (key, token) is pending: a second is refused. */
+export interface PendingKeep extends PendingBase {
+  readonly kind: 'keep';
+  readonly token: bigint;
+  readonly tokenText: string;
+  readonly line: string;
+  readonly waitMs: 0;
+  /** The next pending keep with the same token (another key). */
+  tokenNext: PendingKeep | undefined;
+  readonly resolve: (result: KeepResult) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+export type Pending = PendingAcquire | PendingRelease | PendingKeep;
 
 export class PendingRegistry {
   /** Unsettled acquires (queued, sent, or between busy retries) by owner. */
   readonly #acquires = new Table<PendingAcquire>();
   /** Unsettled releases by token, chained in the order they were asked for. */
   readonly #releases = new Table<PendingRelease>();
+  /** Unsettled keeps by token. */
+  readonly #keeps = new Table<PendingKeep>();
 
   /** Sends a release whose earlier twin settled. */
   readonly #sendUnblocked: (p: PendingRelease) => void;
@@ -90,6 +106,20 @@ export class PendingRegistry {
     else last.tokenNext = p;
   }
 
+  /** Registers a keep; false (nothing registered) when one of the same (key, token) is pending. */
+  addKeep(p: PendingKeep): boolean {
+    if (this.findKeep(p.tokenText, p.key) !== undefined) return false;
+    p.tokenNext = this.#keeps.get(p.tokenText);
+    this.#keeps.set(p.tokenText, p);
+    return true;
+  }
+
+  /** The pending keep by (token, key), if any. */
+  findKeep(token: string, key: string): PendingKeep | undefined {
+    for (let p = this.#keeps.get(token); p !== undefined; p = p.tokenNext) if (p.key === key) return p;
+    return undefined;
+  }
+
   /** A pending acquire by (owner, key), if any. */
   findAcquire(owner: string, key: string): PendingAcquire | undefined {
     for (let p = this.#acquires.get(owner); p !== undefined; p = p.ownerNext) if (p.key === key) return p;
@@ -105,7 +135,8 @@ export class PendingRegistry {
   /** Takes a settled request out; a release's blocked twin is sent now. */
   remove(p: Pending): void {
     if (p.kind === 'acquire') this.#removeAcquire(p);
-    else this.#removeRelease(p);
+    else if (p.kind === 'release') this.#removeRelease(p);
+    else this.#removeKeep(p);
   }
 
   /** Requests sent on `lane` and not settled (rare paths: teardown, the watchdog). */
@@ -117,6 +148,10 @@ export class PendingRegistry {
     }
     for (const head of this.#releases.values()) {
       for (let p: PendingRelease | undefined = head; p !== undefined; p = p.tokenNext)
+        if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+    }
+    for (const head of this.#keeps.values()) {
+      for (let p: PendingKeep | undefined = head; p !== undefined; p = p.tokenNext)
         if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
     }
     return out;
@@ -148,6 +183,19 @@ export class PendingRegistry {
       if (q !== undefined) q.ownerNext = p.ownerNext;
     }
     p.ownerNext = undefined;
+  }
+
+  #removeKeep(p: PendingKeep): void {
+    const head = this.#keeps.get(p.tokenText);
+    if (head === p) {
+      if (p.tokenNext === undefined) this.#keeps.delete(p.tokenText);
+      else this.#keeps.set(p.tokenText, p.tokenNext);
+    } else {
+      let q = head;
+      while (q !== undefined && q.tokenNext !== p) q = q.tokenNext;
+      if (q !== undefined) q.tokenNext = p.tokenNext;
+    }
+    p.tokenNext = undefined;
   }
 
   #removeRelease(p: PendingRelease): void {

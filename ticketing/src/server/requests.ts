@@ -62,8 +62,7 @@ export class RequestHandler {
       return false;
     }
     if (!conn.authed) {
-      const expected = this.#secretDigest;
-      if (request.op !== 'H' || (expected !== undefined && !timingSafeEqual(digest(request.secret), expected))) {
+      if (request.op !== 'H' || !this.authorizes(request.secret)) {
         conns.fail(conn, 'auth_failed', undefined, 'auth_failed');
         return false;
       }

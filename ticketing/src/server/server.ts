@@ -17,6 +17,7 @@
  */
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
+import tls from 'node:tls';
 import { channels, publish } from '../events.js';
 import { TicketState, type KeyView } from '../state.js';
 import { TokenStore } from '../token-store.js';
@@ -164,11 +165,7 @@ export class TicketServer extends EventEmitter {
     } else {
       config.gate.attach(createGateHost(core));
     }
-    const server = net.createServer(
-      // Paused, so that adoptSocket can take the handle over before the first read.
-      { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000, pauseOnConnect: true },
-      (socket) => core.conns.accept(socket),
-    );
+    const server = this.#createServer();
     this.#server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -185,6 +182,39 @@ export class TicketServer extends EventEmitter {
     core.timers.start();
     publish(channels.serverListening, () => ({ server: this, ...this.#address }));
     return this.#address;
+  }
+
+  #createServer(): net.Server {
+    const core = this.#core;
+    const socketOptions = { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 };
+    const material = core.config.tls;
+    if (material === undefined) {
+      // Paused, so that adoptSocket can take the handle over before the first read.
+      return net.createServer({ ...socketOptions, pauseOnConnect: true }, (socket) => core.conns.accept(socket));
+    }
+    const server = tls.createServer(
+      // A handshake gets as long as an H line would.
+      // A client certificate that does not verify is not cut off in the handshake: Node would
+      // close without a TLS alert, and the client could not tell that from a lost connection. It
+      // is answered `E bad_certificate <reason>` instead, before any request is read.
+      {
+        ...socketOptions,
+        ...material.serverOptions(),
+        rejectUnauthorized: false,
+        handshakeTimeout: core.config.authTimeoutMs,
+      },
+      (socket) => {
+        const refused = material.mutual && !socket.authorized;
+        core.conns.accept(socket, refused ? String(socket.authorizationError ?? 'no certificate') : undefined);
+      },
+    );
+    server.on('tlsClientError', (error, socket) =>
+      publish(channels.serverTlsError, () => ({ server: this, error, remoteAddress: socket.remoteAddress })),
+    );
+    const reload = (): void => server.setSecureContext(material.secureContextOptions);
+    material.on('reload', reload);
+    server.once('close', () => material.off('reload', reload));
+    return server;
   }
 
   /**

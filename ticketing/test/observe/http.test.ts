@@ -1,15 +1,16 @@
 /** The HTTP endpoint, in process and behind `ticketing serve --http`, and `ticketing inspect`
- * against a real server: routes, status codes, the lock listing and its secret, HTTPS with a
- * certificate made by openssl here, bounds, and inspect's output and exit codes. */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+ * against a real server: routes, status codes, the lock listing and its secret, HTTPS with
+ * certificates made by openssl (tls-helpers.ts), bounds, and inspect's output and exit codes. */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
-import { CLI, runCli, until } from '../helpers.js';
+import { CLI, runCli, sleep, until } from '../helpers.js';
+import { makePki, type TestPki } from '../tls-helpers.js';
 import { request, startObserved, type Observed } from './support.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -21,6 +22,12 @@ async function observed(...args: Parameters<typeof startObserved>): Promise<Obse
   const o = await startObserved(...args);
   cleanups.push(() => o.close());
   return o;
+}
+
+async function pki(): Promise<TestPki> {
+  const made = await makePki();
+  cleanups.push(() => made.remove());
+  return made;
 }
 
 function client(port: number, secret?: string): TicketClient {
@@ -93,46 +100,18 @@ describe('HTTP endpoint', () => {
     expect((await request(o.httpPort, '/metrics')).status).toBe(200);
   });
 
-  test('HTTPS with a certificate made by openssl; a reload with setTls serves the new one', async () => {
-    const dir = tmp();
-    const make = (name: string): { cert: Buffer; key: Buffer } => {
-      const key = join(dir, `${name}.key`);
-      const cert = join(dir, `${name}.crt`);
-      execFileSync(
-        'openssl',
-        [
-          'req',
-          '-x509',
-          '-newkey',
-          'ec',
-          '-pkeyopt',
-          'ec_paramgen_curve:prime256v1',
-          '-nodes',
-          '-days',
-          '1',
-          '-subj',
-          `/CN=localhost`,
-          '-addext',
-          'subjectAltName=DNS:localhost,IP:127.0.0.1',
-          '-keyout',
-          key,
-          '-out',
-          cert,
-        ],
-        { stdio: 'ignore' },
-      );
-      return { cert: readFileSync(cert), key: readFileSync(key) };
-    };
-    const first = make('first');
-    const second = make('second');
-    const o = await observed({}, { tls: first });
-    expect(o.endpoint.secure).toBe(true);
-    expect(await request(o.httpPort, '/healthz', { ca: first.cert })).toMatchObject({ status: 200, body: 'ok\n' });
-    await expect(request(o.httpPort, '/healthz', { ca: second.cert })).rejects.toThrow(
-      /self[- ]signed|unable to verify/i,
+  test('HTTPS with the given certificate; a reload with setTls serves the new one', async () => {
+    const [first, second] = [await pki(), await pki()];
+    const o = await observed(
+      {},
+      { tls: { cert: readFileSync(first.server.cert), key: readFileSync(first.server.key) } },
     );
-    o.endpoint.setTls(second);
-    expect((await request(o.httpPort, '/healthz', { ca: second.cert })).status).toBe(200);
+    expect(o.endpoint.secure).toBe(true);
+    const trusting = (p: TestPki) => ({ ca: readFileSync(p.ca) });
+    expect(await request(o.httpPort, '/healthz', trusting(first))).toMatchObject({ status: 200, body: 'ok\n' });
+    await expect(request(o.httpPort, '/healthz', trusting(second))).rejects.toThrow(/unable to verify|self[- ]signed/i);
+    o.endpoint.setTls({ cert: readFileSync(second.server.cert), key: readFileSync(second.server.key) });
+    expect((await request(o.httpPort, '/healthz', trusting(second))).status).toBe(200);
   });
 
   test('a request that never finishes is cut off after the request timeout', async () => {
@@ -205,6 +184,37 @@ describe('ticketing serve --http and ticketing inspect', () => {
     expect(refused.stderr).toMatch(/^ticketing: the server wants its secret: --secret-file/);
     const served = await runCli(['inspect', '--http', address, '--secret-file', secretFile, '--json']);
     expect(served).toEqual({ code: 0, stdout: '[]\n', stderr: '' });
+  });
+
+  test('with --tls-cert the endpoint serves HTTPS (no client certificate needed under mutual TLS); SIGHUP reloads it; inspect --tls-ca', async () => {
+    const [first, second] = [await pki(), await pki()];
+    const cert = join(first.dir, 'live.crt');
+    const key = join(first.dir, 'live.key');
+    copyFileSync(first.server.cert, cert);
+    copyFileSync(first.server.key, key);
+    const s = await serveHttp(['--tls-cert', cert, '--tls-key', key, '--tls-ca', first.ca]);
+    expect((await request(s.httpPort, '/readyz', { ca: readFileSync(first.ca) })).status).toBe(200);
+    const address = `127.0.0.1:${s.httpPort}`;
+    expect(await runCli(['inspect', '--http', address, '--tls-ca', first.ca])).toEqual({
+      code: 0,
+      stdout: 'No locks held.\n',
+      stderr: '',
+    });
+    expect((await runCli(['inspect', '--http', address])).code).toBe(1); // plain HTTP to an HTTPS port
+    copyFileSync(second.server.cert, cert);
+    copyFileSync(second.server.key, key);
+    s.child.kill('SIGHUP');
+    const trusted = (): Promise<boolean> =>
+      request(s.httpPort, '/healthz', { ca: readFileSync(second.ca) }).then(
+        (answer) => answer.status === 200,
+        () => false,
+      );
+    const deadline = Date.now() + 5_000;
+    while (!(await trusted())) {
+      if (Date.now() > deadline) throw new Error('the reloaded certificate was not served');
+      await sleep(20);
+    }
+    expect((await runCli(['inspect', '--http', address, '--tls-ca', second.ca])).code).toBe(0);
   });
 
   test('bad input: a bad --http address (serve and inspect) exits 64; an unreachable endpoint exits 1', async () => {

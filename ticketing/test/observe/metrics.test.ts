@@ -3,6 +3,7 @@
 import { execFile } from 'node:child_process';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
+import { LockLostError } from '../../src/errors.js';
 import { sleep, until } from '../helpers.js';
 import { sample, startObserved, type Observed } from './support.js';
 
@@ -37,6 +38,8 @@ describe('ticketing_ metrics', () => {
       ['acquire', 'busy'],
       ['release', 'released'],
       ['release', 'not_held'],
+      ['keep', 'kept'],
+      ['keep', 'gone'],
     ] as const) {
       expect(requests(first, op, result), `${op} ${result}`).toBe(0);
     }
@@ -65,6 +68,14 @@ describe('ticketing_ metrics', () => {
     expect(requests(text, 'release', 'not_held')).toBe(2);
     expect(requests(text, 'acquire', 'timeout')).toBe(1);
     expect(sample(text, 'ticketing_keys')).toBe(N - 10);
+
+    // Keeps: two of a held grant, one of a released one.
+    await c.renew('k23', tokens[23]!);
+    await c.renew('k23', tokens[23]!);
+    await expect(c.renew('k0', tokens[0]!)).rejects.toBeInstanceOf(LockLostError);
+    text = await o.scrape();
+    expect(requests(text, 'keep', 'kept')).toBe(2);
+    expect(requests(text, 'keep', 'gone')).toBe(1);
 
     // A queued request, a busy one behind it (one waiter per key), and the hand-off after 300 ms.
     const waiting = c.acquire('k21', { waitMs: 10_000 });

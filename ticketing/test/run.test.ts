@@ -1,0 +1,165 @@
+/**
+ * `ticketing run` as a real process against a real `ticketing serve`: the exit status, --wait
+ * running out, forwarded signals, a `kill -9` of run, and the loss test (a proxy blackholes the
+ * holder's traffic mid-hold; its command, which ignores SIGTERM, must stop writing heartbeats
+ * before the next holder's command writes its first).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, test } from 'vitest';
+import { TicketClient } from '../src/client.js';
+import { startTcpProxy } from './cluster/harness.mjs';
+import { CLI, sleep, spawnServer, until } from './helpers.js';
+import { makePki } from './tls-helpers.js';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+async function serve(lease: string, ...args: string[]): Promise<string> {
+  const s = await spawnServer(['--lease', lease, ...args]);
+  cleanups.push(async () => {
+    s.child.kill('SIGKILL');
+    await s.exit;
+  });
+  return `127.0.0.1:${s.port}`;
+}
+
+interface Run {
+  child: ChildProcess;
+  stderr: () => string;
+  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+function run(address: string, args: string[], command: string): Run {
+  const child = spawn(process.execPath, [CLI, 'run', '--addresses', address, ...args, '--', 'sh', '-c', command], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => (stderr += chunk));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  cleanups.push(() => void child.kill('SIGKILL'));
+  return { child, stderr: () => stderr, exit };
+}
+
+function dir(): string {
+  return mkdtempSync(join(tmpdir(), 'ticketing-run-'));
+}
+
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A heartbeat loop: the time (ms since the epoch, from date) into `file` every 10 ms. */
+const heartbeat = (file: string, ignoreTerm: boolean): string =>
+  `${ignoreTerm ? "trap '' TERM; " : ''}while :; do date +%s%3N >> ${file}; sleep 0.01; done`;
+
+function beats(file: string): number[] {
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'latin1')
+    .split('\n')
+    .filter((line) => /^\d+$/.test(line))
+    .map(Number);
+}
+
+describe('ticketing run', () => {
+  test('passes TICKETING_KEY and TICKETING_TOKEN, releases at the end, and exits with the command status', async () => {
+    const address = await serve('2s');
+    const d = dir();
+    const r = run(address, ['--key', 'job'], `echo "$TICKETING_KEY $TICKETING_TOKEN" > ${d}/env; exit 3`);
+    expect(await r.exit).toEqual({ code: 3, signal: null });
+    const [key, token] = readFileSync(join(d, 'env'), 'latin1').trim().split(' ');
+    expect(key).toBe('job');
+    expect(BigInt(token!)).toBeGreaterThan(0n);
+    // Released: the key is free at once, not after the lease.
+    const client = new TicketClient({ addresses: [address] });
+    cleanups.push(() => client.destroy());
+    expect((await client.acquire('job')).status).toBe('acquired');
+  });
+
+  test('over mutual TLS with --tls-ca, --tls-cert and --tls-key; without a client certificate, exit 1 and no run', async () => {
+    const pki = await makePki();
+    cleanups.push(() => pki.remove());
+    const address = await serve('2s', '--tls-cert', pki.server.cert, '--tls-key', pki.server.key, '--tls-ca', pki.ca);
+    const d = dir();
+    const tls = ['--tls-ca', pki.ca, '--tls-cert', pki.client.cert, '--tls-key', pki.client.key];
+    const r = run(address, ['--key', 'job', ...tls], `echo "$TICKETING_TOKEN" > ${d}/token`);
+    expect(await r.exit).toEqual({ code: 0, signal: null });
+    expect(BigInt(readFileSync(join(d, 'token'), 'latin1').trim())).toBeGreaterThan(0n);
+    const refused = run(address, ['--key', 'job', '--tls-ca', pki.ca], `touch ${d}/ran`);
+    expect(await refused.exit).toEqual({ code: 1, signal: null });
+    expect(refused.stderr()).toMatch(/certificate/i);
+    expect(existsSync(join(d, 'ran'))).toBe(false);
+    const usage = run(address, ['--key', 'job', '--tls-cert', pki.client.cert], 'true');
+    expect((await usage.exit).code).toBe(64);
+  });
+
+  test('--wait running out exits 75 (as flocklease run does for a held lease)', async () => {
+    const address = await serve('5s');
+    const client = new TicketClient({ addresses: [address] });
+    cleanups.push(() => client.destroy());
+    expect((await client.acquire('job')).status).toBe('acquired');
+    const r = run(address, ['--key', 'job', '--wait', '200ms'], 'exit 0');
+    expect(await r.exit).toEqual({ code: 75, signal: null });
+    expect(r.stderr()).toMatch(/not obtained within 200 ms: it is held by another owner/);
+  });
+
+  test.each(['SIGTERM', 'SIGINT'] as const)('%s sent to run is forwarded to the command', async (sig) => {
+    const address = await serve('2s');
+    const d = dir();
+    const r = run(address, ['--key', 'job'], `trap 'exit 42' INT TERM; touch ${d}/up; while :; do sleep 0.01; done`);
+    await until(() => existsSync(join(d, 'up')), 10_000, 'the command to start');
+    r.child.kill(sig);
+    expect(await r.exit).toEqual({ code: 42, signal: null });
+  });
+
+  test('kill -9 of run leaves no member of the command group alive', async () => {
+    const address = await serve('2s');
+    const d = dir();
+    const r = run(address, ['--key', 'job'], `sleep 60 & echo $(ps -o pgid= $$) > ${d}/pgid; wait`);
+    await until(() => existsSync(join(d, 'pgid')) && readFileSync(join(d, 'pgid'), 'latin1').trim() !== '', 10_000);
+    const pgid = Number(readFileSync(join(d, 'pgid'), 'latin1').trim());
+    expect(groupAlive(pgid)).toBe(true);
+    r.child.kill('SIGKILL');
+    await r.exit;
+    await until(() => !groupAlive(pgid), 5_000, 'the group to be gone');
+  });
+
+  test('the loss test: a blackholed holder stops (SIGKILL, it ignores SIGTERM) before the next holder starts', async () => {
+    const lease = 1_500;
+    const address = await serve(`${lease}ms`);
+    const [host, port] = [address.split(':')[0]!, Number(address.split(':')[1])];
+    const proxy = await startTcpProxy(host, port);
+    cleanups.push(() => proxy.close());
+    const d = dir();
+    const first = run(proxy.address, ['--key', 'job'], heartbeat(join(d, 'first'), true));
+    await until(() => beats(join(d, 'first')).length > 5, 10_000, 'the first command to beat');
+    await sleep(lease / 2);
+    await proxy.cut({ mode: 'blackhole', existing: 'stall' });
+    const second = run(address, ['--key', 'job', '--wait', '30s'], heartbeat(join(d, 'second'), false));
+    await until(() => beats(join(d, 'second')).length > 0, 15_000, 'the second command to beat');
+    const firstBeats = beats(join(d, 'first'));
+    const lastOfFirst = firstBeats[firstBeats.length - 1]!;
+    const firstOfSecond = beats(join(d, 'second'))[0]!;
+
+    console.log(
+      `loss test (single mode): last heartbeat of the first holder ${firstOfSecond - lastOfFirst} ms before the first of the next`,
+    );
+    expect(lastOfFirst).toBeLessThan(firstOfSecond);
+    expect(first.stderr()).toMatch(/terminating the command/);
+    expect(await first.exit).toEqual({ code: 79, signal: null });
+    second.child.kill('SIGTERM');
+    await second.exit;
+  });
+});
