@@ -1,8 +1,9 @@
 // Ticketing cluster demo: 3 etcd members and 3 Ticketing nodes on loopback, three clients taking
 // turns on three keys. We SIGKILL the leader while they work, and watch a new leader take over with
 // every acknowledged grant intact: each holder's exact-token release still succeeds there.
-// With `-- --tls`, etcd runs secure (TLS with client certificates, auth on) and the nodes reach it
-// over TLS as their own etcd user.
+// With `-- --tls`, everything speaks TLS: etcd runs secure (client certificates, auth on) and the
+// nodes reach it as their own etcd user; the nodes serve mutual TLS, and the clients present
+// certificates from the same test CA.
 import { channel } from 'node:diagnostics_channel';
 import { join } from 'node:path';
 import { ensureEtcd, ROOT, startEtcdCluster, startTicketingNodes, waitForLeader } from '../test/cluster/harness.mjs';
@@ -44,18 +45,30 @@ say(
   `etcd: 3 members on ${etcd.endpoints.map((u) => u.replace(/^https?:\/\//, '')).join(', ')} (data in ${etcd.dir})` +
     (TLS ? '; TLS with client certificates, auth on, Ticketing logs in as its own user' : ''),
 );
+// Under --tls: a server certificate for the nodes and a client certificate for the clients.
+const [serverCert, clientCert] = TLS
+  ? [
+      await etcd.ca.issue({ name: 'ticketing-server', hosts: ['127.0.0.1', 'localhost'], usage: ['serverAuth'] }),
+      await etcd.ca.issue({ name: 'ticketing-client', usage: ['clientAuth'] }),
+    ]
+  : [];
+const clientTls = TLS ? { ca: etcd.ca.cert, cert: clientCert.cert, key: clientCert.key } : undefined;
+const serveTls = TLS
+  ? ['--tls-cert', serverCert.certFile, '--tls-key', serverCert.keyFile, '--tls-ca', etcd.ca.certFile]
+  : [];
 group = await startTicketingNodes({
   count: 3,
   etcdEndpoints: etcd.endpoints,
   leaderTtl: '2s',
   lease: `${LEASE_MS}ms`,
-  extraArgs: etcd.ticketingArgs,
+  extraArgs: [...etcd.ticketingArgs, ...serveTls],
 });
 const name = (address) => `node-${group.addresses.indexOf(address)}`;
 say(
-  `Ticketing: ${group.nodes.map((n) => `${name(n.address)} ${n.address} (pid ${n.pid})`).join(', ')}; lease ${LEASE_MS / 1000} s`,
+  `Ticketing: ${group.nodes.map((n) => `${name(n.address)} ${n.address} (pid ${n.pid})`).join(', ')}; lease ${LEASE_MS / 1000} s` +
+    (TLS ? '; mutual TLS for clients' : ''),
 );
-const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
+const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000, tls: clientTls });
 say(`${name(leader.address)} is the leader`);
 
 // Everything the clients saw. A grant is settled when its release gave a definite answer.
@@ -101,6 +114,7 @@ async function work(clientName, index) {
   const client = new TicketClient({
     port: leader.port,
     addresses: group.addresses,
+    tls: clientTls,
     leaseMs: LEASE_MS,
     connectTimeoutMs: 5_000,
     responseTimeoutMs: 3_000,
@@ -167,7 +181,7 @@ killedAt = Date.now();
 for (const grant of grants) if (grant.released === undefined) grant.heldAtKill = true;
 say(`kill -9 ${name(leader.address)} (pid ${leader.pid}), the leader${holding ? `, while ${holding}` : ''}`);
 await leader.kill('SIGKILL');
-const newLeader = await waitForLeader(group.nodes, { timeoutMs: 15_000, not: leader });
+const newLeader = await waitForLeader(group.nodes, { timeoutMs: 15_000, not: leader, tls: clientTls });
 say(`${name(newLeader.address)} is the new leader (answers as leader ${Date.now() - killedAt} ms after the kill)`);
 
 // Let the clients work on the new leader for a while, then restart the dead node.

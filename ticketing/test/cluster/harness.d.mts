@@ -170,6 +170,8 @@ export declare function startTicketingNodes(options: TicketingNodesOptions): Pro
 export interface ProbeOptions {
   timeoutMs?: number;
   secret?: string;
+  /** Ask over TLS with these `tls.connect` options. */
+  tls?: import('node:tls').ConnectionOptions;
 }
 export interface WaitForLeaderOptions extends ProbeOptions {
   not?: TicketingNode;

@@ -24,6 +24,7 @@ import {
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import tls from 'node:tls';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -823,11 +824,13 @@ export const PROBE_KEY = '__harness_probe__';
  * Asks one node who leads: sends `R __harness_probe__ 1` (releases nothing) and reads one line.
  * Resolves { role: 'leader' } for an R/N reply, { role: 'follower', leader } for `M <addr>`,
  * { role: 'error', code } for `E …`, { role: 'unreachable' } on connect failure or timeout.
+ * With `tls` (tls.connect options) it asks over TLS.
  */
-export function probeNode(address, { timeoutMs = 1_000, secret } = {}) {
+export function probeNode(address, { timeoutMs = 1_000, secret, tls: tlsOptions } = {}) {
   const [host, portText] = splitAddress(address);
   return new Promise((resolve) => {
-    const socket = net.connect(Number(portText), host);
+    const port = Number(portText);
+    const socket = tlsOptions ? tls.connect({ ...tlsOptions, port, host }) : net.connect(port, host);
     let text = '';
     const done = (result) => {
       clearTimeout(timer);
@@ -836,7 +839,9 @@ export function probeNode(address, { timeoutMs = 1_000, secret } = {}) {
     };
     const timer = setTimeout(() => done({ role: 'unreachable', why: 'timeout' }), timeoutMs);
     socket.on('error', (error) => done({ role: 'unreachable', why: error.code ?? error.message }));
-    socket.on('connect', () => socket.write(`${secret ? `H ${secret}\n` : ''}R ${PROBE_KEY} 1\n`));
+    socket.on(tlsOptions ? 'secureConnect' : 'connect', () =>
+      socket.write(`${secret ? `H ${secret}\n` : ''}R ${PROBE_KEY} 1\n`),
+    );
     socket.on('data', (chunk) => {
       text += chunk;
       for (const line of text.split('\n').slice(0, -1)) {
