@@ -257,6 +257,7 @@ export function addServeCommand(program: Command): void {
             });
       const clock = testClock();
       const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
+      const etcdAccess = cluster ? readEtcdAccess(flags) : {};
       const logger = createLogger(flags.logLevel as LogLevel);
       // The flags hold file names, never a secret or a password.
       logger.info({ version: version(), config: flags }, 'starting');
@@ -282,7 +283,7 @@ export function addServeCommand(program: Command): void {
         const { ClusterNode } = await import('../cluster/node.js');
         node = new ClusterNode({
           etcd: flags.etcd as string[],
-          ...readEtcdAccess(flags),
+          ...etcdAccess,
           advertise: flags.advertise as string,
           prefix: flags.prefix as string,
           leaderTtlMs: flags.leaderTtl as number,

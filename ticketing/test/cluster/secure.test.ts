@@ -27,6 +27,16 @@ if (etcd.reason !== undefined) console.warn(`secure cluster tests skipped: ${etc
 /** How long a refused node may take to exit: one access check, bounded by the call deadline. */
 const REFUSED_EXIT_MS = 10_000;
 
+/** The message of the log's `fatal` line (the refusal that ended the node), from its JSON stderr. */
+function fatal(stderr: string): string {
+  for (const line of stderr.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const entry = JSON.parse(line) as { level?: string; err?: { message?: string } };
+    if (entry.level === 'fatal') return entry.err?.message ?? '';
+  }
+  return `(no fatal log line in: ${stderr})`;
+}
+
 describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, client certificates, auth)', () => {
   let cluster: EtcdCluster;
   let foreignCa: CertificateAuthority;
@@ -106,7 +116,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     const passwordFile = await cluster.addUser('stranger', { prefix: '/elsewhere/' });
     const result = await serveRefused({ '--etcd-user': 'stranger', '--etcd-password-file': passwordFile });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/user "stranger" may not read and write the prefix \/ticketing-refused\//);
+    expect(fatal(result.stderr)).toMatch(/user "stranger" may not read and write the prefix \/ticketing-refused\//);
     expect(result.ms).toBeLessThan(REFUSED_EXIT_MS);
   }, 30_000);
 
@@ -115,32 +125,32 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     writeFileSync(wrong, 'not-the-password-x7q\n', { mode: 0o600 });
     const result = await serveRefused({ '--etcd-password-file': wrong });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/etcd refused user "ticketing": wrong password or no such user/);
+    expect(fatal(result.stderr)).toMatch(/etcd refused user "ticketing": wrong password or no such user/);
     expect(result.stdout + result.stderr).not.toContain('not-the-password-x7q');
   }, 30_000);
 
   it('no client certificate, or one from a CA etcd does not trust: exit 1 with the TLS reason', async () => {
     const bare = await serveRefused({ '--etcd-cert': null, '--etcd-key': null });
     expect(bare.code).toBe(1);
-    expect(bare.stderr).toMatch(/TLS: etcd refused this node's client certificate/);
+    expect(fatal(bare.stderr)).toMatch(/TLS: etcd refused this node's client certificate/);
     const foreign = await foreignCa.issue({ name: 'foreign-client', usage: ['clientAuth'] });
     const untrusted = await serveRefused({ '--etcd-cert': foreign.certFile, '--etcd-key': foreign.keyFile });
     expect(untrusted.code).toBe(1);
-    expect(untrusted.stderr).toMatch(/TLS: etcd refused this node's client certificate/);
+    expect(fatal(untrusted.stderr)).toMatch(/TLS: etcd refused this node's client certificate/);
   }, 30_000);
 
   it("etcd's certificate from a CA the node was not given (or the system CAs): exit 1 with the TLS reason", async () => {
     const wrongCa = await serveRefused({ '--etcd-ca': foreignCa.certFile });
     expect(wrongCa.code).toBe(1);
-    expect(wrongCa.stderr).toMatch(/TLS: unable to verify the first certificate/);
+    expect(fatal(wrongCa.stderr)).toMatch(/TLS: unable to verify the first certificate/);
     const systemCas = await serveRefused({ '--etcd-ca': null });
     expect(systemCas.code).toBe(1);
-    expect(systemCas.stderr).toMatch(/TLS: unable to verify the first certificate/);
+    expect(fatal(systemCas.stderr)).toMatch(/TLS: unable to verify the first certificate/);
   }, 30_000);
 
   it('no user on an etcd with auth on: exit 1, saying a user is needed', async () => {
     const result = await serveRefused({ '--etcd-user': null, '--etcd-password-file': null });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/this node \(no user given\) may not read and write/);
+    expect(fatal(result.stderr)).toMatch(/this node \(no user given\) may not read and write/);
   }, 30_000);
 });
