@@ -23,7 +23,7 @@ import {
   type TicketingNode,
   type TicketingNodes,
 } from './harness.mjs';
-import { ask, askUntil, checkHistory, connect, sleep, startLoad, type Grant } from './support.js';
+import { ask, askUntil, checkHistory, connect, lostGrants, sleep, startLoad } from './support.js';
 
 const etcd = await ensureEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster tests skipped: ${etcd.reason}`);
@@ -249,10 +249,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       await load.stop();
     }
     expect(load.grants.length).toBeGreaterThan(50);
-    expect(
-      load.grants.filter((g: Grant) => g.released === 'not-held'),
-      'a release found its grant gone',
-    ).toEqual([]);
+    expect(lostGrants(load.grants), 'a release found its grant gone').toEqual([]);
     checkHistory(load.grants, leaseMs);
     const sorted = [...failovers].sort((a, b) => a - b);
     figures.push(
@@ -449,7 +446,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     );
     // The only failures: requests in flight when a connection closed (no ConnectError, no other code).
     expect([...load.errors.keys()].filter((code) => code !== 'ETICKETINDETERMINATE')).toEqual([]);
-    expect(load.grants.filter((g) => g.released === 'not-held')).toEqual([]);
+    expect(lostGrants(load.grants)).toEqual([]);
     checkHistory(load.grants, leaseMs);
   }, 90_000);
 

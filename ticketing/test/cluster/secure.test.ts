@@ -19,7 +19,7 @@ import {
   TICKETING_CLI,
   type EtcdCluster,
 } from './harness.mjs';
-import { ask, checkHistory, sleep, startLoad } from './support.js';
+import { ask, checkHistory, lostGrants, sleep, startLoad } from './support.js';
 
 const etcd = await ensureEtcd();
 if (etcd.reason !== undefined) console.warn(`secure cluster tests skipped: ${etcd.reason}`);
@@ -108,7 +108,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
       await load.stop();
       await group.stop(2_000);
     }
-    expect(load.grants.filter((g) => g.released === 'not-held')).toEqual([]);
+    expect(lostGrants(load.grants)).toEqual([]);
     checkHistory(load.grants, leaseMs);
   }, 90_000);
 

@@ -2,6 +2,8 @@
  * checker over everything the clients observed. */
 import { expect } from 'vitest';
 import { TicketClient } from '../../src/client.js';
+import type { IndeterminateError } from '../../src/errors.js';
+import { channels } from '../../src/events.js';
 import { LineSocket, sleep } from '../helpers.js';
 
 export { LineSocket, sleep };
@@ -62,6 +64,9 @@ export interface Grant {
   /** When the exact-token R was sent, and its outcome. */
   releaseSentAt?: number;
   released?: 'released' | 'not-held' | 'indeterminate';
+  /** The release's answer was lost at least once and the client sent it again (then `not-held` may
+   * mean that a lost copy released it). */
+  resent?: boolean;
   /** Keeps sent for it, in order. */
   keeps?: Keep[];
 }
@@ -89,6 +94,14 @@ export function startLoad(
       console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
     errors.set(code, (errors.get(code) ?? 0) + 1);
   };
+  // Releases whose answer was lost (the client sends them again), by `key token`.
+  const lost = new Set<string>();
+  const clients = new Set<unknown>();
+  const onIndeterminate = (message: unknown): void => {
+    const { client, error } = message as { client: unknown; error: IndeterminateError };
+    if (clients.has(client) && error.op === 'release') lost.add(`${error.key} ${error.token}`);
+  };
+  channels.clientIndeterminate.subscribe(onIndeterminate);
   const loops = Array.from({ length: options.workers }, async (_, worker) => {
     const client = new TicketClient({
       port: portOf(addresses[worker % addresses.length]!),
@@ -99,6 +112,7 @@ export function startLoad(
       errorBackoffMs: { no_leader: 50, not_active: 50 },
       backoff: { initialMs: 20, maxMs: 200 },
     });
+    clients.add(client);
     let n = 0;
     try {
       while (running) {
@@ -122,6 +136,7 @@ export function startLoad(
           count(error);
           grant.released = 'indeterminate';
         }
+        if (lost.has(`${key} ${result.token}`)) grant.resent = true;
       }
     } finally {
       client.destroy();
@@ -133,6 +148,7 @@ export function startLoad(
     async stop() {
       running = false;
       await Promise.all(loops);
+      channels.clientIndeterminate.unsubscribe(onIndeterminate);
     },
   };
 }
@@ -158,10 +174,13 @@ export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
       const previous = list[i - 1]!;
       const next = list[i]!;
       expect(next.token, `${key}: token ${next.token} issued twice`).not.toBe(previous.token);
-      // Released (R acknowledged, or a release whose outcome is unknown): the next grant came
-      // after the R was sent. Otherwise only the lease's end frees the key.
+      // Released (R acknowledged, a release whose outcome is unknown, or N to a re-sent release,
+      // which a lost copy may have done): the next grant came after the R was sent. Otherwise only
+      // the lease's end frees the key.
       const freedAt =
-        previous.released === 'released' || previous.released === 'indeterminate'
+        previous.released === 'released' ||
+        previous.released === 'indeterminate' ||
+        (previous.released === 'not-held' && previous.resent === true)
           ? previous.releaseSentAt!
           : validUntil(previous, leaseMs);
       expect(
@@ -175,6 +194,11 @@ export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
 
 function kept(grant: Grant): Keep[] {
   return (grant.keeps ?? []).filter((k) => k.result === 'kept');
+}
+
+/** Grants whose release found nothing to release although no copy of it was lost: lost grants. */
+export function lostGrants(grants: readonly Grant[]): Grant[] {
+  return grants.filter((g) => g.released === 'not-held' && g.resent !== true);
 }
 
 /** Until when a holder that did not release may count on its grant. */
