@@ -4,7 +4,6 @@
  * holder's traffic mid-hold; its command, which ignores SIGTERM, must stop writing heartbeats
  * before the next holder's command writes its first).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,7 +11,8 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { startTcpProxy } from './cluster/harness.mjs';
-import { CLI, sleep, spawnServer, until } from './helpers.js';
+import { sleep, spawnServer, until } from './helpers.js';
+import { beats, heartbeat, runTicketing, type Run } from './run-helpers.js';
 import { makePki } from './tls-helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -29,23 +29,8 @@ async function serve(lease: string, ...args: string[]): Promise<string> {
   return `127.0.0.1:${s.port}`;
 }
 
-interface Run {
-  child: ChildProcess;
-  stderr: () => string;
-  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
 function run(address: string, args: string[], command: string): Run {
-  const child = spawn(process.execPath, [CLI, 'run', '--addresses', address, ...args, '--', 'sh', '-c', command], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => resolve({ code, signal })),
-  );
-  cleanups.push(() => void child.kill('SIGKILL'));
-  return { child, stderr: () => stderr, exit };
+  return runTicketing(address, args, command, cleanups);
 }
 
 function dir(): string {
@@ -59,18 +44,6 @@ function groupAlive(pgid: number): boolean {
   } catch {
     return false;
   }
-}
-
-/** A heartbeat loop: the time (ms since the epoch, from date) into `file` every 10 ms. */
-const heartbeat = (file: string, ignoreTerm: boolean): string =>
-  `${ignoreTerm ? "trap '' TERM; " : ''}while :; do date +%s%3N >> ${file}; sleep 0.01; done`;
-
-function beats(file: string): number[] {
-  if (!existsSync(file)) return [];
-  return readFileSync(file, 'latin1')
-    .split('\n')
-    .filter((line) => /^\d+$/.test(line))
-    .map(Number);
 }
 
 describe('ticketing run', () => {

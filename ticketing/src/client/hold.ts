@@ -5,8 +5,9 @@
  * From then on a timer enforces the local deadline (clock.ts): the signal aborts by then unless a
  * newer keep moved it, whether or not any reply comes, and at once on `G`.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { checkNumber, timerDelay } from '#kernel';
-import { ClientClosedError, LockLostError, NotAcquiredError } from '../errors.js';
+import { ClientClosedError, IndeterminateError, LockLostError, NotAcquiredError, ServerError } from '../errors.js';
 import { DEFAULT_MARGIN, localDeadline, now, type DeadlineMargin } from './clock.js';
 import type { KeepResult } from './keep.js';
 import type { AcquireOptions, AcquireResult, ReleaseResult } from './options.js';
@@ -43,6 +44,37 @@ export interface HoldHost {
   release(key: string, token: string): Promise<ReleaseResult>;
 }
 
+/** Answers from a node that is not the leader: this many are always followed; more while `waitMs`
+ * lasts (during a failover followers name the dead leader, then none), after a pause each. */
+const MAX_REDIRECTS = 8;
+/** What a node that is not the serving leader answers: `M`, `E no_leader`, `E not_active`. */
+const NOT_AT_LEADER = new Set(['moved', 'no_leader', 'not_active']);
+const REDIRECT_PAUSE_MS = 50;
+
+/**
+ * The acquire, sent again when a node that is not the serving leader ended it (`M`: the client then
+ * knows the leader; `E no_leader`, `E not_active`: a failover is under way), within the caller's
+ * `waitMs`. Safe whatever the first attempt did: were it granted after all (its reply
+ * lost in a step-down), that grant only makes the repeat wait or time out; nobody holds twice.
+ */
+async function acquireAtLeader(host: HoldHost, key: string, options: HoldOptions): Promise<AcquireResult> {
+  const startedAt = now();
+  for (let redirects = 0; ; redirects++) {
+    const waitMs = Math.max(0, Math.floor((options.waitMs ?? 0) - (now() - startedAt)));
+    try {
+      return await host.acquire(key, { ...options, waitMs });
+    } catch (error) {
+      const redirected =
+        error instanceof IndeterminateError &&
+        error.cause instanceof ServerError &&
+        NOT_AT_LEADER.has(error.cause.serverCode);
+      const waitLeft = (options.waitMs ?? 0) - (now() - startedAt);
+      if (!redirected || (redirects >= MAX_REDIRECTS && waitLeft <= REDIRECT_PAUSE_MS)) throw error;
+      if (redirects >= MAX_REDIRECTS) await sleep(REDIRECT_PAUSE_MS, undefined, { signal: options.signal });
+    }
+  }
+}
+
 /** First delay before retrying a keep that got no answer (doubling, bounded by what is left). */
 const RETRY_FIRST_MS = 25;
 
@@ -51,7 +83,7 @@ export async function startHold(host: HoldHost, key: string, options: HoldOption
   const keepEveryMs =
     options.keepEveryMs === undefined ? undefined : checkNumber(options.keepEveryMs, 'options.keepEveryMs');
   const margin = resolveMargin(options.margin);
-  const acquired = await host.acquire(key, options);
+  const acquired = await acquireAtLeader(host, key, options);
   if (acquired.status !== 'acquired') {
     throw new NotAcquiredError(
       acquired.status === 'busy'
