@@ -25,6 +25,8 @@
  * grant and the release), alternating which goes first in each round; reports cycles/s, the ratio
  * (median and range of the rounds' ratios) and each process's CPU (server, load generator).
  *
+ * TLS's cost: `npm run bench:ticketing -- --tls [--rounds 5]`: see tls.mjs.
+ *
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
@@ -38,6 +40,7 @@ import net from 'node:net';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cpuTimeMs } from '../../ticketing/test/cluster/harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..', '..');
@@ -74,8 +77,14 @@ function percentile(hist, total, q) {
 // ---------------------------------------------------------------------------------------------
 // Worker process: one system × one workload.
 
+/** tls.connect options from `{ ca, cert, key }` PEM file paths (a worker's config is JSON, so paths). */
+export function readPemFiles(files) {
+  return Object.fromEntries(Object.entries(files).map(([field, file]) => [field, readFileSync(file)]));
+}
+
 async function runWorker(config) {
-  const { system, workload, port, workers, connections, durationMs, warmupMs, prefix } = config;
+  const { system, workload, port, workers, connections, durationMs, warmupMs, prefix, tls, serverPid, measureAt } =
+    config;
   const hist = new Uint32Array(BUCKETS);
   let measuring = false;
   let stop = false;
@@ -99,7 +108,8 @@ async function runWorker(config) {
     // `connections` counts TCP sockets: each TicketClient has two (its pipelined connection and
     // its release lane), so half as many clients.
     const count = Math.max(1, Math.floor(connections / 2));
-    const clients = Array.from({ length: count }, () => new TicketClient({ port }));
+    const tlsOptions = tls && readPemFiles(tls);
+    const clients = Array.from({ length: count }, () => new TicketClient({ port, tls: tlsOptions }));
     acquireRelease = async (i, key) => {
       const client = clients[i % count];
       const result = await client.acquire(key, { waitMs: 60_000 });
@@ -157,12 +167,20 @@ async function runWorker(config) {
     }
   };
   const loops = Array.from({ length: workers }, (_, i) => loop(i));
-  await new Promise((resolve) => setTimeout(resolve, warmupMs));
+  const loadedAt = Date.now();
+  // Processes that measure together share one window: from `measureAt` (epoch ms) when given.
+  const warmup = measureAt === undefined ? warmupMs : Math.max(0, measureAt - loadedAt);
+  await new Promise((resolve) => setTimeout(resolve, warmup));
+  // CPU over the measured window (/proc/<pid>/stat, all threads): this process's, and the server's
+  // when its pid is given.
+  const cpuNow = () => ({ own: cpuTimeMs(process.pid), server: serverPid && cpuTimeMs(serverPid) });
+  const cpuStart = cpuNow();
   measuring = true;
   const started = performance.now();
   await new Promise((resolve) => setTimeout(resolve, durationMs));
   measuring = false;
   const seconds = (performance.now() - started) / 1000;
+  const cpuEnd = cpuNow();
   stop = true;
   await Promise.all(loops);
   await closeAll();
@@ -174,6 +192,10 @@ async function runWorker(config) {
     p50Ms: percentile(hist, cycles, 0.5),
     p99Ms: percentile(hist, cycles, 0.99),
     p999Ms: percentile(hist, cycles, 0.999),
+    seconds,
+    warmedMs: warmup,
+    cpuMs: cpuEnd.own - cpuStart.own,
+    serverCpuMs: serverPid ? cpuEnd.server - cpuStart.server : undefined,
     overlaps,
     failures,
   };
@@ -281,7 +303,7 @@ const METRICS = [
   'writesPerCycle',
 ];
 
-function medianOf(values) {
+export function medianOf(values) {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
@@ -395,7 +417,7 @@ function floorSummary(summary) {
 }
 
 function parseArgs(argv) {
-  const options = { quick: false, keep: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
+  const options = { quick: false, keep: false, tls: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -403,8 +425,8 @@ function parseArgs(argv) {
       Object.assign(options, { quick: true, rounds: 1, durationMs: 400, warmupMs: 200 });
       continue;
     }
-    if (flag === '--keep') {
-      options.keep = true;
+    if (flag === '--keep' || flag === '--tls') {
+      options[flag.slice(2)] = true;
       continue;
     }
     const value = argv[++i];
@@ -471,9 +493,10 @@ async function startListening(name, args) {
   throw new Error(`${name} exited before listening`);
 }
 
-function startTicketing() {
+/** A `ticketing serve` on a free loopback port; `flags` are further serve flags (e.g. TLS's). */
+export function startTicketing(...flags) {
   const cli = join(root, 'ticketing', 'dist', 'cli.js');
-  return startListening('ticketing server', [cli, 'serve', '--host', '127.0.0.1', '--port', '0']);
+  return startListening('ticketing server', [cli, 'serve', '--host', '127.0.0.1', '--port', '0', ...flags]);
 }
 
 /** A Node floor (node-floor.mjs; `--fifo` for the hot key), started like the Ticketing server. */
@@ -513,7 +536,7 @@ async function startRedis(binary) {
   throw new Error('redis-server did not answer PING');
 }
 
-async function stop(child) {
+export async function stop(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, 'exit');
   process.kill(child.pid, 'SIGTERM');
@@ -522,7 +545,7 @@ async function stop(child) {
   clearTimeout(timer);
 }
 
-async function runInChild(config) {
+export async function runInChild(config) {
   const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--worker', JSON.stringify(config)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -538,9 +561,9 @@ function median(runs) {
   return sorted[Math.floor((sorted.length - 1) / 2)];
 }
 
-const fmt = (n) => Math.round(n).toLocaleString('en-US');
+export const fmt = (n) => Math.round(n).toLocaleString('en-US');
 const ms = (n) => n.toFixed(3);
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
+export const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 
 /** Table 1: both servers under the same C load generator, systems interleaved in every round. */
 async function serverRounds(options, servers) {
@@ -707,6 +730,7 @@ async function keepMain(options) {
 async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.keep) return keepMain(options);
+  if (options.tls) return (await import('./tls.mjs')).tlsMain(options);
   const loadgen = buildLoadgen();
   const redisBinary = ensureRedis();
   const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();

@@ -142,3 +142,48 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
     expect(stdout).toContain('Fencing check: no overlapping holders');
   });
 });
+
+interface TlsCell {
+  cyclesPerSecond: { median: number; min: number; max: number };
+  serverUsPerCycle: number;
+  loadgenUsPerCycle: number;
+  failures: number;
+  vsPlain?: { cyclesPerSecond: { median: number }; serverUsPerCycle: { median: number } };
+}
+
+describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls --quick', () => {
+  const SIDES = ['plain', 'TLS', 'mutual TLS'];
+  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-tls-bench-'));
+  let results: { negotiation: Record<string, { protocol: string }>; summary: Record<string, TlsCell> };
+  let stdout: string;
+
+  beforeAll(async () => {
+    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--tls', '--quick', '--out', out], {
+      maxBuffer: 16 * 1024 * 1024,
+      timeout: 110_000,
+    }));
+    results = JSON.parse(readFileSync(join(out, 'tls-results.json'), 'utf8')) as typeof results;
+  }, 120_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  test('every side measured over TLS as named, with CPU per cycle and ratios to plain', () => {
+    expect(Object.keys(results.summary)).toEqual(SIDES);
+    expect(results.negotiation['TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
+    expect(results.negotiation['mutual TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
+    for (const side of SIDES) {
+      const cell = results.summary[side]!;
+      expect(cell.cyclesPerSecond.median, side).toBeGreaterThan(0);
+      expect(cell.serverUsPerCycle, side).toBeGreaterThan(0);
+      expect(cell.loadgenUsPerCycle, side).toBeGreaterThan(0);
+      expect(cell.failures, side).toBe(0);
+      if (side === 'plain') expect(cell.vsPlain).toBeUndefined();
+      else {
+        expect(cell.vsPlain!.cyclesPerSecond.median, side).toBeGreaterThan(0);
+        expect(cell.vsPlain!.serverUsPerCycle.median, side).toBeGreaterThan(0);
+      }
+    }
+    expect(stdout).toContain("### TLS's cost: plain TCP, TLS and mutual TLS, distinct 4×16");
+    for (const side of SIDES) expect(stdout).toMatch(new RegExp(`^\\| ${side} \\| [\\d,]+ \\|`, 'm'));
+    expect(stdout).toContain('every acquire was granted and every release matched');
+  });
+});
