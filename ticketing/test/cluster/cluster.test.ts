@@ -292,7 +292,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     expect((await probeNode(old.address)).role).not.toBe('leader');
   }, 60_000);
 
-  it('a node cut from etcd (TCP proxy) stops answering from its state; nothing uncommitted is replied', async () => {
+  it('a node cut from etcd (TCP proxy) stops answering from its state; nothing uncommitted is replied; its log says so', async () => {
     const routes = await Promise.all(
       cluster.members.map((m) => startTcpProxy('127.0.0.1', Number(m.clientUrl.split(':').pop()))),
     );
@@ -327,6 +327,19 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     expect(await ask(next.address, 'A cut2 o4 0')).toMatch(/^A \d+ o4 cut2$/);
     for (const proxy of routes) await proxy.restore();
     await askUntil(node.address, 'A z z 0', new RegExp(`^M ${next.address}$`), 10_000);
+    // Its log told the operator: etcd unreachable, stepped down (with the reason), etcd back.
+    const log = (): Array<{ level: string; msg: string; reason?: string }> =>
+      node.stderr
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { level: string; msg: string; reason?: string });
+    const deadline = Date.now() + 10_000;
+    while (!log().some((l) => l.msg === 'etcd back') && Date.now() < deadline) await sleep(50);
+    const messages = log().map((l) => l.msg);
+    const unreachable = messages.indexOf('etcd unreachable: the lease keepalive is not confirmed');
+    expect(unreachable, JSON.stringify(messages)).toBeGreaterThanOrEqual(0);
+    expect(messages.indexOf('etcd back')).toBeGreaterThan(unreachable);
+    expect(log().find((l) => l.msg === 'stepped down')).toMatchObject({ level: 'warn', reason: expect.any(String) });
   }, 60_000);
 
   it('clock offsets of ±30 s: no grant expires before its full lease on the test clock; one state', async () => {
