@@ -40,3 +40,12 @@ export function beats(file: string): number[] {
     .filter((line) => /^\d+$/.test(line))
     .map(Number);
 }
+
+/** The loss test's check: how long before the second holder's first heartbeat the first holder's
+ * last one came (positive: they never overlapped). Printed with `what`, and asserted positive. */
+export function heartbeatGap(first: string, second: string, what: string): number {
+  const firstBeats = beats(first);
+  const gap = beats(second)[0]! - firstBeats[firstBeats.length - 1]!;
+  console.log(`loss test (${what}): last heartbeat of the first holder ${gap} ms before the first of the next`);
+  return gap;
+}
