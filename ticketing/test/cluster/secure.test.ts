@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CertificateAuthority } from '../certs.mjs';
 import { createCa } from '../certs.mjs';
+import { TicketClient } from '../../src/client.js';
 import {
   ensureEtcd,
   startEtcdCluster,
@@ -111,6 +112,33 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     expect(lostGrants(load.grants)).toEqual([]);
     checkHistory(load.grants, leaseMs);
   }, 90_000);
+
+  it('nodes serving mutual TLS: a client listing a follower first follows M to the leader over TLS', async () => {
+    const server = await cluster.ca!.issue({ name: 'ticketing-serve', hosts: ['127.0.0.1'], usage: ['serverAuth'] });
+    const clientCert = await cluster.ca!.issue({ name: 'ticketing-user', usage: ['clientAuth'] });
+    const group = await startTicketingNodes({
+      etcdEndpoints: cluster.endpoints,
+      extraArgs: [
+        ...cluster.ticketingArgs,
+        ...['--tls-cert', server.certFile, '--tls-key', server.keyFile, '--tls-ca', cluster.ca!.certFile],
+      ],
+    });
+    const tls = { ca: cluster.ca!.cert, cert: clientCert.cert, key: clientCert.key };
+    try {
+      const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000, tls });
+      const followers = group.nodes.filter((n) => n !== leader).map((n) => n.address);
+      const viaFollower = new TicketClient({ addresses: [...followers, leader.address], tls });
+      try {
+        const hold = await viaFollower.hold('tls-redirect', { waitMs: 5_000 });
+        expect(hold.token).toBeGreaterThan(0n);
+        expect((await hold.release()).status).toBe('released');
+      } finally {
+        viaFollower.destroy();
+      }
+    } finally {
+      await group.stop(2_000);
+    }
+  }, 60_000);
 
   it('a user without permission on the prefix: exit 1, saying so, within the bound', async () => {
     const passwordFile = await cluster.addUser('stranger', { prefix: '/elsewhere/' });
