@@ -37,7 +37,6 @@ function watch(path: string, mode?: WatchMode) {
       fired++;
       report(errno);
     },
-    undefined,
     mode,
   );
   return { started, when, fired: () => fired };
