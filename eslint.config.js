@@ -23,6 +23,12 @@ export default tseslint.config(
       ],
     },
   },
+  // One job per file: at most 500 lines of code per TypeScript source file (blank lines and
+  // comments not counted). Add a package's sources to `files` to hold them to it.
+  {
+    files: ['src/**/*.ts'],
+    rules: { 'max-lines': ['error', { max: 500, skipBlankLines: true, skipComments: true }] },
+  },
   // Plain JS (benchmarks, fixtures, config): no type information, so only the untyped rules.
   { files: ['**/*.js', '**/*.mjs', '**/*.cjs'], ...tseslint.configs.disableTypeChecked },
   prettier,
