@@ -104,7 +104,7 @@ export function whenUnlocked(
   const waiting = new Set<Unlocked>().add(unlocked); // not from an array: no array and no iterator per watch
   const report: UnlockReport = () => {
     watches.delete(path);
-    if (waiting.size === 1) return unlocked(); // the usual case: no iterator
+    if (waiting.size === 1 && waiting.has(unlocked)) return unlocked(); // the usual case: no iterator
     let later: (() => void) | undefined;
     for (const callback of waiting) {
       const after = callback();
