@@ -32,7 +32,7 @@ function startContender(key, dir, pollMs, execArgv) {
 }
 
 /** One window of `processes` node contenders (`execArgv`: their Node flags): { cycles, waitsMs, perProcess }. */
-export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs, execArgv = [] }) {
+async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs, execArgv = [] }) {
   const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs, execArgv));
   await Promise.all(contenders.map((c) => c.next())); // all loaded and ready
   const startAt = sharedNow() + 50;
@@ -46,7 +46,7 @@ export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pol
 }
 
 /** The same window of the C floor's contenders, or (runtime 'node') the Node floor's. */
-export async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
+async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
   const settings = { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair, runtime };
   const results = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
   return {

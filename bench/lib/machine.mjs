@@ -5,7 +5,7 @@ import { stat } from 'node:fs/promises';
 import os from 'node:os';
 
 /** The file system type of the mount `dir` is on (findmnt: "ext4"; stat -f says "ext2/ext3"). */
-export function fsType(dir) {
+function fsType(dir) {
   for (const [command, args] of [
     ['findmnt', ['-n', '-o', 'FSTYPE', '-T', dir]],
     ['stat', ['-f', '-c', '%T', dir]],

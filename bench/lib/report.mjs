@@ -46,7 +46,7 @@ const get = (object, ...path) => path.reduce((o, k) => (o === undefined || o ===
  * minutes apart at most, not picked from different rounds (the shared disk's durable floor varied
  * 1.5–5.1 ms between the rounds of one run). Also the lowest and highest round's ratio.
  */
-export function pairedRatio(f, figure, fs, a, b, field = 'p50') {
+function pairedRatio(f, figure, fs, a, b, field = 'p50') {
   const ra = get(f, figure, fs, a, 'rounds');
   const rb = get(f, figure, fs, b, 'rounds');
   if (!ra || !rb || ra.length !== rb.length || ra.length === 0) return { ratio: NaN, low: NaN, high: NaN };
@@ -60,7 +60,7 @@ const spread = (paired) => `rounds ${fmt(paired.low)}–${fmt(paired.high)}×`;
  * "≤ x" ratio is met at ≤ 1.2·x, a "≥ x" one at ≥ x ÷ 1.2. Targets in milliseconds or bytes (T3, T5,
  * T7's heap) are not ratios and do not loosen.
  */
-export const BUSY_LOOSENING = 1.2;
+const BUSY_LOOSENING = 1.2;
 
 /** A crash takeover's parts on one file system: the Lease's and its Node floor's (kernel / the rest). */
 function crashParts(f, fs) {
