@@ -4,7 +4,7 @@
 // The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once;
 // it is unfair (the releaser usually wins the next round at once, no hand-off). The fair C floor
 // (`--contend-fair`) serves waiters first come first served, each hand-off waking the next process,
-// as the lease's queue does: the floor for a FAIR lease. The Node floor (bench/agents/node-floor.mjs)
+// as the lease's queue does: the floor for a FAIR lease. The Node floor (bench/agents/node-floor-handoff.mjs)
 // runs that fair protocol in Node through the lease's own addon calls: what any Node process pays
 // for it. The four alternate round by round, their order rotating.
 import { spawn } from 'node:child_process';
@@ -12,7 +12,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { floorContender } from '../lib/floor.mjs';
+import { floorContender } from '../lib/c-floor.mjs';
 import { median, round, sharedNow, summarize } from '../lib/stats.mjs';
 import { rotate } from './latency.mjs';
 
