@@ -12,8 +12,14 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const source = join(root, 'bench', 'c-floor.c');
 export const FLOOR_BIN = join(root, 'bench', 'out', 'c-floor');
 const CFLAGS = ['-O2', '-Wall', '-Wextra'];
-/** The Node floor of the fair hand-off (bench/agents/node-floor-handoff.mjs): c-floor.c's command line and output. */
-const NODE_FLOOR = join(root, 'bench', 'agents', 'node-floor-handoff.mjs');
+/**
+ * The Node processes that take c-floor.c's command line and print its output, by runtime: 'node',
+ * the Node floor's fair hand-off; 'protocol', the protocol floor (the Lease's contended calls).
+ */
+const NODE_AGENTS = {
+  node: join(root, 'bench', 'agents', 'node-floor-handoff.mjs'),
+  protocol: join(root, 'bench', 'agents', 'protocol-floor.mjs'),
+};
 
 /** Builds bench/out/c-floor from bench/c-floor.c (if it is older than the source). */
 export function buildFloor() {
@@ -31,10 +37,10 @@ export function buildFloor() {
   return { binary: FLOOR_BIN, compiler, flags: CFLAGS.join(' ') };
 }
 
-/** Runs the C floor, or (runtime 'node') the Node floor, with `args`: its JSON output. */
+/** Runs the C floor, or (runtime 'node' or 'protocol') a Node agent, with `args`: its JSON output. */
 function run(args, runtime = 'c', timeoutMs = 600_000) {
   mkdirSync(args[0], { recursive: true });
-  const [file, argv] = runtime === 'node' ? [process.execPath, [NODE_FLOOR, ...args]] : [FLOOR_BIN, args];
+  const [file, argv] = runtime === 'c' ? [FLOOR_BIN, args] : [process.execPath, [NODE_AGENTS[runtime], ...args]];
   return new Promise((resolve, reject) => {
     execFile(file, argv, { maxBuffer: 256 * 1024 * 1024, timeout: timeoutMs }, (error, stdout, stderr) => {
       if (error) reject(Object.assign(error, { stderr }));
