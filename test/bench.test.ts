@@ -157,6 +157,7 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
 
   test('prints the markdown table and writes results.md and the SVG chart', () => {
     for (const heading of [
+      'Summary',
       'Acquire + release cycle',
       'Renew',
       'Event-loop delay',

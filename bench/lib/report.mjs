@@ -234,17 +234,103 @@ function latencyTable(f, figure) {
   );
 }
 
+/** What a run ran on, and how loaded the machine was: one line. */
+export function runLine(results) {
+  const m = results.machine;
+  const mode =
+    results.mode === 'quick'
+      ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)'
+      : results.busy
+        ? 'Busy run'
+        : 'Full run';
+  return `**${mode}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`;
+}
+
+/** The summary's columns: the Lease, the floors and the peers. */
+const SUMMARY_COLUMNS = ['Lease', 'C floor', 'Node floor', 'protocol floor', 'proper-lockfile', 'lockfile'];
+/** Its rows: a figure, the field read, and which side of that figure each column shows. */
+const SUMMARY_ROWS = [
+  {
+    name: 'acquire + release p50, µs',
+    figure: 'cycle',
+    field: 'p50',
+    sides: { 'C floor': 'floor-durable', 'Node floor': 'node-floor' },
+  },
+  { name: 'renew p50, µs', figure: 'renew', field: 'p50', sides: { 'C floor': 'floor-durable' } },
+  {
+    name: 'event-loop delay added, p99 ms',
+    figure: 'eventLoop',
+    field: 'turnAddedP99Ms',
+    sides: { 'Node floor': 'node-floor' },
+  },
+  {
+    name: 'crash takeover p50, ms',
+    figure: 'crash',
+    field: 'p50',
+    sides: { 'C floor': 'floor-crash', 'Node floor': 'node-floor-takeover' },
+  },
+  {
+    name: 'hand-off p50, ms',
+    figure: 'wake',
+    field: 'p50',
+    sides: { 'C floor': 'floor-handoff', 'Node floor': 'node-floor-handoff' },
+  },
+  {
+    name: 'contention, 8 processes, cycles/s',
+    figure: 'contention',
+    field: 'throughput',
+    sides: { 'C floor': 'floor-fair', 'Node floor': 'node-floor-fair', 'protocol floor': 'protocol-floor' },
+  },
+];
+/** The columns every figure has under its own key. */
+const SAME_KEY = { Lease: 'lease', 'proper-lockfile': 'proper-lockfile', lockfile: 'lockfile' };
+
+/**
+ * One table of the run: each figure's Lease beside the floors and the peers, "disk / tmpfs" in a
+ * cell (a side measured on one file system only shows "—" for the other).
+ */
+export function summaryTable(results) {
+  const f = results.figures;
+  const rows = SUMMARY_ROWS.filter(({ figure }) => f[figure]).map(({ name, figure, field, sides }) => [
+    name,
+    ...SUMMARY_COLUMNS.map((column) => {
+      const key = sides[column] ?? SAME_KEY[column];
+      const values = FS.map((fs) => get(f, figure, fs, key, field));
+      return values.every((v) => v === undefined) ? '' : values.map((v) => fmt(v)).join(' / ');
+    }),
+  ]);
+  return table(['disk / tmpfs', ...SUMMARY_COLUMNS], rows);
+}
+
+/** The T1–T8 verdicts as a table. */
+export function targetsTable(list) {
+  return table(
+    ['#', 'figure', 'measured', 'target', 'verdict', 'detail'],
+    list.map((t) => [
+      t.id,
+      t.figure,
+      t.measured === null ? '—' : fmt(t.measured),
+      t.target,
+      t.met === null ? 'not measured' : t.met ? '**met**' : '**not met**',
+      t.detail ?? '',
+    ]),
+    ['l', 'l', 'r', 'l', 'l', 'l'],
+  );
+}
+
 /** The whole report, markdown. */
 export function markdown(results) {
-  const { figures: f, config: c, machine: m } = results;
+  const { figures: f, config: c } = results;
   const out = [];
-  out.push(
-    `**${results.mode === 'quick' ? 'QUICK MODE (tiny counts: exercises the harness, numbers not meaningful)' : 'Full run'}** · ${results.startedAt} · ${m.cpu}, ${m.cores} cores, ${m.kernel}, Node ${m.node} · disk = \`${m.dirs.disk?.dir}\` (${m.dirs.disk?.fsType}), tmpfs = \`${m.dirs.tmpfs?.dir}\` (${m.dirs.tmpfs?.fsType}) · load average at start ${results.load.start.join(' ')}, at end ${results.load.end.join(' ')} · ${fmt(results.durationS)} s`,
-  );
+  out.push(runLine(results));
   if (results.busy)
     out.push(
       `\nBusy run: \`${results.busy.command}\` kept the CPUs busy throughout. Ratio targets are judged loosened by ${Math.round(100 * (BUSY_LOOSENING - 1))} % (T3's 0.2 ms and T7's heap are not ratios and are not loosened).`,
     );
+  out.push(
+    `\n### Summary\n\nThe C floor: durable in the cycle and renew, a C holder in the crash takeover, fair in contention. The sections below say how each figure is measured.\n`,
+  );
+  out.push(summaryTable(results));
 
   if (f.cycle) {
     out.push(
@@ -402,19 +488,6 @@ export function markdown(results) {
       out.push(`\nMemoryLease, for reference: ${fmt(mem)} B of heap per held lease (with grants).`);
   }
   out.push(`\n### Targets\n`);
-  out.push(
-    table(
-      ['#', 'figure', 'measured', 'target', 'verdict', 'detail'],
-      results.targets.map((t) => [
-        t.id,
-        t.figure,
-        t.measured === null ? '—' : fmt(t.measured),
-        t.target,
-        t.met === null ? 'not measured' : t.met ? '**met**' : '**not met**',
-        t.detail ?? '',
-      ]),
-      ['l', 'l', 'r', 'l', 'l', 'l'],
-    ),
-  );
+  out.push(targetsTable(results.targets));
   return out.join('\n');
 }
