@@ -95,8 +95,7 @@ const config = quick
       // woken path yet), so `warmup` hand-offs a round on every side are set apart, as the cycle's are.
       wake: { rounds: 6, warmup: 8, samples: { lease: 96, peers: 15 } },
       // 10 s of warm-up: 8 contenders make only ~400 cycles a second each, so V8 takes ~10 s to optimize
-      // most of the Lease's code; after 1 s it made two thirds of its warm throughput (docs/bench.md,
-      // the sixteenth round).
+      // most of the Lease's code; after 1 s it made two thirds of its warm throughput.
       contention: { rounds: 4, processes: 8, warmupMs: 10_000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 5, disk: 5 } },
     };
