@@ -15,7 +15,7 @@
  * it keeps, per held key, a FIFO of waiters and grants the head on each release: the least a server
  * must do for one hot key, where a cycle is a hand-off (the hot-key workloads).
  *
- *   node bench/ticketing/node-floor.mjs [--fifo] [port]   → prints `listening 127.0.0.1:<port>`
+ *   node bench/ticketing/bare-server.mjs [--fifo] [port]   → prints `listening 127.0.0.1:<port>`
  */
 import net from 'node:net';
 

@@ -1,4 +1,4 @@
-// The C floor (bench/floor.c): built here with the system compiler, run as a child process. Its
+// The C floor (bench/c-floor.c): built here with the system compiler, run as a child process. Its
 // latencies are taken inside the C program (clock_gettime around each cycle), so process start-up
 // is not in them.
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -9,13 +9,19 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const source = join(root, 'bench', 'floor.c');
-export const FLOOR_BIN = join(root, 'bench', 'out', 'floor');
+const source = join(root, 'bench', 'c-floor.c');
+export const FLOOR_BIN = join(root, 'bench', 'out', 'c-floor');
 const CFLAGS = ['-O2', '-Wall', '-Wextra'];
-/** The Node floor of the fair hand-off (bench/agents/node-floor.mjs): floor.c's command line and output. */
-const NODE_FLOOR = join(root, 'bench', 'agents', 'node-floor.mjs');
+/**
+ * The Node processes that take c-floor.c's command line and print its output, by runtime: 'node',
+ * the Node floor's fair hand-off; 'protocol', the protocol floor (the Lease's contended calls).
+ */
+const NODE_AGENTS = {
+  node: join(root, 'bench', 'agents', 'node-floor-handoff.mjs'),
+  protocol: join(root, 'bench', 'agents', 'protocol-floor.mjs'),
+};
 
-/** Builds bench/out/floor from bench/floor.c (if it is older than the source). */
+/** Builds bench/out/c-floor from bench/c-floor.c (if it is older than the source). */
 export function buildFloor() {
   let fresh = false;
   try {
@@ -31,10 +37,10 @@ export function buildFloor() {
   return { binary: FLOOR_BIN, compiler, flags: CFLAGS.join(' ') };
 }
 
-/** Runs the C floor, or (runtime 'node') the Node floor, with `args`: its JSON output. */
+/** Runs the C floor, or (runtime 'node' or 'protocol') a Node agent, with `args`: its JSON output. */
 function run(args, runtime = 'c', timeoutMs = 600_000) {
   mkdirSync(args[0], { recursive: true });
-  const [file, argv] = runtime === 'node' ? [process.execPath, [NODE_FLOOR, ...args]] : [FLOOR_BIN, args];
+  const [file, argv] = runtime === 'c' ? [FLOOR_BIN, args] : [process.execPath, [NODE_AGENTS[runtime], ...args]];
   return new Promise((resolve, reject) => {
     execFile(file, argv, { maxBuffer: 256 * 1024 * 1024, timeout: timeoutMs }, (error, stdout, stderr) => {
       if (error) reject(Object.assign(error, { stderr }));
@@ -70,7 +76,7 @@ export async function floorContender(dir, { seconds, warmupSeconds, durable, fai
  * Lease is). As in the lease, the release commits the record naming the next in line and the
  * woken acquirer only reads it. Each sample is one process letting go → the other's acquire done,
  * in ms, in the order they happened (a caller can set the first ones apart as warm-up).
- * `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor.mjs).
+ * `runtime: 'node'`: the same two processes in Node (bench/agents/node-floor-handoff.mjs).
  */
 export async function floorHandOffs(dir, { cycles, durable, holdMs, quietMs = 0, runtime = 'c' }) {
   const args = [dir, '--handoff', String(cycles), durable ? '1' : '0', String(holdMs), String(quietMs)];

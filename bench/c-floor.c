@@ -3,25 +3,25 @@
 // in plain C with no runtime around it. Durable (fsync of the temp file and of the directory) or
 // not, as asked.
 //
-//   floor <dir> <cycles> <durable 0|1> [ids]   → prints one JSON line: per-cycle latencies (ns)
-//   floor <dir> --renew <renews> <durable>     → acquires one id, renews it <renews> times (prints
+//   c-floor <dir> <cycles> <durable 0|1> [ids]   → prints one JSON line: per-cycle latencies (ns)
+//   c-floor <dir> --renew <renews> <durable>     → acquires one id, renews it <renews> times (prints
 //                                                 each renew's latency in ns), then releases it
-//   floor <dir> --contend <seconds> <durable> [warmup seconds]
+//   c-floor <dir> --contend <seconds> <durable> [warmup seconds]
 //                                              → loops a waiting acquire + release on one id; prints
 //                                                 cycles and each acquire's wait (call to lease held;
 //                                                 run N at once); the
 //                                                 cycles of the first [warmup] seconds are not counted
-//   floor <dir> --contend-fair <seconds> <durable> [warmup seconds]
+//   c-floor <dir> --contend-fair <seconds> <durable> [warmup seconds]
 //                                              → the same, first come first served (see fair_cycle)
-//   floor <dir> --handoff <cycles> <durable> <hold ms>
+//   c-floor <dir> --handoff <cycles> <durable> <hold ms>
 //                                              → fair cycles that hold the lease <hold ms> each; prints
 //                                                 the CLOCK_MONOTONIC times (ns) of each acquire and
 //                                                 each release returning: run 2 at once, and a release
 //                                                 of one → the next acquire of the other is a C hand-off
 //                                                 (the release commits the record naming the next in
 //                                                 line, as the lease's does; the acquirer reads it)
-//   floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
-//   floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
+//   c-floor <file> --hold                        → flocks <file> exclusively, prints "held", sleeps
+//   c-floor <file> --wait-unlock                 → prints "waiting", blocks in a shared flock of <file>
 //                                                 until nobody holds it exclusively; once its stdin
 //                                                 closes, prints the CLOCK_MONOTONIC time (ns) it got
 //                                                 it: the kernel's floor for noticing that a (killed)
@@ -312,7 +312,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc < 4) {
-    fprintf(stderr, "usage: floor <dir> <cycles> <durable> [ids] | floor <dir> --renew <renews> <durable> | floor <dir> --contend[-fair] <seconds> <durable> [warmup]\n");
+    fprintf(stderr, "usage: c-floor <dir> <cycles> <durable> [ids] | c-floor <dir> --renew <renews> <durable> | c-floor <dir> --contend[-fair] <seconds> <durable> [warmup]\n");
     return 64;
   }
   dir = argv[1];

@@ -1,12 +1,12 @@
-// The Node floor of a fair hand-off: floor.c's `fair_cycle` (first come first served, the releaser
+// The Node floor of a fair hand-off: c-floor.c's `fair_cycle` (first come first served, the releaser
 // commits the record naming the next in line, the next one woken by that release) done by a Node
 // process through the lease's own addon calls and its watch, with none of the Lease's logic (no
 // gate, no queue parsing, no record decoding, no grants; like the Lease's hand-off, and unlike
-// floor.c, the woken process reads the record without taking the transition lock). What any Node lease built on flock pays
+// c-floor.c, the woken process reads the record without taking the transition lock). What any Node lease built on flock pays
 // for a hand-off: the event loop's wake-up, the addon's calls and the durable commit (a pool
-// thread on disk, inline on tmpfs, as the Lease does). Same command line and output as bench/out/floor:
-//   node node-floor.mjs <dir> --contend-fair <seconds> <durable> [warmup seconds]  → {"waitsNs":[…],"cycles":n}
-//   node node-floor.mjs <dir> --handoff <cycles> <durable> <hold ms> [quiet ms]  → {"acquiredNs":[…],"releasedNs":[…]}
+// thread on disk, inline on tmpfs, as the Lease does). Same command line and output as bench/out/c-floor:
+//   node node-floor-handoff.mjs <dir> --contend-fair <seconds> <durable> [warmup seconds]  → {"waitsNs":[…],"cycles":n}
+//   node node-floor-handoff.mjs <dir> --handoff <cycles> <durable> <hold ms> [quiet ms]  → {"acquiredNs":[…],"releasedNs":[…]}
 import { mkdirSync } from 'node:fs';
 import { fileIO } from '../../dist/flock/io.js';
 import { unlocked, waitTransition } from '../lib/node-floor.mjs';
@@ -19,7 +19,7 @@ const recordPath = `${dir}/fair.lease.json`;
 
 mkdirSync(dir, { recursive: true });
 io.prepareDir(dir); // decides, as the Lease does, whether commits run inline (tmpfs) or on a pool thread
-if (durableArg !== '1') throw new Error('node-floor: only the durable commit is measured');
+if (durableArg !== '1') throw new Error('node floor hand-off: only the durable commit is measured');
 
 function recordOf(owner, token) {
   return `{"owner":"${owner}","token":${token},"expiry":"2026-11-29T10:00:00.000Z"}`;
@@ -45,7 +45,7 @@ async function fairCycle(token, holdMs) {
   lfd = await waitTransition(lockPath);
   await io.commit(dir, { record: recordPath, data: recordOf(`p${process.pid}`, token + 1n) }); // the hand-off commit
   io.removeFile(mine);
-  const released = now(); // as it lets go: see floor.c's fair_cycle
+  const released = now(); // as it lets go: see c-floor.c's fair_cycle
   io.closeFile(mfd); // wakes the next in line
   io.unlockTransition(lfd);
   return { acquired, released };
@@ -77,7 +77,7 @@ if (mode === '--contend-fair') {
 } else {
   clearInterval(keepAlive);
   process.stderr.write(
-    'usage: node-floor.mjs <dir> --contend-fair <s> 1 [warmup s] | --handoff <cycles> 1 <hold ms>\n',
+    'usage: node-floor-handoff.mjs <dir> --contend-fair <s> 1 [warmup s] | --handoff <cycles> 1 <hold ms>\n',
   );
   process.exit(64);
 }
