@@ -7,7 +7,6 @@
 //   node protocol-floor.mjs <dir> --contend-fair <seconds> 1 [warmup seconds]  → {"waitsNs":[…],"cycles":n}
 import { mkdirSync } from 'node:fs';
 import { fileIO as io } from '../../dist/flock/io.js';
-import { recordLayout } from '../../dist/flock/record.js';
 import { whenUnlocked } from '../../dist/flock/watch.js';
 import { waitTransition } from '../lib/node-floor.mjs';
 
@@ -17,20 +16,16 @@ if (mode !== '--contend-fair' || durableArg !== '1') {
   process.exit(64);
 }
 
-// What the calls are made on: the Lease's file names for one id, and records laid out as it lays
-// them out (recordLayout), with a fixed expiry because the floor decodes none.
+// What the calls are made on: the Lease's file names for one id, and records in its layout, with a
+// fixed expiry because the floor decodes none.
 const ID = 'contended';
 const lockPath = `${dir}/${ID}.lock`;
 const recordPath = `${dir}/${ID}.lease.json`;
 const livePath = (token) => `${dir}/${ID}.${token}.live`;
 const waitPath = (ticket) => `${dir}/${ID}.${ticket}.wait`;
-const EXPIRY = '2099-01-01T00:00:00.000Z';
 const me = `p${process.pid}`;
-const mine = recordLayout(me, ID);
-const recordOf = (owner, token) => {
-  const { before, between, after } = recordLayout(owner, ID);
-  return `${before}${token}${between}${EXPIRY}${after}`;
-};
+const recordOf = (owner, token) =>
+  `{"owner":"${owner}","token":${token},"expiry":"2099-01-01T00:00:00.000Z","session":"${ID}"}`;
 // The least parsing the calls need: the token by indexOf, the owner by position, the queue as
 // `ticket:owner` words.
 const tokenOf = (text) => {
@@ -40,47 +35,51 @@ const tokenOf = (text) => {
 const ownerOf = (text) => (text === undefined ? '' : text.slice(10, text.indexOf('"', 10)));
 const queueOf = (lfd) => (io.readLockData(lfd) ?? '').split(' ').filter(Boolean);
 const ticketOf = (word) => Number(word.split(':')[0]);
+const writeQueue = (lfd, queue, before) => {
+  const text = queue.join(' ');
+  if (text !== before) io.writeLockData(lfd, text); // as the Lease: only a changed queue is written
+};
 
-/** The Lease's watch of `path` with its hand-off probe: resolves to the token of a hand-off to
- * this waiter (`place`), or undefined. */
-const watch = (path, place, watchMode) =>
+/** The Lease's watch of `path` (`watchMode`: as it watches that kind of file): resolves once let go. */
+const watch = (path, watchMode) =>
   new Promise((resolve) => {
-    const probe = { record: recordPath, fd: place.fd, livePrefix: `${dir}/${ID}.`, liveSuffix: '.live', ...mine };
-    const started = whenUnlocked(io, path, { over: false }, (token) => resolve(token ?? undefined), probe, watchMode);
-    if (!started) resolve(undefined);
+    if (!whenUnlocked(io, path, { over: false }, resolve, watchMode)) resolve();
   });
 
 // ─── The Lease's calls ──────────────────────────────────────────────────────────────────────────
-// The one function to update when the Lease's contended path changes (src/flock/lease.ts: acquire's
-// tries and release): the same LeaseIO calls in the same order, nothing else.
+// The one function to update when the Lease's contended path changes (src/flock/lease.ts #attempt,
+// waitline.ts, handoff.ts give): the same LeaseIO calls in the same order, nothing else.
 /**
  * One contended cycle: a waiting acquire, then a release. Resolves to when the lease was held.
  *   acquire: the transition lock; a first try reads the queue, and the record only if nobody is in
- *            line (a later try: the record, then the queue); free and nobody in line: commit a new
- *            generation; else the waiter's own `.wait` created and flocked, the queue written, the
- *            lock let go, and a watch with the hand-off probe on the one ahead (its `.wait`,
- *            writers' closes) or the holder (its `.live`); a report without a hand-off looks again.
- *   release: the lock; the queue; the record; the front waiter's `.wait` probed; the hand-off
- *            commit (its `.wait` renamed to the next `.live`, the record, ours removed) or a
- *            tombstone; the queue written; the lock let go; our `.live` closed (waking the front).
+ *            line (then the holder's `.live` is probed unless released), and free: commits a new
+ *            generation (the old `.live` removed); else the waiter's own `.wait` is created and
+ *            flocked and the queue written. A later try reads the record; handed to us (our
+ *            `.wait` is its `.live`: sameFile) it is held; released, the queue is read, our entry
+ *            dropped and written, and our `.wait` adopted as the new `.live`; held, the holder's
+ *            `.live` probed and the queue read. Then the lock is let go and the one ahead (its
+ *            `.wait`, writers' closes) or the holder (its `.live`) watched, and it looks again.
+ *   release: the lock; the record; the queue; the front waiter's `.wait` probed; the hand-off
+ *            commit (its `.wait` renamed to the next `.live`, the record, ours removed) and the
+ *            queue written, or a tombstone; the lock let go; our `.live` closed (waking the front).
  */
 async function contendedCycle() {
   let held; // { token, fd }
   let place; // { ticket, fd } while in line
   while (held === undefined) {
     const lfd = await waitTransition(lockPath, io);
-    let queue = place === undefined ? queueOf(lfd) : undefined;
-    const text = queue?.length > 0 ? undefined : io.readRecord(recordPath);
-    queue ??= queueOf(lfd);
-    const owner = ownerOf(text);
-    const token = tokenOf(text);
+    let ahead; // what to watch
     if (place === undefined) {
+      const queue = queueOf(lfd);
+      const text = queue.length > 0 ? undefined : io.readRecord(recordPath);
+      const owner = ownerOf(text);
+      const token = tokenOf(text);
       if (queue.length === 0 && (owner === '' || !io.probeLive(livePath(token)))) {
         const { liveFd } = await io.commit(dir, {
           record: recordPath,
           data: recordOf(me, token + 1n),
           live: livePath(token + 1n),
-          remove: owner === '' ? undefined : [livePath(token)],
+          remove: text === undefined ? undefined : [livePath(token)],
         });
         io.unlockTransition(lfd);
         held = { token: token + 1n, fd: liveFd };
@@ -91,52 +90,71 @@ async function contendedCycle() {
       place = { ticket, fd: io.lockFile(waitPath(ticket)) };
       queue.push(`${ticket}:${me}`);
       io.writeLockData(lfd, queue.join(' '));
-    } else if (owner === me && io.sameFile(place.fd, livePath(token))) {
-      io.unlockTransition(lfd); // handed to us meanwhile
-      held = { token, fd: place.fd };
-      break;
+      ahead = queue.length > 1 ? waitPath(ticketOf(queue.at(-2))) : livePath(token);
+    } else {
+      const text = io.readRecord(recordPath);
+      const owner = ownerOf(text);
+      const token = tokenOf(text);
+      if (owner === me && io.sameFile(place.fd, livePath(token))) {
+        io.unlockTransition(lfd); // handed to us
+        held = { token, fd: place.fd };
+        break;
+      }
+      const released = owner === '';
+      if (!released) io.probeLive(livePath(token)); // held: the Lease's holderAlive
+      const queue = queueOf(lfd);
+      const before = queue.join(' ');
+      const at = queue.findIndex((word) => ticketOf(word) === place.ticket);
+      if (at <= 0 && released) {
+        // Released to nobody while first in (or dropped from) the line: taken, as the Lease does.
+        if (at === 0) queue.shift();
+        writeQueue(lfd, queue, before);
+        await io.commit(dir, {
+          record: recordPath,
+          data: recordOf(me, token + 1n),
+          live: livePath(token + 1n),
+          adoptFrom: waitPath(place.ticket),
+          remove: [livePath(token)],
+        });
+        io.unlockTransition(lfd);
+        held = { token: token + 1n, fd: place.fd };
+        break;
+      }
+      ahead = at > 0 ? waitPath(ticketOf(queue[at - 1])) : livePath(token);
     }
-    const at = queue.findIndex((word) => ticketOf(word) === place.ticket);
-    if (at <= 0 && owner === '') {
-      // Released to nobody while first in (or dropped from) the line: taken, as the Lease does.
-      if (at === 0) queue.shift();
-      await io.commit(dir, {
-        record: recordPath,
-        data: recordOf(me, token + 1n),
-        live: livePath(token + 1n),
-        adoptFrom: waitPath(place.ticket),
-      });
-      io.writeLockData(lfd, queue.join(' '));
-      io.unlockTransition(lfd);
-      held = { token: token + 1n, fd: place.fd };
-      break;
-    }
-    const ahead = at > 0 ? waitPath(ticketOf(queue[at - 1])) : livePath(token);
     io.unlockTransition(lfd);
-    const handed = await watch(ahead, place, at > 0 ? 'writers' : undefined);
-    if (handed !== undefined) held = { token: handed, fd: place.fd };
+    await watch(ahead, ahead.endsWith('.wait') ? 'writers' : undefined);
   }
   const acquired = process.hrtime.bigint();
 
   const lfd = await waitTransition(lockPath, io);
-  const queue = queueOf(lfd);
   const next = tokenOf(io.readRecord(recordPath)) + 1n;
+  const queue = queueOf(lfd);
+  const before = queue.join(' ');
   const ours = livePath(held.token);
-  let handedTo;
-  while (queue.length > 0 && handedTo === undefined) {
-    const [ticket, owner] = queue.shift().split(':');
-    if (!io.probeLive(waitPath(ticket))) continue; // gave up: the next one
-    handedTo = owner;
+  let front; // the first live waiter: [ticket, owner]
+  while (queue.length > 0 && front === undefined) {
+    const [ticket, owner] = queue[0].split(':');
+    if (io.probeLive(waitPath(ticket))) front = [ticket, owner];
+    else {
+      queue.shift(); // gave up: the next one
+      io.removeFile(waitPath(ticket));
+    }
+  }
+  if (front === undefined) {
+    writeQueue(lfd, queue, before);
+    await io.commit(dir, { record: recordPath, data: recordOf('', next), remove: [ours] });
+  } else {
     await io.commit(dir, {
       record: recordPath,
-      data: recordOf(owner, next),
+      data: recordOf(front[1], next),
       live: livePath(next),
-      adoptFrom: waitPath(ticket),
+      adoptFrom: waitPath(front[0]),
       remove: [ours],
     });
+    queue.shift();
+    writeQueue(lfd, queue, before);
   }
-  if (handedTo === undefined) await io.commit(dir, { record: recordPath, data: recordOf('', next), remove: [ours] });
-  io.writeLockData(lfd, queue.join(' '));
   io.unlockTransition(lfd);
   io.closeFile(held.fd);
   return acquired;

@@ -64,7 +64,7 @@ const forever = { over: false };
  * Lease watches that kind of file, see WatchMode). */
 export function unlocked(path, io = fileIO, mode = undefined) {
   return new Promise((resolve) => {
-    if (!whenUnlocked(io, path, forever, resolve, undefined, mode)) resolve();
+    if (!whenUnlocked(io, path, forever, resolve, mode)) resolve();
   });
 }
 
