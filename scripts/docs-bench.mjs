@@ -16,8 +16,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { runLine, summaryTable, targets, targetsTable } from '../bench/lib/report.mjs';
+import { readDoc, root, syncBlocks } from './doc-blocks.mjs';
 
-const root = path.resolve(import.meta.dirname, '..');
 export const DOCS = ['README.md', 'docs/bench.md'];
 const BLOCK = /<!-- bench: (summary|targets) (\S+) -->\n([\s\S]*?)<!-- \/bench -->/g;
 
@@ -33,34 +33,21 @@ export function render(kind, file) {
 
 /** Every block of a doc: what it shows, from which run, what the doc has and what it should have. */
 export function benchBlocks(doc) {
-  const text = fs.readFileSync(path.join(root, doc), 'utf8');
-  return [...text.matchAll(BLOCK)].map(([, kind, file, shown]) => ({ kind, file, shown, actual: render(kind, file) }));
-}
-
-function write(doc) {
-  const file = path.join(root, doc);
-  const text = fs.readFileSync(file, 'utf8');
-  fs.writeFileSync(
+  return [...readDoc(doc).matchAll(BLOCK)].map(([, kind, file, shown]) => ({
+    kind,
     file,
-    text.replace(BLOCK, (_all, kind, from) => `<!-- bench: ${kind} ${from} -->\n${render(kind, from)}<!-- /bench -->`),
-  );
+    shown,
+    actual: render(kind, file),
+  }));
 }
 
 if (import.meta.filename === path.resolve(process.argv[1] ?? '')) {
-  if (process.argv.includes('--write')) {
-    for (const doc of DOCS) write(doc);
-  } else {
-    let stale = 0;
-    for (const doc of DOCS) {
-      for (const block of benchBlocks(doc)) {
-        if (block.shown === block.actual) continue;
-        stale++;
-        console.error(`${doc}: the ${block.kind} block of ${block.file} differs from the run:\n${block.actual}`);
-      }
-    }
-    if (stale > 0) {
-      console.error('run `node scripts/docs-bench.mjs --write`');
-      process.exit(1);
-    }
-  }
+  syncBlocks({
+    docs: DOCS,
+    pattern: BLOCK,
+    rewrite: (_all, kind, from) => `<!-- bench: ${kind} ${from} -->\n${render(kind, from)}<!-- /bench -->`,
+    blocksOf: benchBlocks,
+    describe: (block) => `the ${block.kind} block of ${block.file} differs from the run`,
+    fix: 'node scripts/docs-bench.mjs --write',
+  });
 }
