@@ -24,7 +24,8 @@ export type TakeoverReason = Extract<AcquireState, 'free' | 'released' | 'expire
 
 /** What the decision asks beyond the record: each asked at most once, only when the rule needs it. */
 export interface AcquireFacts {
-  /** Whether `record` is a release's hand-off to this waiting acquire (HandOffs.handedTo). */
+  /** Whether a release handed `record`'s generation to this waiting acquire (our flocked .wait file
+   * renamed to its .live). */
   handedToUs(record: LeaseRecord): boolean;
   /** The token of the generation this process holds for the id, if any. */
   readonly heldToken: bigint | undefined;
@@ -43,7 +44,7 @@ export function acquireState(
   facts: AcquireFacts,
 ): AcquireState {
   if (record === undefined) return 'free';
-  if (facts.handedToUs(record)) return 'handed-over';
+  if (record.owner === owner && facts.handedToUs(record)) return 'handed-over';
   if (record.owner === '') return 'released';
   if (isExpired(record, now)) return 'expired';
   // This process holds the live generation: only its own owner may refresh it.

@@ -4,26 +4,21 @@
  * - the releaser renames the waiter's flocked `.wait` file to the new generation's `.live` (a
  *   rename keeps the inode, and so the flock) and commits the record naming it (give);
  * - the waiter, woken by the releaser's close of its old `.live`, finds that the record names it
- *   and that `.live` is its own `.wait` (handedTo: acquireState's `handed-over`), and holds it
- *   (take; or takeUnexpired, when the Lease found it so without the transition lock).
+ *   and that `.live` is its own `.wait` (acquireState's `handed-over`), and holds it (take).
  */
 import { publish } from '../kernel/events.js';
 import { channels } from '../port/events.js';
 import type { LeaseGrant, SessionLease } from '../port/types.js';
 import type { Generations } from './generations.js';
-import type { CommitError, LeaseIO } from './io.js';
+import type { CommitError } from './io.js';
 import type { DirPaths } from './layout.js';
 import { grantOf, isExpired, type LeaseRecord } from './record.js';
 import type { TransitionContext } from './transition.js';
-import type { Place, WaitLine } from './waitline.js';
-
-/** What taking a hand-off needs of a transition (a take without the lock has no lock fd). */
-export type HandOffScope = Pick<TransitionContext, 'safe' | 'sessionId' | 'now' | 'place'>;
+import type { WaitLine } from './waitline.js';
 
 export interface HandOffsOptions {
   /** The lease the events name. */
   readonly lease: SessionLease;
-  readonly io: LeaseIO;
   readonly generations: Generations;
   readonly line: WaitLine;
   readonly paths: DirPaths;
@@ -31,14 +26,12 @@ export interface HandOffsOptions {
 
 export class HandOffs {
   readonly #lease: SessionLease;
-  readonly #io: LeaseIO;
   readonly #generations: Generations;
   readonly #line: WaitLine;
   readonly #paths: DirPaths;
 
   constructor(options: HandOffsOptions) {
     this.#lease = options.lease;
-    this.#io = options.io;
     this.#generations = options.generations;
     this.#line = options.line;
     this.#paths = options.paths;
@@ -79,39 +72,22 @@ export class HandOffs {
     }
   }
 
-  /** Whether `record` is a release's hand-off to the waiting `place` of `owner`: it names that
-   * owner, and its generation's `.live` is the place's flocked `.wait` file (renamed by give). */
-  handedTo(safe: string, place: Place | undefined, owner: string, record: LeaseRecord): boolean {
-    return (
-      record.owner === owner &&
-      place?.fd !== undefined &&
-      this.#io.sameFile(place.fd, this.#paths.live(safe, record.token))
-    );
-  }
-
   /**
-   * Takes the lease a release handed to this transition's waiting place (handedTo): our `.wait`
-   * file is its `.live`, now held as ours. A hand-off found expired (its waiter woke too late) was
-   * taken by nobody meanwhile, so it is kept with `expiryMs`, as a renew would.
+   * Takes the lease a release handed to this transition's waiting place (acquireState said
+   * `handed-over`): our `.wait` file is its `.live`, now held as ours. A hand-off found expired
+   * (its waiter woke too late) was taken by nobody meanwhile, so it is kept with `expiryMs`, as a
+   * renew would.
    */
   async take(tx: TransitionContext, owner: string, record: LeaseRecord, expiryMs: number): Promise<LeaseGrant> {
-    if (!isExpired(record, tx.now)) return this.takeUnexpired(tx, owner, record);
-    const { safe, sessionId, place } = tx;
+    const { safe, sessionId, now, place } = tx;
     const { token } = record;
     this.#generations.adopt(safe, place!, owner, token);
-    await this.#generations.commit(safe, { owner, token, expiryMs, session: sessionId });
-    return this.#taken(grantOf(sessionId, owner, token, expiryMs));
-  }
-
-  /** Takes an unexpired hand-off (handedTo) as it stands: nothing is written, so this needs no
-   * transition lock (see Lease's #takeHandOff). */
-  takeUnexpired(scope: HandOffScope, owner: string, record: LeaseRecord): LeaseGrant {
-    const { safe, sessionId, place } = scope;
-    this.#generations.adopt(safe, place!, owner, record.token);
-    return this.#taken(grantOf(sessionId, owner, record.token, record.expiryMs));
-  }
-
-  #taken(grant: LeaseGrant): LeaseGrant {
+    let grant: LeaseGrant;
+    if (!isExpired(record, now)) grant = grantOf(sessionId, owner, token, record.expiryMs);
+    else {
+      await this.#generations.commit(safe, { owner, token, expiryMs, session: sessionId });
+      grant = grantOf(sessionId, owner, token, expiryMs);
+    }
     publish(channels.acquire, () => ({ lease: this.#lease, grant, refreshed: false }));
     publish(channels.takeover, () => ({ lease: this.#lease, grant, reason: 'handoff' as const }));
     return grant;

@@ -100,7 +100,7 @@ export class Lease implements SessionLease {
       ttlMs: this.ttlMs,
       closeOrDefer: (safe, fd) => generations.closeOrDefer(safe, fd),
     });
-    this.#handOffs = new HandOffs({ lease: this, io: this.#io, generations, line: this.#line, paths: this.#paths });
+    this.#handOffs = new HandOffs({ lease: this, generations, line: this.#line, paths: this.#paths });
     this.#waiting = new WaitingAcquires({ io: this.#io, clock: this.#clock, line: this.#line });
   }
 
@@ -122,16 +122,10 @@ export class Lease implements SessionLease {
       return Promise.reject(error);
     }
     if (waitMs > 0) {
-      return this.#waiting.acquire(
-        sessionId,
-        owner,
-        waitMs,
-        signal,
-        (place, deadline) =>
-          this.#takeHandOff(sessionId, owner, place) ??
-          this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
-            this.#attempt(tx, owner),
-          ),
+      return this.#waiting.acquire(sessionId, owner, waitMs, signal, (place, deadline) =>
+        this.#transition({ operation: 'acquire', sessionId, signal, deadline, place }, (tx) =>
+          this.#attempt(tx, owner),
+        ),
       );
     }
     return this.#acquireOnce(sessionId, owner, signal);
@@ -222,29 +216,6 @@ export class Lease implements SessionLease {
     return holdLease(this, sessionId, owner, { clock: this.#clock, ...options });
   }
 
-  /**
-   * A waiting place's look after a wake, before it takes the transition lock (which the releaser's
-   * next acquire usually holds just then): a hand-off to it, unexpired, is taken at once. `undefined`
-   * when that is not conclusive (no place yet, this process busy on the id, no hand-off, expired,
-   * unreadable): the locked try decides.
-   */
-  #takeHandOff(sessionId: string, owner: string, place: Place): Promise<Attempt> | undefined {
-    const safe = safeID(sessionId);
-    // isFree: nothing below yields, so no transition of this process's can interleave with it.
-    if (place.fd === undefined || !this.#gate.isFree(safe)) return undefined;
-    let record: LeaseRecord | undefined;
-    try {
-      record = this.#readRecord(safe);
-    } catch {
-      return undefined;
-    }
-    const now = readClock(this.#clock);
-    // Safe unlocked: only give's commit names us with our .wait as .live; no one else takes it unexpired (now read after).
-    if (record === undefined || isExpired(record, now) || !this.#handOffs.handedTo(safe, place, owner, record))
-      return undefined;
-    return Promise.resolve({ grant: this.#handOffs.takeUnexpired({ safe, sessionId, now, place }, owner, record) });
-  }
-
   /** One try: the grant, or the refusal and what to wait for. Runs under the transition lock. */
   async #attempt(tx: TransitionContext, owner: string): Promise<Attempt> {
     const { safe, sessionId, now, place } = tx;
@@ -260,7 +231,7 @@ export class Lease implements SessionLease {
     }
     const record = this.#readRecord(safe);
     const state = acquireState(record, owner, now, {
-      handedToUs: (r) => this.#handOffs.handedTo(safe, place, owner, r),
+      handedToUs: (r) => place?.fd !== undefined && this.#io.sameFile(place.fd, this.#paths.live(safe, r.token)),
       heldToken: held?.token,
       othersInLine: () => this.#line.othersInLine(tx),
       holderAlive: (token) => this.#io.probeLive(this.#paths.live(safe, token)),
