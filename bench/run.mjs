@@ -4,7 +4,7 @@
 //   node bench/run.mjs [--quick] [--busy] [--out DIR] [--disk DIR] [--tmpfs DIR] [--only a,b,…] [--wait-quiet LOAD] [--pin MODE]
 //
 // Measures, on a disk directory and on tmpfs, flocklease's Lease and MemoryLease beside
-// proper-lockfile, lockfile and the C floor (bench/floor.c): acquire+release cycle, renew,
+// proper-lockfile, lockfile and the C floor (bench/c-floor.c): acquire+release cycle, renew,
 // event-loop delay, crash takeover, wake-up after release, contention (8 processes) and scale
 // (10 000 held ids). Prints a markdown table; writes results.json, results.md and chart.svg to the
 // output directory (full run: bench/; busy: bench/busy/; quick: bench/out/, which git ignores). Imports the BUILT
@@ -29,7 +29,7 @@ import {
   wakeUp,
 } from './figures/takeover.mjs';
 import { chartSvg } from './lib/chart.mjs';
-import { buildFloor, floorHandOffs } from './lib/floor.mjs';
+import { buildFloor, floorHandOffs } from './lib/c-floor.mjs';
 import { CROSS_PROCESS_IMPLS } from './lib/impls.mjs';
 import { loadAverage, machineInfo, mainThreadPinning } from './lib/machine.mjs';
 import { markdown, targets } from './lib/report.mjs';
@@ -95,8 +95,7 @@ const config = quick
       // woken path yet), so `warmup` hand-offs a round on every side are set apart, as the cycle's are.
       wake: { rounds: 6, warmup: 8, samples: { lease: 96, peers: 15 } },
       // 10 s of warm-up: 8 contenders make only ~400 cycles a second each, so V8 takes ~10 s to optimize
-      // most of the Lease's code; after 1 s it made two thirds of its warm throughput (docs/bench.md,
-      // the sixteenth round).
+      // most of the Lease's code; after 1 s it made two thirds of its warm throughput.
       contention: { rounds: 4, processes: 8, warmupMs: 10_000, durationMs: 4000, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 10_000, iterations: 1000, warmup: 100, rounds: { tmpfs: 5, disk: 5 } },
     };

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildFloor, FLOOR_BIN } from './lib/floor.mjs';
+import { buildFloor, FLOOR_BIN } from './lib/c-floor.mjs';
 
 const root = process.argv[2] ?? '/dev/shm';
 const here = dirname(fileURLToPath(import.meta.url));

@@ -13,10 +13,9 @@
 //
 // test/docs-help.test.ts runs the check.
 import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
+import { readDoc, root, syncBlocks } from './doc-blocks.mjs';
 
-const root = path.resolve(import.meta.dirname, '..');
 export const DOCS = ['docs/cli.md', 'docs/ticketing.md'];
 const BINS = {
   flocklease: path.join(root, 'dist', 'cli', 'main.js'),
@@ -37,36 +36,16 @@ export function helpOf(commandLine) {
 
 /** Every help block of a doc: its command line, what the doc shows, and what the CLI prints. */
 export function helpBlocks(doc) {
-  const text = fs.readFileSync(path.join(root, doc), 'utf8');
-  return [...text.matchAll(BLOCK)].map((m) => ({ commandLine: m[1], shown: m[2], actual: helpOf(m[1]) }));
-}
-
-function write(doc) {
-  const file = path.join(root, doc);
-  const text = fs.readFileSync(file, 'utf8');
-  fs.writeFileSync(
-    file,
-    text.replace(BLOCK, (_all, commandLine) => `<!-- help: ${commandLine} -->\n\`\`\`\n${helpOf(commandLine)}\`\`\`\n`),
-  );
+  return [...readDoc(doc).matchAll(BLOCK)].map((m) => ({ commandLine: m[1], shown: m[2], actual: helpOf(m[1]) }));
 }
 
 if (import.meta.filename === path.resolve(process.argv[1] ?? '')) {
-  if (process.argv.includes('--write')) {
-    for (const doc of DOCS) write(doc);
-  } else {
-    let stale = 0;
-    for (const doc of DOCS) {
-      for (const block of helpBlocks(doc)) {
-        if (block.shown === block.actual) continue;
-        stale++;
-        console.error(
-          `${doc}: the block of \`${block.commandLine} --help\` differs from what it prints:\n${block.actual}`,
-        );
-      }
-    }
-    if (stale > 0) {
-      console.error('run `npm run build && node scripts/docs-help.mjs --write`');
-      process.exit(1);
-    }
-  }
+  syncBlocks({
+    docs: DOCS,
+    pattern: BLOCK,
+    rewrite: (_all, commandLine) => `<!-- help: ${commandLine} -->\n\`\`\`\n${helpOf(commandLine)}\`\`\`\n`,
+    blocksOf: helpBlocks,
+    describe: (block) => `the block of \`${block.commandLine} --help\` differs from what it prints`,
+    fix: 'npm run build && node scripts/docs-help.mjs --write',
+  });
 }

@@ -76,11 +76,15 @@ function run(file, args, options = {}) {
   return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options });
 }
 
-/** The files node-gyp builds from: binding.gyp and the C sources and headers beside it. */
+/** The files node-gyp builds from: binding.gyp and the C sources and headers under native/ (paths
+ * relative to it, `/`-separated). */
 function sourceFiles() {
   return fs
-    .readdirSync(nativeDir)
-    .filter((name) => name === 'binding.gyp' || /\.[ch]$/.test(name))
+    .readdirSync(nativeDir, { recursive: true })
+    .map((name) => name.split(path.sep).join('/'))
+    .filter(
+      (name) => name === 'binding.gyp' || (/\.[ch]$/.test(name) && !/^(build|prebuilds|node_modules)\//.test(name)),
+    )
     .sort();
 }
 
@@ -135,7 +139,10 @@ function build() {
       const cc = target.cc.map((arg) => (arg === '<musl-arm64.specs>' ? specs : arg)).join(' ');
       const work = path.join(scratch, `${target.arch}-${target.libc}`);
       fs.mkdirSync(work);
-      for (const name of sourceFiles()) fs.copyFileSync(path.join(nativeDir, name), path.join(work, name));
+      for (const name of sourceFiles()) {
+        fs.mkdirSync(path.dirname(path.join(work, name)), { recursive: true });
+        fs.copyFileSync(path.join(nativeDir, name), path.join(work, name));
+      }
       let ldflags = '';
       if (target.libc === 'glibc') {
         const compat = path.join(work, 'glibc-compat.o');

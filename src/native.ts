@@ -1,5 +1,6 @@
 /**
- * Where the native code is: the addon (native/flocklease.c) and the executables built beside it.
+ * Where the native code is: the addon (native/src/, built by native/binding.gyp) and the executables
+ * built beside it.
  *
  * node-gyp-build chooses, without building anything: a local build (`native/build/Release/`, made by a
  * clone's `npm ci` or by the install script when no prebuilt binary fits) first, else the prebuilt
@@ -62,7 +63,7 @@ export function nativeExecutable(name: string): string {
   return path.join(path.dirname(addonFile), [name, ...tags].join('.'));
 }
 
-/** The `flocklease run` supervisor (native/supervisor.c); LeaseUnsupportedError when it is missing. */
+/** The `flocklease run` supervisor (native/src/supervisor.c); LeaseUnsupportedError when it is missing. */
 export function supervisorPath(): string {
   const file = nativeExecutable('flocklease-supervisor');
   if (!fs.existsSync(file)) {

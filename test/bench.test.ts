@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { targets } from '../bench/lib/report.mjs';
 
 const run = promisify(execFile);
 const FS = ['disk', 'tmpfs'] as const;
@@ -106,7 +107,7 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
       for (const key of ['lease', 'proper-lockfile', 'lockfile', 'floor-handoff', 'node-floor-handoff']) {
         expectSummary(results.figures.wake?.[fs]?.[key], `wake ${fs} ${key}`);
       }
-      for (const key of ['lease', 'floor-durable', 'floor-fair', 'node-floor-fair']) {
+      for (const key of ['lease', 'floor-durable', 'floor-fair', 'node-floor-fair', 'protocol-floor']) {
         const c = results.figures.contention?.[fs]?.[key] as { throughput: number; maxOverMean: number } | undefined;
         expect(c?.throughput, `contention ${fs} ${key}`).toBeGreaterThan(0);
         expect(Number.isFinite(c!.maxOverMean)).toBe(true);
@@ -135,8 +136,28 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
     }
   });
 
+  test('T5, T6 and T8 are the Lease against the floors measured in the same run', () => {
+    const p50 = (figure: string, fs: string, key: string): number =>
+      (results.figures[figure]?.[fs]?.[key] as unknown as Summary).p50;
+    const worst = (figure: string, floor: string): number =>
+      Math.max(...FS.map((fs) => p50(figure, fs, 'lease') / p50(figure, fs, floor)));
+    const measured = (id: string): number => results.targets.find((t) => t.id === id)!.measured!;
+    expect(measured('T5')).toBeCloseTo(worst('crash', 'node-floor-takeover'), 2);
+    expect(measured('T8')).toBeCloseTo(worst('wake', 'node-floor-handoff'), 2);
+    const throughput = (key: string): number[] =>
+      (results.figures.contention?.tmpfs?.[key]?.rounds as Array<{ throughput: number }>).map((r) => r.throughput);
+    const [lease, floor] = [throughput('lease'), throughput('protocol-floor')];
+    expect(lease.length).toBeGreaterThan(0);
+    expect(lease).toHaveLength(floor.length);
+    const shares = lease.map((x, i) => x / floor[i]!).sort((a, b) => a - b);
+    const middle = (shares.length - 1) / 2;
+    const median = (shares[Math.floor(middle)]! + shares[Math.ceil(middle)]!) / 2;
+    expect(measured('T6')).toBeCloseTo(median, 2);
+  });
+
   test('prints the markdown table and writes results.md and the SVG chart', () => {
     for (const heading of [
+      'Summary',
       'Acquire + release cycle',
       'Renew',
       'Event-loop delay',
@@ -156,5 +177,44 @@ describe.runIf(process.platform === 'linux')('npm run bench --quick', () => {
     expect(svg).toContain('Acquire + release cycle');
     expect(svg).toContain('Crash takeover');
     expect((svg.match(/<rect /g) ?? []).length).toBeGreaterThan(20);
+  });
+});
+
+// The verdicts of issue 46's targets, from figures made up to sit on either side of each limit.
+describe('the targets judged against the floors', () => {
+  const rounds = (lease: number, floor: number) => ({
+    lease: { throughput: lease, maxOverMean: 2, rounds: [{ throughput: lease }] },
+    'protocol-floor': { throughput: floor, maxOverMean: 2, rounds: [{ throughput: floor }] },
+  });
+  /** Figures with the Lease's event-loop delay, takeover, contended cycles and hand-off as given. */
+  function figures(lease: { eld: number; crash: number; contention: number; handOff: number }, nodeEld = 0.05) {
+    const perFs = (make: () => object) => ({ disk: make(), tmpfs: make() });
+    return {
+      eventLoop: perFs(() => ({
+        lease: { turnAddedP99Ms: lease.eld },
+        'node-floor': { turnAddedP99Ms: nodeEld },
+      })),
+      crash: perFs(() => ({ lease: { p50: lease.crash }, 'node-floor-takeover': { p50: 4 } })),
+      contention: perFs(() => rounds(lease.contention, 1000)),
+      wake: perFs(() => ({ lease: { p50: lease.handOff }, 'node-floor-handoff': { p50: 0.2 } })),
+    };
+  }
+  const verdicts = (f: object, busy = false) => Object.fromEntries(targets(f, { busy }).map((t) => [t.id, t.met]));
+
+  test('met just inside each limit, not met just outside it', () => {
+    const inside = { eld: 0.19, crash: 4 * 1.19, contention: 860, handOff: 0.2 * 1.99 };
+    expect(verdicts(figures(inside))).toMatchObject({ T3: true, T5: true, T6: true, T8: true });
+    const outside = { eld: 0.21, crash: 4 * 1.21, contention: 840, handOff: 0.2 * 2.01 };
+    expect(verdicts(figures(outside))).toMatchObject({ T3: false, T5: false, T6: false, T8: false });
+  });
+
+  test("T3 is 1.2× the Node floor's delay where that is already over 0.2 ms", () => {
+    expect(verdicts(figures({ eld: 0.35, crash: 4, contention: 1000, handOff: 0.2 }, 0.3)).T3).toBe(true);
+    expect(verdicts(figures({ eld: 0.37, crash: 4, contention: 1000, handOff: 0.2 }, 0.3)).T3).toBe(false);
+  });
+
+  test('a busy run loosens the ratios by 20 %, not the 0.2 ms', () => {
+    const loose = { eld: 0.21, crash: 4 * 1.4, contention: 720, handOff: 0.2 * 2.35 };
+    expect(verdicts(figures(loose), true)).toMatchObject({ T3: false, T5: true, T6: true, T8: true });
   });
 });

@@ -729,7 +729,7 @@ describe('the addon: every system call a named fault point, every argument check
   });
 
   // Both reads go straight into a buffer first, and look at the file with fstat only when the read
-  // does not settle it (native/flocklease.c, read_record_file and read_lock_data).
+  // does not settle it (native/src/files.c, read_record_file and read_lock_data).
   test('readRecord and readLockData read every size whole, past the first read too, up to the limit', () => {
     fs.mkdirSync(dir, { recursive: true });
     const record = join(dir, 'r.lease.json');

@@ -77,8 +77,6 @@ describe.each(filesystems)('Lease on %s', (_fs, root) => {
           turnedBeforeCommit.push(turns !== turnAtRead);
           return fileIO.commit(dir, plan);
         },
-        // The steps, observed: a release's one-step hand-off on tmpfs reads and commits in one call.
-        releaseHandOff: undefined,
       },
     } as object);
     return { lease, turnedBeforeCommit };

@@ -352,10 +352,7 @@ describe('waiting acquire', () => {
           const watched: string[] = [];
           const io: LeaseIO = {
             ...fileIO,
-            watchUnlock: (path, report, probe, mode) => (
-              watched.push(path),
-              fileIO.watchUnlock(path, report, probe, mode)
-            ),
+            watchUnlock: (path, report, mode) => (watched.push(path), fileIO.watchUnlock(path, report, mode)),
           };
           const before = new Set(waitFiles(dir));
           const lease = new Lease(dir, { [kIO]: io } as object);
@@ -390,10 +387,10 @@ describe('waiting acquire', () => {
     const lease: Lease = new Lease(dir, {
       [kIO]: {
         ...fileIO,
-        watchUnlock: ((path, report, probe, mode) =>
+        watchUnlock: ((path, report, mode) =>
           fileIO.watchUnlock(
             path,
-            (errno, token, expiry) => {
+            (errno) => {
               if (armed) {
                 // The release has just handed the lease over. Before the waiter runs, this process
                 // starts another operation on the id, held up by someone else's transition lock.
@@ -401,9 +398,8 @@ describe('waiting acquire', () => {
                 blocker = fileIO.tryLockTransition(lockPath);
                 other = lease.acquire('s1', 'other').finally(() => order.push('other'));
               }
-              return report(errno, token, expiry);
+              return report(errno);
             },
-            probe,
             mode,
           )) satisfies LeaseIO['watchUnlock'],
       },

@@ -37,7 +37,6 @@ function watch(path: string, mode?: WatchMode) {
       fired++;
       report(errno);
     },
-    undefined,
     mode,
   );
   return { started, when, fired: () => fired };
@@ -258,5 +257,17 @@ test('waitForUnlock ends on a waker, on an abort (with its reason), and at once 
       early,
     );
     expect(wakers.size).toBe(0);
+  });
+});
+
+test('a wait that joins a shared watch after the watch’s first waiter left is woken by the release', async () => {
+  await whileHeld('s.live', async (holder, path) => {
+    // The first wait ends on its timer; its entry in the shared watch goes on the next turn.
+    expect(await within(waitForUnlock(fileIO, path, 20, undefined), 1_000)).toBeUndefined();
+    await new Promise((resolve) => setImmediate(resolve));
+    // The second joins the same watch, now waited on by it alone.
+    const second = waitForUnlock(fileIO, path, 10_000, undefined);
+    await holder.release();
+    expect(await within(second, 2_000)).toBeUndefined();
   });
 });

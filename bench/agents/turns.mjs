@@ -1,5 +1,5 @@
 // One of two processes taking turns with a lock, as the C and Node floors' hand-offs are driven
-// (bench/lib/floor.mjs, floorHandOffs): no parent in between. Each cycle: a waiting lock(), hold
+// (bench/lib/c-floor.mjs, floorHandOffs): no parent in between. Each cycle: a waiting lock(), hold
 // it `hold ms`, release, idle `quiet ms` (so that what a releaser does next is not in the other's
 // hand-off). Prints, after its last cycle, when each acquire resolved and when each release let go
 // and was called (CLOCK_MONOTONIC ns):

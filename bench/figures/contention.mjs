@@ -1,18 +1,20 @@
 // Contention: N processes, one id, each looping a waiting acquire → release; after a warm-up, for
 // a fixed window: throughput (cycles completed per second, all processes together) and each
 // acquire's wait (mean, p99, max, and max/mean: how unfair the worst wait is).
-// The C floor runs the same loop with blocking kernel waits (`floor dir --contend`), 8 at once;
+// The C floor runs the same loop with blocking kernel waits (`c-floor dir --contend`), 8 at once;
 // it is unfair (the releaser usually wins the next round at once, no hand-off). The fair C floor
 // (`--contend-fair`) serves waiters first come first served, each hand-off waking the next process,
-// as the lease's queue does: the floor for a FAIR lease. The Node floor (bench/agents/node-floor.mjs)
-// runs that fair protocol in Node through the lease's own addon calls: what any Node process pays
-// for it. The four alternate round by round, their order rotating.
+// as the lease's queue does: the floor for a FAIR lease. The Node floor
+// (bench/agents/node-floor-handoff.mjs) runs that fair protocol in Node through the lease's own
+// addon calls: what any Node process pays for it. The protocol floor (bench/agents/protocol-floor.mjs)
+// makes every call the Lease's contended cycle makes, without its logic: T6's reference. All five
+// alternate round by round, their order rotating, so machine drift hits each alike.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { floorContender } from '../lib/floor.mjs';
+import { floorContender } from '../lib/c-floor.mjs';
 import { median, round, sharedNow, summarize } from '../lib/stats.mjs';
 import { rotate } from './latency.mjs';
 
@@ -32,7 +34,7 @@ function startContender(key, dir, pollMs, execArgv) {
 }
 
 /** One window of `processes` node contenders (`execArgv`: their Node flags): { cycles, waitsMs, perProcess }. */
-export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs, execArgv = [] }) {
+async function nodeRound(key, dir, { processes, warmupMs, durationMs, pollMs, execArgv = [] }) {
   const contenders = Array.from({ length: processes }, () => startContender(key, dir, pollMs, execArgv));
   await Promise.all(contenders.map((c) => c.next())); // all loaded and ready
   const startAt = sharedNow() + 50;
@@ -45,8 +47,8 @@ export async function nodeRound(key, dir, { processes, warmupMs, durationMs, pol
   };
 }
 
-/** The same window of the C floor's contenders, or (runtime 'node') the Node floor's. */
-export async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
+/** The same window of the C floor's contenders, or (runtime 'node', 'protocol') the Node or protocol floor's. */
+async function floorRound(dir, { processes, warmupMs, durationMs, fair, runtime }) {
   const settings = { seconds: durationMs / 1000, warmupSeconds: warmupMs / 1000, durable: true, fair, runtime };
   const results = await Promise.all(Array.from({ length: processes }, () => floorContender(dir, settings)));
   return {
@@ -81,23 +83,28 @@ function describe(rounds, durationMs) {
   };
 }
 
+/** The floors of the figure, each with how its contenders run (bench/lib/c-floor.mjs, floorContender). */
+const FLOORS = {
+  'floor-durable': { fair: false, runtime: 'c' },
+  'floor-fair': { fair: true, runtime: 'c' },
+  'node-floor-fair': { fair: true, runtime: 'node' },
+  'protocol-floor': { fair: true, runtime: 'protocol' },
+};
+
 /**
- * { lease, floor, [peers…] } for one directory. `peers` (proper-lockfile, lockfile) run one round
+ * { lease, floors…, [peers…] } for one directory. `peers` (proper-lockfile, lockfile) run one round
  * each after the alternating Lease/floor rounds, polling every `peerPollMs`.
  */
 export async function contentionFigure({ dir, rounds, processes, warmupMs, durationMs, peers = [], peerPollMs, log }) {
   const settings = { processes, warmupMs, durationMs };
-  const runs = { lease: [], 'floor-durable': [], 'floor-fair': [], 'node-floor-fair': [] };
-  const kinds = Object.keys(runs);
+  const kinds = ['lease', ...Object.keys(FLOORS)];
+  const runs = Object.fromEntries(kinds.map((k) => [k, []]));
   for (let r = 0; r < rounds; r++) {
     for (const which of rotate(kinds, r)) {
       const d = join(dir, `contend-${which}-${r}`);
       mkdirSync(d, { recursive: true });
       if (which === 'lease') runs.lease.push(await nodeRound('lease', d, { ...settings, pollMs: 0 }));
-      else {
-        const fair = which !== 'floor-durable';
-        runs[which].push(await floorRound(d, { ...settings, fair, runtime: which.startsWith('node') ? 'node' : 'c' }));
-      }
+      else runs[which].push(await floorRound(d, { ...settings, ...FLOORS[which] }));
     }
     log?.(`  contention round ${r + 1}/${rounds}`);
   }

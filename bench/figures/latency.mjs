@@ -9,7 +9,7 @@
 // Lease does. The figure is the median over rounds of each round's p50 (and p99); every sample is
 // also pooled into a raw summary.
 import { join } from 'node:path';
-import { floorCycles, floorRenews } from '../lib/floor.mjs';
+import { floorCycles, floorRenews } from '../lib/c-floor.mjs';
 import { CYCLE_IMPLS, IMPLS } from '../lib/impls.mjs';
 import { roundsSummary } from '../lib/stats.mjs';
 import { tinySamples } from '../lib/tiny.mjs';

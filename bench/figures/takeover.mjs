@@ -10,7 +10,7 @@
 //   staleness counts from when the lock was taken), flocklease's does not.
 //
 // wake-up (bench/agents/turns.mjs) — two processes take turns with the lock by themselves, as the
-//   C and Node floors' hand-offs do (bench/lib/floor.mjs): no parent wakes anyone meanwhile. The
+//   C and Node floors' hand-offs do (bench/lib/c-floor.mjs): no parent wakes anyone meanwhile. The
 //   figure is the hand-off: one let go → the other's acquire resolved (and, alongside, from the
 //   release call). For the Lease "let go" is just before the close of its `.live` file that wakes
 //   the waiter, the point the floors' hand-offs are timed from too. Not the release resolving: the
@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent } from '../lib/agent.mjs';
 import { nodeJson } from '../lib/child.mjs';
-import { floorHolder, floorWatcher, handOffsOf } from '../lib/floor.mjs';
+import { floorHolder, floorWatcher, handOffsOf } from '../lib/c-floor.mjs';
 import { DEFAULT_POLL_MS, PROPER_LOCKFILE_MIN_STALE_MS } from '../lib/impls.mjs';
 import { round, sharedNow, sleep, summarize } from '../lib/stats.mjs';
 
@@ -141,7 +141,7 @@ export const turnCycles = (samples) => Math.ceil(samples / 2) + 1;
 /**
  * Wake-up samples (ms) for one implementation on one directory: two processes taking turns
  * (bench/agents/turns.mjs, holding WAKE_HOLD_MS and idling after each release), driven as the
- * floors' hand-offs are (bench/lib/floor.mjs). `fromLetGo`: each hand-off, in the order they
+ * floors' hand-offs are (bench/lib/c-floor.mjs). `fromLetGo`: each hand-off, in the order they
  * happened; `fromCall`: the same from the release call. More than `samples` of each when the two
  * take strict turns, as the Lease's do; fewer if a peer's releaser takes its lock back first.
  */

@@ -1,12 +1,12 @@
-// A Node child of an evidence script, run to its end: the one runner the scripts in bench/evidence
-// share (each used to spawn and collect its children its own way).
+// A Node child process run to its end, its stdout collected: the wake-up figure's two processes
+// taking turns (bench/figures/takeover.mjs).
 import { spawn } from 'node:child_process';
 
 /**
  * Runs `node <args>`: its stdout, and its stderr if `pipeStderr` (else it goes to ours). Rejects
  * if it exits other than 0, or is still running after `timeoutMs` (then it is killed).
  */
-export function runNode(args, { env, pipeStderr = false, timeoutMs = 600_000 } = {}) {
+function runNode(args, { env, pipeStderr = false, timeoutMs = 600_000 } = {}) {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, args, {
       stdio: ['ignore', 'pipe', pipeStderr ? 'pipe' : 'inherit'],

@@ -25,7 +25,7 @@ const lockfileLock = promisify(lockfile.lock);
 const lockfileUnlock = promisify(lockfile.unlock);
 
 /** How long a waiting lock() may wait before it fails (far longer than any figure needs). */
-export const WAIT_LIMIT_MS = 60_000;
+const WAIT_LIMIT_MS = 60_000;
 /** proper-lockfile's smallest `stale` (lib/lockfile.js: `Math.max(options.stale || 0, 2000)`). */
 export const PROPER_LOCKFILE_MIN_STALE_MS = 2_000;
 /** The peers' poll period while they wait (lockfile's default `pollPeriod`). */

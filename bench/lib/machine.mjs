@@ -5,7 +5,7 @@ import { stat } from 'node:fs/promises';
 import os from 'node:os';
 
 /** The file system type of the mount `dir` is on (findmnt: "ext4"; stat -f says "ext2/ext3"). */
-export function fsType(dir) {
+function fsType(dir) {
   for (const [command, args] of [
     ['findmnt', ['-n', '-o', 'FSTYPE', '-T', dir]],
     ['stat', ['-f', '-c', '%T', dir]],
@@ -70,7 +70,7 @@ function cpuList(text) {
 
 /**
  * Pins the main thread to one vCPU at a time, so that both sides of a comparison run on the same
- * one: this VM's vCPUs are not equally fast (docs/bench.md, "which vCPU"). A child process inherits
+ * one: this VM's vCPUs are not equally fast. A child process inherits
  * the affinity of the thread that spawns it, so the C floor run next is pinned too; threads made
  * before (libuv's pool, started here first) stay free, as they are for a user. `mode` 'all' pins
  * every thread of the process instead (a process confined to one vCPU); 'none' pins nothing.

@@ -1,4 +1,4 @@
-// The Node floor of the lease's operations: floor.c's cycle() made through the lease's own I/O
+// The Node floor of the lease's operations: c-floor.c's cycle() made through the lease's own I/O
 // layer (fileIO: the addon's calls), in the benchmark's process, with none of the Lease's logic (no
 // gate, no record codec, no grants, no turn guard). What any Node lease built on those calls pays:
 // the runtime, the addon's crossings, and the commit off the event loop on disk (libuv's pool) or
@@ -64,7 +64,7 @@ const forever = { over: false };
  * Lease watches that kind of file, see WatchMode). */
 export function unlocked(path, io = fileIO, mode = undefined) {
   return new Promise((resolve) => {
-    if (!whenUnlocked(io, path, forever, resolve, undefined, mode)) resolve();
+    if (!whenUnlocked(io, path, forever, resolve, mode)) resolve();
   });
 }
 

@@ -2,7 +2,7 @@
 // field names say (…Us = microseconds, …Ms = milliseconds).
 
 /** Linear-interpolated quantile of an ascending array (q in [0, 1]). */
-export function quantile(sorted, q) {
+function quantile(sorted, q) {
   if (sorted.length === 0) return NaN;
   const at = (sorted.length - 1) * q;
   const lo = Math.floor(at);

@@ -10,7 +10,7 @@
  *    cycles/s, p50/p99 cycle latency, server CPU per cycle (utime+stime of /proc/<pid>/stat, all
  *    threads) and the load generator's CPU per cycle. Rounds interleave the systems; each cell is
  *    the median over rounds, each ratio the median of the rounds' ratios. On the workloads with a
- *    cycles/s target a further server runs too, the Node floor (node-floor.mjs): the same node:net
+ *    cycles/s target a further server runs too, the Node floor, a bare server (bare-server.mjs): the same node:net
  *    socket set-up answering the same requests with no state machine (on the distinct keys no lock
  *    table at all, on the hot key a FIFO of waiters), i.e. what Node itself costs per read and
  *    write; its own table says how far Redis and Ticketing are from it.
@@ -499,9 +499,9 @@ export function startTicketing(...flags) {
   return startListening('ticketing server', [cli, 'serve', '--host', '127.0.0.1', '--port', '0', ...flags]);
 }
 
-/** A Node floor (node-floor.mjs; `--fifo` for the hot key), started like the Ticketing server. */
+/** The Node floor, a bare server (bare-server.mjs; `--fifo` for the hot key), started like the Ticketing server. */
 function startFloor(...flags) {
-  return startListening('node floor server', [join(here, 'node-floor.mjs'), ...flags]);
+  return startListening('node floor server', [join(here, 'bare-server.mjs'), ...flags]);
 }
 
 async function startRedis(binary) {
@@ -778,7 +778,7 @@ async function main() {
     '',
     `Release check: ${serverFailures === 0 ? 'every release matched its grant in every run' : `${serverFailures} FAILED releases or refused acquires`}.`,
     '',
-    `Node floor (bench/ticketing/node-floor.mjs: node:net with the server's socket options, reading and writing, no state machine; on the hot key a FIFO of waiters per key): what any Node server pays per read and write.`,
+    `Node floor (a bare server, bench/ticketing/bare-server.mjs: node:net with the server's socket options, reading and writing, no state machine; on the hot key a FIFO of waiters per key): what any Node server pays per read and write.`,
     '',
     floorTable(summary),
     '',

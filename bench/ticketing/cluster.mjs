@@ -327,7 +327,7 @@ async function runWorker(config) {
 // ---------------------------------------------------------------------------------------------
 // Orchestration
 
-export function parseArgs(argv) {
+function parseArgs(argv) {
   const quick = argv.includes('--quick');
   const options = quick
     ? { durationMs: 1_000, warmupMs: 500, rounds: 1, workers: 64, connections: 4, kills: 1 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * `flocklease`: the operator CLI for a lease directory — inspect, run, prune, repair,
- * release --force. A thin layer over src/flock/operator.ts (and Lease, for `run`).
+ * release --force. A thin layer over src/flock/operator/ (and Lease, for `run`).
  *
  * Exit codes: 0 ok · 64 usage · 65 corrupt data · 75 held / lock busy (try again) · 79 (run) the
  * lease was lost while the command ran · (run) otherwise the command's own status, 128+n if a

@@ -2,7 +2,7 @@
  * `flocklease run`: hold a lease while a command runs — the lease-aware cousin of util-linux
  * flock(1). Acquire (waiting if asked), run the command with the grant in its environment, renew
  * while it runs, release when it exits, and exit with its status. On loss: SIGTERM the command,
- * SIGKILL after a grace, exit EXIT_LOST. The command runs under native/supervisor.c, which kills its
+ * SIGKILL after a grace, exit EXIT_LOST. The command runs under native/src/supervisor.c, which kills its
  * process group when `run` dies, even by SIGKILL, before the lease can pass to a waiter.
  */
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -1,7 +1,7 @@
 /**
  * The deadlines of many waits, on one Node timer. Most waits end before their deadline (a release
- * wakes them), and a setTimeout and a clearTimeout per wait showed in a contended cycle's profile
- * (~2 % of its busy time, plus a timer and a timer list allocated each time). So clearing an alarm
+ * wakes them), and a setTimeout and a clearTimeout per wait would allocate a timer and a timer list
+ * each time, on every contended cycle. So clearing an alarm
  * only marks it: the timer stays armed for the earliest deadline it was set for, and when it fires
  * it calls what is due and arms itself for the next alarm still set. Like a wait's own timer, it
  * keeps the process running only while some alarm is set.

@@ -6,7 +6,7 @@
 import { abortable } from '../port/abort.js';
 
 /** One entrant's turn. Its promise is made only when a later entrant has to wait for it: most
- * operations find the gate free, and a promise per operation showed in the cycle's profile. */
+ * operations find the gate free, and need no promise. */
 class Turn {
   #left = false;
   #done: Promise<void> | undefined;
@@ -29,8 +29,7 @@ class Turn {
 }
 
 /** Keys kept after their last turn left, at most: V8 reallocates a Map's table each time it
- * empties, which a gate emptied at the end of every operation showed in a contended cycle's
- * allocation. */
+ * empties, which a gate emptied at the end of every operation would do once per operation. */
 const LEFT_KEPT = 64;
 
 export class KeyedGate {

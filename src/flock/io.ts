@@ -1,6 +1,6 @@
 /**
- * The I/O layer: every system call a lease makes, in one place (the C side is
- * native/flocklease.c). Cheap non-blocking calls (open, a LOCK_NB flock, fstat, a small read,
+ * The I/O layer: every system call a lease makes, in one place (the C side is the addon in
+ * native/src/, a binding with no lease rules: it moves the bytes this side formats). Cheap non-blocking calls (open, a LOCK_NB flock, fstat, a small read,
  * unlink, close) are synchronous; the write side of a transition is one `commit` step that runs on
  * a libuv worker thread, because it fsyncs. Tests wrap this interface, or set the addon's fault
  * points, to inject faults.
@@ -9,7 +9,6 @@ import { constants } from 'node:os';
 import { nativeAddon } from '../native.js';
 import { LeaseCorruptError, LeaseUnsupportedError } from '../port/errors.js';
 import { makeLeaseDir } from './mkdir.js';
-import type { RecordLayout } from './record.js';
 
 /** The write side of one transition. */
 export interface CommitPlan {
@@ -76,50 +75,15 @@ export interface LeaseIO {
    * Calls `onUnlocked(errno)` once nobody holds an exclusive flock on `path` (its holder closed it,
    * or died): woken by the kernel in the event loop itself (inotify); a close that left it locked
    * is looked at again, and if it stays locked a thread blocked in flock waits for it (the kernel's
-   * notice of a close comes just before it drops the lock; see native/flocklease.c). A watch that
+   * notice of a close comes just before it drops the lock; see native/src/watch.c). A watch that
    * starts in that instant misses it, so the lease unlocks before it closes (closeFile); a holder
    * that dies then is seen at the file's next close or the caller's own timer. `false` (and
    * no call) when there is nothing to wait for: no such file, or nobody holds it. Cannot be
    * cancelled: the watch ends with the lock it watches.
-   * With a `probe`, a report that finds the release handed the probe's waiter the lease says so:
-   * `onUnlocked(0, token, expiry)` (see HandOffProbe). `mode`: see WatchMode.
+   * `mode`: see WatchMode.
    */
-  watchUnlock(path: string, onUnlocked: UnlockReport, probe?: HandOffProbe, mode?: WatchMode): boolean;
-  /**
-   * A release's common case in one step, for a directory whose commits run inline (tmpfs;
-   * elsewhere `undefined`). With the transition lock held: if the record is the releaser's
-   * generation as this port writes it, and the queue (in its own layout) has a live front waiter,
-   * hands that waiter the lease as Lease.#handOff does and writes the queue without it (see
-   * HandOffStep). `undefined` for anything else, before anything changed: the caller decides.
-   * `'queue empty'`: so, and the queue (read first) was empty: the caller need not read it again.
-   * `'front gone'`: the front waiter's `.wait` was gone at the rename (it gave up); nothing changed.
-   * Throws what the same steps would: a read's error, a failed commit's CommitError, the queue
-   * write's. Optional: a LeaseIO without it makes the same transition from the calls above.
-   */
-  releaseHandOff?(dir: string, step: HandOffStep): HandOffOutcome;
+  watchUnlock(path: string, onUnlocked: UnlockReport, mode?: WatchMode): boolean;
 }
-
-/** What a release's one-step hand-off is given: the transition it runs in and the releaser. */
-export interface HandOffStep extends RecordLayout {
-  readonly lockFd: number;
-  /** The id's record. */
-  readonly record: string;
-  /** The id's `.live` and `.wait` files are `prefix`, a number in decimal, and a suffix. */
-  readonly prefix: string;
-  readonly liveSuffix: string;
-  readonly waitSuffix: string;
-  /** The releaser's generation; `before`, `between` and `after` are its record's layout. */
-  readonly token: bigint;
-  /** The transition's clock time (epoch ms): the new token and expiry are made from it. */
-  readonly nowMs: number;
-}
-
-/** See LeaseIO.releaseHandOff. `next`: the token the front waiter was handed the lease with. */
-type HandOffOutcome =
-  | undefined
-  | 'queue empty'
-  | 'front gone'
-  | { readonly next: bigint; readonly removalErrors: readonly NodeJS.ErrnoException[] };
 
 /**
  * How a watch learns that a lock was let go; by default every close of the file is a cue to probe
@@ -133,28 +97,9 @@ type HandOffOutcome =
  */
 export type WatchMode = 'cue' | 'writers';
 
-/**
- * What a waiting acquire asks its watch to find out as the lock is let go, before its JavaScript
- * runs: whether the release handed it the lease, i.e. the record is the hand-off record written for
- * it (`before`, a token, `between`, an expiry, `after`: see recordLayout) and that token names a
- * `.live` that is the waiter's own flocked `.wait` (a hand-off renames it so; see Lease.#handedTo).
- * Asked by the addon in the watch's report, so the woken waiter's path to its grant makes no call
- * of its own and parses only the expiry.
- */
-export interface HandOffProbe extends RecordLayout {
-  /** The id's record. */
-  readonly record: string;
-  /** The waiter's flocked `.wait` file. */
-  readonly fd: number;
-  /** A generation's `.live` is `livePrefix`, its token in decimal, `liveSuffix` (see layout.ts). */
-  readonly livePrefix: string;
-  readonly liveSuffix: string;
-}
-
-/** A watch's report: its errno, and for a probe that found a hand-off the record's token and the
- * text of its expiry. It may return what only tidies up, run once the report's microtasks have run
- * (after the woken code's own). */
-export type UnlockReport = (errno: number, token?: bigint, expiry?: string) => (() => void) | undefined | void;
+/** A watch's report: its errno. It may return what only tidies up, run once the report's
+ * microtasks have run (after the woken code's own). */
+export type UnlockReport = (errno: number) => (() => void) | undefined | void;
 
 interface NativeIO {
   lockTransition(path: string): number;
@@ -170,34 +115,11 @@ interface NativeIO {
   sameFile(fd: number, path: string): boolean;
   readLockData(fd: number): string | Buffer | undefined;
   writeLockData(fd: number, text: string): void;
-  releaseHandOff(
-    lockFd: number,
-    record: string,
-    dir: string,
-    prefix: string,
-    liveSuffix: string,
-    waitSuffix: string,
-    before: string,
-    between: string,
-    after: string,
-    token: bigint,
-    nowMs: number,
-  ): bigint | false | '' | [bigint, NodeJS.ErrnoException] | undefined;
-  watchInit(dispatch: (id: number, errno: number, token?: bigint, expiry?: string) => void, drain: () => void): void;
-  watchUnlock(path: string, id: number, mode: number, ...probe: NativeProbe | []): boolean;
+  watchInit(dispatch: (id: number, errno: number) => void, drain: () => void): void;
+  watchUnlock(path: string, id: number, mode: number): boolean;
   setFault(step: string, kind: string, value: number, count: number): void;
   clearFaults(): void;
 }
-/** A hand-off probe as the addon takes it: the fields of HandOffProbe, as arguments. */
-type NativeProbe = [
-  fd: number,
-  record: string,
-  livePrefix: string,
-  liveSuffix: string,
-  before: string,
-  between: string,
-  after: string,
-];
 /** A commit's plan as the addon takes it: record, dir, data, live, adoptFrom, two removals. */
 type NativePlan = [
   record: string,
@@ -221,8 +143,6 @@ const RAMFS_MAGIC = 0x858458f6;
 /** Directories whose commits run inline: on tmpfs every step is a memory operation of a few µs
  * (fsync has nothing to flush), less than the thread hop that would carry it. */
 const inlineCommitDirs = new Set<string>();
-
-const NO_ERRORS: readonly NodeJS.ErrnoException[] = Object.freeze([]);
 
 /** flock errors that mean "no flock here". */
 const UNSUPPORTED = new Set(['ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS']);
@@ -251,8 +171,8 @@ function rejectMapped(error: unknown): Promise<never> {
   return Promise.reject(leaseError(error));
 }
 
-/** `call` with the addon's errors mapped. One fixed parameter, not rest ones: an arguments array
- * per call showed in the cycle's allocation profile. */
+/** `call` with the addon's errors mapped. One fixed parameter, not rest ones: rest parameters
+ * allocate an arguments array on every system call. */
 function mapped<R>(call: (path: string) => R): (path: string) => R {
   return (path) => {
     try {
@@ -283,8 +203,8 @@ export const fileIO: LeaseIO = {
 
   probeLive: mapped((path) => addon().probeLive(path)),
 
-  // Not an async function: on tmpfs the result is there at once, and an async frame per commit
-  // showed in the cycle's profile. Every failure, thrown or rejected, is a rejection. The plan goes
+  // Not an async function: on tmpfs the result is there at once, and an async frame would cost
+  // every commit an allocation and a promise hop. Every failure, thrown or rejected, is a rejection. The plan goes
   // to the addon as arguments: no object to make here, no property to look up there.
   commit(dir, { record, data, live, adoptFrom, remove }) {
     try {
@@ -317,45 +237,16 @@ export const fileIO: LeaseIO = {
 
   writeLockData: (fd, text) => addon().writeLockData(fd, text),
 
-  releaseHandOff(dir, step) {
-    // Elsewhere the commit fsyncs, which never runs on the event loop's thread.
-    if (!inlineCommitDirs.has(dir)) return undefined;
-    const { lockFd, record, prefix, liveSuffix, waitSuffix, before, between, after, token, nowMs } = step;
-    let outcome;
-    try {
-      outcome = addon().releaseHandOff(
-        lockFd,
-        record,
-        dir,
-        prefix,
-        liveSuffix,
-        waitSuffix,
-        before,
-        between,
-        after,
-        token,
-        nowMs,
-      );
-    } catch (error) {
-      throw leaseError(error);
-    }
-    if (outcome === undefined) return undefined;
-    if (outcome === '') return 'queue empty';
-    if (outcome === false) return 'front gone';
-    if (typeof outcome === 'bigint') return { next: outcome, removalErrors: NO_ERRORS };
-    return { next: outcome[0], removalErrors: [outcome[1]] };
-  },
-
-  watchUnlock(path, onUnlocked, probe, mode) {
+  watchUnlock(path, onUnlocked, mode) {
     const io = addon();
     if (watchCallbacks === undefined) {
       const callbacks = new Map<number, UnlockReport>();
       const later: (() => void)[] = [];
       io.watchInit(
-        (id, errno, token, expiry) => {
+        (id, errno) => {
           const callback = callbacks.get(id);
           callbacks.delete(id);
-          const after = callback?.(errno, token, expiry);
+          const after = callback?.(errno);
           if (typeof after === 'function') later.push(after);
         },
         // Called by the addon once a batch of reports and their microtasks have run.
@@ -369,22 +260,7 @@ export const fileIO: LeaseIO = {
     const code = mode === undefined ? 0 : WATCH_MODES[mode];
     let watching: boolean;
     try {
-      // The probe as arguments: no property for the addon to look up, seven times a waiting round.
-      watching =
-        probe === undefined
-          ? io.watchUnlock(path, id, code)
-          : io.watchUnlock(
-              path,
-              id,
-              code,
-              probe.fd,
-              probe.record,
-              probe.livePrefix,
-              probe.liveSuffix,
-              probe.before,
-              probe.between,
-              probe.after,
-            );
+      watching = io.watchUnlock(path, id, code);
     } catch (error) {
       throw leaseError(error);
     }

@@ -37,8 +37,8 @@ const inDir = (dir: string, name: string): string => (dir.endsWith('/') ? dir + 
 
 export const lockName = (safe: string): string => `${safe}.lock`;
 export const recordName = (safe: string): string => `${safe}.lease.json`;
-export const LIVE_SUFFIX = '.live';
-export const WAIT_SUFFIX = '.wait';
+const LIVE_SUFFIX = '.live';
+const WAIT_SUFFIX = '.wait';
 /** A `.live` or `.wait` name is the id's prefix, a number in decimal (the generation's token, the
  * waiter's ticket), and the suffix; `prefix` may have the directory in front. */
 const numberedPrefix = (safe: string): string => `${safe}.`;
@@ -56,8 +56,8 @@ export interface IdPaths {
 }
 
 /** A lease directory's paths, kept for the id asked for last: a process working one id asks for the
- * same few at every step, and building them (and converting them for the addon) showed in a
- * contended cycle's allocation. */
+ * same few at every step, and building them (and converting them for the addon) each time would
+ * allocate at every step. */
 export class DirPaths {
   #last: IdPaths | undefined;
 

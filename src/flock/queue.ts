@@ -30,7 +30,7 @@ const UTF8 = new TextDecoder();
  * The queue in the `.lock` file's content: its text when it is all ASCII (see LeaseIO.readLockData),
  * else its bytes. Read with a scanner for the one layout formatQueue writes (it runs under the
  * transition lock twice in every contended cycle, where JSON.parse, its interned keys and the
- * per-entry checks were most of a transition's queue work: docs/bench.md, "The fourteenth round");
+ * per-entry checks would be most of a transition's queue work);
  * anything else goes to the general reader. Unreadable soft state is an empty queue.
  */
 export function parseQueue(content: string | Uint8Array | undefined): WaitQueue {
@@ -77,9 +77,9 @@ const TAIL = '],"freeSince":';
 /**
  * What a text in formatQueue's own layout holds, found by scanning it without building its entries:
  * enough for the two changes every contended cycle makes to the queue, as text (a release hands the
- * lease to the front waiter, a refused waiting acquire joins at the back). Building every entry and
- * formatting them all again, twice a cycle, was a third of what a contended cycle allocated
- * (docs/bench.md, "The nineteenth round").
+ * lease to the front waiter, a refused waiting acquire joins at the back), without building every
+ * entry and formatting them all again, twice a cycle, which would be much of what a contended cycle
+ * allocates.
  */
 export interface QueueShape {
   readonly count: number;
@@ -280,4 +280,21 @@ export function maxTicket(queue: WaitQueue): number {
   let max = 0;
   for (const { ticket } of queue.waiters) if (ticket > max) max = ticket;
   return max;
+}
+
+/**
+ * A queue as read under the transition lock. Changed as text while it is formatQueue's own layout
+ * and the change is one the text's shape settles (the front waiter handed the lease or gone, a
+ * waiter joining at the back); built into entries for any other change, and then kept as those.
+ */
+export interface QueueRead {
+  /** The text in the file, as last read or written ('' when empty): a queue changed back to the
+   * same text is unchanged, and is not written again. */
+  written: string;
+  /** The queue's text as changed so far (when `entries` is not built). */
+  text: string;
+  /** `text`'s shape, once scanned (see scanOwnQueue); `undefined` again after a change. */
+  shape: QueueShape | undefined;
+  /** The queue's entries, once built: from then on the queue. */
+  entries: WaitQueue | undefined;
 }

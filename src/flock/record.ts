@@ -5,6 +5,7 @@
  */
 import { MAX_TOKEN } from '../kernel/token.js';
 import type { LeaseHolder } from '../port/errors.js';
+import type { LeaseGrant } from '../port/types.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
 import { JsonNumber, parseJson } from './json.js';
 
@@ -74,7 +75,7 @@ function parseOwnLayout(text: string): LeaseRecord | undefined {
 
 /** A JSON string that STRING matched: without a backslash it is its text between the quotes (the
  * pattern already ruled out raw control characters and bare quotes), which skips JSON.parse on the
- * woken waiter's cold path (see docs/bench.md, "The eighth round"). */
+ * woken waiter's cold path. */
 function jsonString(quoted: string): string {
   return quoted.includes('\\') ? (JSON.parse(quoted) as string) : quoted.slice(1, -1);
 }
@@ -116,6 +117,11 @@ export function holderOf(record: LeaseRecord): LeaseHolder {
   return Object.freeze({ owner: record.owner, token: record.token, expiry: new Date(record.expiryMs) });
 }
 
+/** The grant a generation gives its holder, as the Lease returns and announces it. */
+export function grantOf(sessionId: string, owner: string, token: bigint, expiryMs: number): LeaseGrant {
+  return Object.freeze({ sessionId, owner, token, expiry: new Date(expiryMs) });
+}
+
 /** Is the lease past its recorded expiry at `nowMs`? The one home of that comparison. */
 export function isExpired(record: LeaseRecord, nowMs: number): boolean {
   return expiresAtMs(record) <= nowMs;
@@ -123,7 +129,7 @@ export function isExpired(record: LeaseRecord, nowMs: number): boolean {
 
 /** The layout this port writes, for one owner and session: a record is `before`, its token in
  * decimal, `between`, its expiry, `after` (which begins with the expiry's closing quote). */
-export interface RecordLayout {
+interface RecordLayout {
   readonly before: string;
   readonly between: string;
   readonly after: string;
@@ -134,7 +140,7 @@ export interface RecordLayout {
 const layouts = new Map<string, { readonly session: string | undefined; readonly layout: RecordLayout }>();
 const LAYOUTS_KEPT = 256;
 
-export function recordLayout(owner: string, session: string | undefined): RecordLayout {
+function recordLayout(owner: string, session: string | undefined): RecordLayout {
   const known = layouts.get(owner);
   if (known !== undefined && known.session === session) return known.layout;
   const sessionField = session === undefined ? '' : `,"session":${JSON.stringify(session)}`;

@@ -1,19 +1,36 @@
 /**
- * The two rules every transition of an id shares, for the Lease and the operator tools alike:
- * taking the id's `<safeID>.lock` flock (bounded, re-checking the inode, waiting in the kernel),
- * and reading its record (a format error is a LeaseCorruptError naming the file).
+ * What every transition of an id shares, for the Lease and the operator tools alike: its context
+ * (TransitionContext), taking the id's `<safeID>.lock` flock (bounded, re-checking the inode,
+ * waiting in the kernel), and reading its record (a format error is a LeaseCorruptError naming the
+ * file).
  */
 import { LeaseCorruptError, LeaseTimeoutError } from '../port/errors.js';
 import type { LeaseIO } from './io.js';
 import { parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
+import type { QueueRead } from './queue.js';
+import type { Place } from './waitline.js';
 import { waitForUnlock } from './watch.js';
+
+/** One transition of an id, under its transition lock: what every step of it is given. */
+export interface TransitionContext {
+  readonly sessionId: string;
+  readonly safe: string;
+  /** The clock's time when the lock was taken (epoch ms). */
+  readonly now: number;
+  readonly lockFd: number;
+  /** The place of a waiting acquire; `undefined` for every other operation. */
+  readonly place?: Place | undefined;
+  /** The wait queue as this transition read it: the WaitLine's own, read once and kept in step
+   * with what it writes. */
+  queue?: QueueRead | undefined;
+}
 
 /** Tries of a busy transition lock that just yield to the event loop before waiting in the kernel. */
 const TRANSITION_YIELDS = 3;
 /** The longest a waiter for a busy transition lock sleeps before it tries again. Its watch is
  * inotify's alone (cue-only): a pool thread blocked in flock(LOCK_SH) would hold the lock shared
  * as it is let go, failing the waiters that take it, and at idle priority on busy CPUs it was seen
- * to hold it for milliseconds while every waiter spun (docs/bench.md, "The thirteenth round").
+ * to hold it for milliseconds while every waiter spun.
  * This timer covers what inotify can miss: an event read before the kernel dropped the lock. */
 const TRANSITION_LOOK_AGAIN_MS = 10;
 
@@ -58,7 +75,7 @@ export async function lockTransition(request: TransitionLockRequest): Promise<nu
       );
     }
     if (tries < TRANSITION_YIELDS) await yieldToLoop(signal);
-    else await waitForUnlock(io, path, Math.min(left, TRANSITION_LOOK_AGAIN_MS), signal, undefined, undefined, 'cue');
+    else await waitForUnlock(io, path, Math.min(left, TRANSITION_LOOK_AGAIN_MS), signal, undefined, 'cue');
   }
 }
 

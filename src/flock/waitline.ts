@@ -7,6 +7,7 @@ import { LeaseHeldError } from '../port/errors.js';
 import { nextToken } from '../kernel/token.js';
 import { MAX_EXPIRY_MS } from '../port/validate.js';
 import type { LeaseIO, WatchMode } from './io.js';
+import type { TransitionContext } from './transition.js';
 import type { DirPaths } from './layout.js';
 import { holderOf, type LeaseRecord } from './record.js';
 import {
@@ -21,6 +22,7 @@ import {
   withoutFront,
   withWaiter,
   type QueuedWaiter,
+  type QueueRead,
   type QueueShape,
   type WaitQueue,
 } from './queue.js';
@@ -33,41 +35,10 @@ export interface Place {
   fd?: number | undefined;
 }
 
-/** One transition of an id, under its transition lock. */
-export interface TransitionContext {
-  readonly sessionId: string;
-  readonly safe: string;
-  /** The clock's time when the lock was taken (epoch ms). */
-  readonly now: number;
-  readonly lockFd: number;
-  /** The place of a waiting acquire; `undefined` for every other operation. */
-  readonly place?: Place | undefined;
-  /** The wait queue as this transition read it: the WaitLine's own, read once and kept in step
-   * with what it writes. */
-  queue?: QueueRead | undefined;
-}
-
-/**
- * A queue as read under the transition lock. Changed as text while it is formatQueue's own layout
- * and the change is one the text's shape settles (the front waiter handed the lease or gone, a
- * waiter joining at the back); built into entries for any other change, and then kept as those.
- */
-interface QueueRead {
-  /** The text in the file, as last read or written ('' when empty): a queue changed back to the
-   * same text is unchanged, and is not written again. */
-  written: string;
-  /** The queue's text as changed so far (when `entries` is not built). */
-  text: string;
-  /** `text`'s shape, once scanned (see queue.ts); `undefined` again after a change. */
-  shape: QueueShape | undefined;
-  /** The queue's entries, once built: from then on the queue. */
-  entries: WaitQueue | undefined;
-}
-
 /** A refused try, and what to wait for before the next one. */
 export interface Refused {
-  /** The error, made only if it is thrown: a waiting acquire is refused every round, and the
-   * error's stack capture showed in a contention profile. */
+  /** The error, made only if it is thrown: a waiting acquire is refused every round, and an
+   * error's stack capture each time would cost more than the round's other work. */
   readonly refusal: () => LeaseHeldError;
   /** A lock file whose release is worth waking for (the holder's .live, or a waiter's .wait). */
   readonly watch: string | undefined;

@@ -26,7 +26,7 @@ export function yieldIfStarving(): Promise<void> | undefined {
  * Before an operation's commit: one that began a run, because no operation finished since the loop
  * last turned (a server's request, not one of a batch awaited back to back), lets the loop turn
  * once first. It then holds the loop for its read side or for its commit, never both, which halves
- * its longest turns (docs/bench.md, T3). The later operations of a run go straight on, for
+ * its longest turns (the event-loop delay a caller sees). The later operations of a run go straight on, for
  * throughput, until MAX_RUN_MS.
  */
 export function yieldIfRunStarts(): Promise<void> | undefined {

@@ -129,10 +129,18 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
       /^README\.md$/,
       /^dist\/.+\.(js|d\.ts|js\.map)$/,
       /^native\/binding\.gyp$/,
-      /^native\/(?!floor)[\w-]+\.[ch]$/,
+      /^native\/src\/[\w-]+\.[ch]$/,
       /^native\/prebuilds\/linux-(x64|arm64)\/[\w-]+\.napi\.(glibc|musl)(\.node)?$/,
     ];
     expect(packedFiles.filter((file) => !allowed.some((pattern) => pattern.test(file)))).toEqual([]);
+    // What a from-source build compiles: every source binding.gyp names, and the headers beside them.
+    const gyp = JSON.parse(fs.readFileSync(path.join(root, 'native/binding.gyp'), 'utf8')) as {
+      targets: Array<{ sources: string[] }>;
+    };
+    for (const source of gyp.targets.flatMap((target) => target.sources))
+      expect(packedFiles).toContain(`native/${source}`);
+    for (const header of fs.readdirSync(path.join(root, 'native/src')).filter((name) => name.endsWith('.h')))
+      expect(packedFiles).toContain(`native/src/${header}`);
     for (const arch of ['x64', 'arm64']) {
       for (const libc of ['glibc', 'musl']) {
         expect(packedFiles).toContain(`native/prebuilds/linux-${arch}/flocklease.napi.${libc}.node`);

@@ -2,8 +2,9 @@
  * The lock table as a deterministic state machine: `apply(command, now)` → effects. No I/O, no
  * timers, no clock of its own: the same commands applied at the same instants to the same initial
  * state give the same effects and the same state. The network layer (server/) turns request
- * lines and its timers into commands and effects into reply lines; cluster mode will replicate
- * the commands instead (docs/ticketing.md "Architecture").
+ * lines and its timers into commands and effects into reply lines. In cluster mode the leader
+ * drives this same state machine and commits the keys each command changed to etcd before it
+ * replies (cluster/node.ts); a new leader rebuilds it from etcd (`adopt`).
  *
  * The rules are the two tables of docs/ticketing.md ("Acquire", "Release"):
  * - acquire: free → grant; expired → take over at once (the only non-FIFO path); held and wait 0

@@ -47,7 +47,7 @@ interface Results {
 }
 
 const WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64', 'distinct 16×64', 'hot 4×16', 'hot 64×1'];
-/** The workloads the Node floor (node-floor.mjs) runs in: those with a cycles/s target. */
+/** The workloads the Node floor (bare-server.mjs) runs in: those with a cycles/s target. */
 const FLOOR_WORKLOADS = ['distinct 4×1', 'distinct 4×16', 'distinct 4×64', 'hot 4×16'];
 const redisSystems = (workload: string): string[] =>
   workload.startsWith('hot') ? ['redis retry', 'redis 1 ms'] : ['redis'];
