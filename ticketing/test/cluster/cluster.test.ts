@@ -339,7 +339,9 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const unreachable = messages.indexOf('etcd unreachable: the lease keepalive is not confirmed');
     expect(unreachable, JSON.stringify(messages)).toBeGreaterThanOrEqual(0);
     expect(messages.indexOf('etcd back')).toBeGreaterThan(unreachable);
-    expect(log().find((l) => l.msg === 'stepped down')).toMatchObject({ level: 'warn', reason: expect.any(String) });
+    const steppedDown = log().find((l) => l.msg === 'stepped down');
+    expect(steppedDown?.level).toBe('warn');
+    expect(steppedDown?.reason, 'the reason of the step-down').toMatch(/./);
   }, 60_000);
 
   it('clock offsets of ±30 s: no grant expires before its full lease on the test clock; one state', async () => {
