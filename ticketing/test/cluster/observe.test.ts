@@ -2,7 +2,7 @@
  * ticketing_is_leader 1 before and after a leader SIGKILL, leader changes are counted, commits are
  * timed, and a follower's /readyz and /v1/locks say where the leader is. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { request, sample } from '../observe/support.js';
+import { request, sample, type Answer } from '../observe/support.js';
 import {
   ensureEtcd,
   freePorts,
@@ -11,7 +11,7 @@ import {
   type EtcdCluster,
   type TicketingNodes,
 } from './harness.mjs';
-import { ask } from './support.js';
+import { ask, sleep } from './support.js';
 
 const etcd = await ensureEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster observe tests skipped: ${etcd.reason}`);
@@ -42,6 +42,17 @@ describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () 
     return sum;
   }
 
+  /** A follower learns the leader from its etcd watch, after the leader itself knows: it is ready
+   * (redirecting) from then on, so the test waits for that, bounded. */
+  async function readyzWhenReady(port: number, timeoutMs = 10_000): Promise<Answer> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const answer = await request(port, '/readyz');
+      if (answer.status === 200 || Date.now() >= deadline) return answer;
+      await sleep(50);
+    }
+  }
+
   it('is_leader sums to 1 before and after a leader failover; leader changes and commits are counted', async () => {
     const leader = await nodes.waitForLeader();
     const all = [0, 1, 2];
@@ -51,8 +62,8 @@ describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () 
     const leaderText = (await request(httpPorts[leader.index]!, '/metrics')).body;
     expect(sample(leaderText, 'ticketing_etcd_commit_seconds_count')).toBeGreaterThan(0);
     const follower = all.find((i) => i !== leader.index)!;
-    const readyz = await request(httpPorts[follower]!, '/readyz');
-    expect(readyz.status).toBe(200);
+    const readyz = await readyzWhenReady(httpPorts[follower]!);
+    expect(readyz).toMatchObject({ status: 200, body: 'ok\n' });
     const locks = await request(httpPorts[follower]!, '/v1/locks');
     expect(locks.status).toBe(503);
     expect(JSON.parse(locks.body)).toEqual({ error: 'not_leader', leader: leader.address });
