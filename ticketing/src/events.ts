@@ -46,8 +46,9 @@ export const channels = {
   clusterRole: diagnostics.channel('ticketing:cluster:role'),
   /** The leader as this node last saw it in etcd: `{ node, leader }` (undefined: none). */
   clusterLeader: diagnostics.channel('ticketing:cluster:leader'),
-  /** A batch committed: `{ node, writes, replies, txns, seconds }` (the group-commit batch size,
-   * and how long its txns took, retries included). */
+  /** A batch committed: `{ node, writes, replies, txns, inFlight, seconds }` (the group-commit
+   * batch size, the batches in flight when it was sent, itself included, and how long its txns
+   * took, retries included). */
   clusterCommit: diagnostics.channel('ticketing:cluster:commit'),
   /** Whether etcd confirms this node's lease changed: `{ node, reachable }`. Not published while
    * the node starts (for one leader TTL) unless etcd answered. */

@@ -25,6 +25,23 @@ export interface TokenStoreOptions {
   readonly clock?: () => number;
 }
 
+/** Tokens are max(last + 1, wall-clock µs), so the next ones start at the greater of the two. */
+function tokenBase(lastToken: bigint, wallMs: number): bigint {
+  const wall = BigInt(Math.floor(wallMs * 1000));
+  return wall > lastToken ? wall : lastToken;
+}
+
+/** The mark a reservation writes: `reserve` tokens above where the next tokens start. */
+export function markAhead(upTo: bigint, wallMs: number, reserve: bigint): bigint {
+  const mark = tokenBase(upTo, wallMs) + reserve;
+  return mark > MAX_TOKEN ? MAX_TOKEN : mark;
+}
+
+/** Whether less than half of the reservation up to `durable` is left: time to top it up. */
+export function reservationLow(durable: bigint, lastToken: bigint, wallMs: number, reserve: bigint): boolean {
+  return durable - tokenBase(lastToken, wallMs) < reserve / 2n;
+}
+
 export class TokenStore {
   readonly path: string;
   /** Every token issued by earlier processes is ≤ this: issue only greater ones. */
@@ -85,9 +102,7 @@ export class TokenStore {
 
   /** Tops the reservation up in the background when less than half of it is left. */
   topUp(lastToken: bigint): void {
-    if (this.#writing !== undefined) return;
-    const base = this.#base(lastToken);
-    if (this.#durable - base >= this.#reserve / 2n) return;
+    if (this.#writing !== undefined || !reservationLow(this.#durable, lastToken, this.#clock(), this.#reserve)) return;
     const mark = this.#target(lastToken);
     this.#writing = this.#writeAsync(mark).finally(() => {
       this.#writing = undefined;
@@ -106,15 +121,8 @@ export class TokenStore {
     await this.#writing;
   }
 
-  #base(lastToken: bigint): bigint {
-    const wall = BigInt(Math.floor(this.#clock() * 1000));
-    return wall > lastToken ? wall : lastToken;
-  }
-
   #target(upTo: bigint): bigint {
-    const base = this.#base(upTo);
-    const mark = base + this.#reserve;
-    return mark > MAX_TOKEN ? MAX_TOKEN : mark;
+    return markAhead(upTo, this.#clock(), this.#reserve);
   }
 
   #tmpName(): string {

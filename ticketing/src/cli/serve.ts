@@ -10,6 +10,7 @@
 import { BlockList, isIP } from 'node:net';
 import { Option, type Command } from 'commander';
 import type { ClusterNode, ClusterNodeOptions } from '../cluster/node.js';
+import { DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW } from '../cluster/pipeline.js';
 import { HttpEndpoint } from '../observe/http.js';
 import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
 import { TicketMetrics } from '../observe/metrics.js';
@@ -203,6 +204,12 @@ export function addServeCommand(program: Command): void {
         .default(2_000, '2s'),
     )
     .option(
+      '--commit-window <n>',
+      'cluster mode: most etcd txns in flight at once',
+      integer(1, MAX_COMMIT_WINDOW),
+      DEFAULT_COMMIT_WINDOW,
+    )
+    .option(
       '--http <host:port>',
       'serve /healthz, /readyz, /metrics and /v1/locks on this address (HTTPS when the server has TLS)',
       listenAddress,
@@ -225,9 +232,9 @@ export function addServeCommand(program: Command): void {
           if (flags[flag] !== undefined)
             command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
         }
-        for (const flag of ['prefix', 'leaderTtl'] as const) {
+        for (const flag of ['prefix', 'leaderTtl', 'commitWindow'] as const) {
           if (command.getOptionValueSource(flag) === 'cli') {
-            command.error(`error: --${flag === 'leaderTtl' ? 'leader-ttl' : flag} needs --cluster`);
+            command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
           }
         }
       }
@@ -287,6 +294,7 @@ export function addServeCommand(program: Command): void {
           advertise: flags.advertise as string,
           prefix: flags.prefix as string,
           leaderTtlMs: flags.leaderTtl as number,
+          commitWindow: flags.commitWindow as number,
           leaseMs: options.leaseMs!,
           maxKeys: options.maxKeys!,
           maxWaiters: options.maxWaiters!,

@@ -10,12 +10,12 @@
  * the table from one read of the prefix (every grant's lease re-armed at its own now + the full
  * lease) and serves.
  *
- * Group commit: the keys touched by everything applied since the last txn go into one txn (split
- * at `maxTxnOps`), each guarded by `leader.createRevision == term`, so a deposed or paused
- * leader's writes fail. One txn in flight at a time; the next one starts when it returns, and an
- * idle node arms no timer. Every reply produced while a batch was open is held and written, in
- * order, only when that batch has committed (T and N included: their truth rests on the state
- * the batch commits).
+ * Group commit: the keys touched by everything applied since the last batch was sent go into one
+ * txn (split at `maxTxnOps`), each guarded by `leader.createRevision == term`, so a deposed or
+ * paused leader's writes fail. Up to `commitWindow` batches are in flight at once, never two on
+ * one key (pipeline.ts), and an idle node arms no timer. Every reply produced while a batch was
+ * open is held and written, in order, only when that batch and every earlier one have committed
+ * (T and N included: their truth rests on the state the batch commits).
  *
  * Step-down: a failed or unknown commit, a leader key that changed, or a lease this node can no
  * longer be sure of (no keepalive confirmed within `leaderTtl - margin`, on the monotonic clock,
@@ -25,7 +25,7 @@
 import type { Etcd3, IKeyValue, IRequestOp, Lease, Watcher } from 'etcd3';
 import { channels, publish } from '../events.js';
 import { formatError, formatLeader, formatMoved } from '../protocol.js';
-import type { GateHost, HeldReply, ServerGate } from '../server/cluster-host.js';
+import type { GateHost, ServerGate } from '../server/cluster-host.js';
 import { TicketState, type Effect } from '../state.js';
 import {
   asAccessError,
@@ -35,6 +35,7 @@ import {
   type EtcdTlsOptions,
 } from './etcd.js';
 import type { EtcdAccessError } from './errors.js';
+import { CommitWindow, DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW, type Batch } from './pipeline.js';
 import { KeyLayout, decodeSnapshot, encodeGrant } from './store.js';
 
 export interface ClusterNodeOptions {
@@ -59,6 +60,8 @@ export interface ClusterNodeOptions {
   readonly callTimeoutMs?: number;
   /** etcd's `--max-txn-ops`. Default 128. */
   readonly maxTxnOps?: number;
+  /** Most group-commit batches in flight at once. Default `DEFAULT_COMMIT_WINDOW`. */
+  readonly commitWindow?: number;
 }
 
 const CLUSTER_DEFAULTS = {
@@ -70,17 +73,9 @@ const CLUSTER_DEFAULTS = {
 
 type Role = 'follower' | 'catching-up' | 'leader';
 
-interface Batch {
-  readonly touched: Set<string>;
-  readonly grants: Array<{ readonly key: string; readonly token: bigint }>;
-  readonly replies: HeldReply[];
-}
-
 /** See `#commit`: how much later than its write a grant's lease starts. */
 const DELIVERY_SLACK_MS = 100;
 
-const newBatch = (): Batch => ({ touched: new Set(), grants: [], replies: [] });
-const isEmpty = (batch: Batch): boolean => batch.touched.size === 0 && batch.replies.length === 0;
 const monotonic = (): number => performance.now();
 const noop = (): void => {};
 
@@ -92,6 +87,7 @@ export class ClusterNode implements ServerGate {
   readonly #layout: KeyLayout;
   readonly #callTimeoutMs: number;
   readonly #maxTxnOps: number;
+  readonly #commitWindow: number;
   /** A lease keepalive confirmed at t (monotonic) proves the lease alive until t + ttl; this
    * node stops relying on it `#margin` before that. */
   readonly #margin: number;
@@ -122,10 +118,9 @@ export class ClusterNode implements ServerGate {
   /** As last published on `clusterEtcd` (undefined: not yet). */
   #etcdReachable: boolean | undefined;
 
-  #open = newBatch();
-  #inFlight = false;
+  /** The leader's commit window (undefined while not leading). */
+  #window: CommitWindow | undefined;
   #commitScheduled = false;
-  #committedHwm = 0n;
   #onIdle: (() => void) | undefined;
 
   constructor(options: ClusterNodeOptions) {
@@ -140,6 +135,10 @@ export class ClusterNode implements ServerGate {
     this.#layout = new KeyLayout(this.prefix);
     this.#callTimeoutMs = options.callTimeoutMs ?? CLUSTER_DEFAULTS.callTimeoutMs;
     this.#maxTxnOps = options.maxTxnOps ?? CLUSTER_DEFAULTS.maxTxnOps;
+    this.#commitWindow = options.commitWindow ?? DEFAULT_COMMIT_WINDOW;
+    if (!(Number.isInteger(this.#commitWindow) && this.#commitWindow >= 1 && this.#commitWindow <= MAX_COMMIT_WINDOW)) {
+      throw new RangeError(`commitWindow must be an integer from 1 to ${MAX_COMMIT_WINDOW}, got ${this.#commitWindow}`);
+    }
     this.#margin = Math.min(this.leaderTtlMs / 4, 1000);
   }
 
@@ -173,15 +172,15 @@ export class ClusterNode implements ServerGate {
   }
 
   effect(effect: Effect): void {
-    if (this.#role !== 'leader') return;
+    const window = this.#window;
+    if (this.#role !== 'leader' || window === undefined) return;
     switch (effect.type) {
       case 'granted':
-        this.#open.grants.push({ key: effect.key, token: effect.token });
-        this.#open.touched.add(effect.key);
+        window.grant(effect.key, effect.token);
         break;
       case 'released':
       case 'expired':
-        this.#open.touched.add(effect.key);
+        window.touch(effect.key);
         break;
       default:
         return;
@@ -190,8 +189,8 @@ export class ClusterNode implements ServerGate {
   }
 
   hold(session: number, line: string, grant: { readonly key: string; readonly token: bigint } | undefined): void {
-    if (this.#role !== 'leader') return;
-    this.#open.replies.push({ session, line, grant });
+    if (this.#role !== 'leader' || this.#window === undefined) return;
+    this.#window.hold({ session, line, grant });
     this.#scheduleCommit();
   }
 
@@ -200,7 +199,7 @@ export class ClusterNode implements ServerGate {
     this.#closing = true;
     // Let the server queue its last answers (drain answers waiters T), then commit them.
     await new Promise<void>((resolve) => setImmediate(resolve));
-    if (this.#role === 'leader' && (this.#inFlight || !isEmpty(this.#open))) {
+    if (this.#role === 'leader' && this.#window?.idle === false) {
       this.#scheduleCommit();
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, 2 * this.#callTimeoutMs);
@@ -409,10 +408,8 @@ export class ClusterNode implements ServerGate {
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
       for (const grant of grants) state.adopt(grant.key, grant.owner, grant.token, now);
-      this.#committedHwm = hwm;
       this.#state = state;
-      this.#open = newBatch();
-      this.#inFlight = false;
+      this.#window = new CommitWindow(this.#commitWindow, hwm);
       this.#role = 'leader';
       this.#host!.setState(state);
       this.#leader = this.advertise;
@@ -467,8 +464,7 @@ export class ClusterNode implements ServerGate {
     this.#role = 'follower';
     this.#leaderRevision = undefined;
     this.#state = undefined;
-    this.#open = newBatch(); // never sent: not committed
-    this.#inFlight = false;
+    this.#window = undefined; // the open batch never sent, the sent ones' replies dropped
     this.#leader = undefined;
     this.#host!.setState(undefined, this.#closing ? 'shutting down' : 'leadership lost');
     publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason, error }));
@@ -479,18 +475,21 @@ export class ClusterNode implements ServerGate {
   // Group commit
 
   #scheduleCommit(): void {
-    if (this.#inFlight || this.#commitScheduled) return;
+    if (this.#commitScheduled) return;
     this.#commitScheduled = true;
     // After the I/O phase: everything read in this turn of the loop joins the batch.
     setImmediate(() => {
       this.#commitScheduled = false;
-      void this.#commit();
+      this.#sendReady();
     });
   }
 
-  async #commit(): Promise<void> {
-    if (this.#role !== 'leader' || this.#inFlight || isEmpty(this.#open)) {
-      if (!this.#inFlight && isEmpty(this.#open)) this.#onIdle?.();
+  /** Sends every batch the window lets go now; reports idle when nothing is left. */
+  #sendReady(): void {
+    const window = this.#window;
+    if (this.#role !== 'leader' || window === undefined) return;
+    if (window.idle) {
+      this.#onIdle?.();
       return;
     }
     if (!this.#leaseConfirmed()) {
@@ -498,15 +497,21 @@ export class ClusterNode implements ServerGate {
       this.#stepDown('lease not confirmed');
       return;
     }
-    const batch = this.#open;
-    this.#open = newBatch();
+    for (let batch = window.take(this.#state!.lastToken, this.#host!.now()); batch !== undefined;) {
+      void this.#commit(window, batch);
+      batch = window.take(this.#state!.lastToken, this.#host!.now());
+    }
+  }
+
+  /** Commits one batch (its writes read from the state now, before any await), then delivers
+   * whatever the window lets leave. */
+  async #commit(window: CommitWindow, batch: Batch): Promise<void> {
     const state = this.#state!;
     const term = this.#term;
     const ops: IRequestOp[] = [];
-    if (state.lastToken > this.#committedHwm) {
-      ops.push({ request_put: { key: this.#layout.hwm, value: Buffer.from(String(state.lastToken), 'latin1') } });
+    if (batch.mark !== undefined) {
+      ops.push({ request_put: { key: this.#layout.hwm, value: Buffer.from(String(batch.mark), 'latin1') } });
     }
-    const hwm = state.lastToken;
     for (const key of batch.touched) {
       const view = state.get(key);
       const name = this.#layout.grantKey(key);
@@ -516,8 +521,8 @@ export class ClusterNode implements ServerGate {
           : { request_put: { key: name, value: encodeGrant(view.token, view.owner) } },
       );
     }
-    this.#inFlight = true;
     const startedAt = monotonic();
+    const inFlight = window.inFlight;
     const guard = [
       {
         key: this.#layout.leader,
@@ -538,7 +543,7 @@ export class ClusterNode implements ServerGate {
           } catch (error) {
             // Outcome unknown (etcd electing, a member gone): retry the same txn while the lease
             // is sure. Its writes are absolute and guarded by this term, so applying it twice is
-            // applying it once, and the next batch waits for it.
+            // applying it once, and no other batch writes its keys until it has committed.
             if (term !== this.#term) return;
             if (!this.#leaseConfirmed() || asAccessError(error, undefined, this.prefix) !== undefined) throw error;
             await new Promise((resolve) => setTimeout(resolve, 50));
@@ -555,23 +560,23 @@ export class ClusterNode implements ServerGate {
       this.#refused(error);
       return;
     }
-    this.#inFlight = false;
-    if (hwm > this.#committedHwm) this.#committedHwm = hwm;
     publish(channels.clusterCommit, () => ({
       node: this,
       writes: batch.touched.size,
       replies: batch.replies.length,
       txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)),
+      inFlight,
       seconds: (monotonic() - startedAt) / 1000,
     }));
-    this.#host!.deliver(batch.replies);
     // A grant's lease counts from when its A was written (its holder cannot have learned of it
     // earlier), plus a slack for the A's way to the holder on a loaded host: a lease is never cut
     // short, and the expiry is still committed well within 1 s of the holder's deadline.
-    const start = this.#host!.now() + DELIVERY_SLACK_MS;
-    for (const grant of batch.grants) state.restartLease(grant.key, grant.token, start);
-    if (!isEmpty(this.#open)) void this.#commit();
-    else this.#onIdle?.();
+    for (const ready of window.committed(batch)) {
+      this.#host!.deliver(ready.replies);
+      const start = this.#host!.now() + DELIVERY_SLACK_MS;
+      for (const grant of ready.grants) state.restartLease(grant.key, grant.token, start);
+    }
+    this.#sendReady();
   }
 }
 
