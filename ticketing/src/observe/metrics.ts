@@ -33,6 +33,7 @@ export interface TicketMetricsOptions {
 const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 /** One guarded etcd txn on loopback or a LAN: milliseconds, more when etcd is electing. */
 const COMMIT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+const WINDOW_BUCKETS = [1, 2, 4, 8, 16, 32, 64];
 
 type Message = { readonly server?: unknown; readonly node?: unknown };
 
@@ -45,6 +46,7 @@ export class TicketMetrics {
   readonly #expirations: Counter;
   readonly #leaderChanges: Counter;
   readonly #commit: Histogram;
+  readonly #commitsInFlight: Histogram;
   /** The leader this node last reported (to count changes, not repeats). */
   #lastLeader: unknown;
   readonly #subscriptions: Array<[diagnostics.Channel, (message: unknown) => void]> = [];
@@ -106,15 +108,23 @@ export class TicketMetrics {
       buckets: COMMIT_BUCKETS,
       registers,
     });
+    this.#commitsInFlight = new Histogram({
+      name: 'ticketing_etcd_commits_in_flight',
+      help: 'Cluster mode: group commits in flight when one was sent, itself included (at most --commit-window).',
+      buckets: WINDOW_BUCKETS,
+      registers,
+    });
     this.#subscribe(channels.serverEffect, (message) => this.#onEffect((message as { effect: Effect }).effect));
     this.#subscribe(channels.clusterLeader, (message) => {
       const { leader } = message as { leader: string | undefined };
       if (leader !== undefined && leader !== this.#lastLeader) this.#leaderChanges.inc();
       this.#lastLeader = leader;
     });
-    this.#subscribe(channels.clusterCommit, (message) =>
-      this.#commit.observe((message as { seconds: number }).seconds),
-    );
+    this.#subscribe(channels.clusterCommit, (message) => {
+      const { seconds, inFlight } = message as { seconds: number; inFlight: number };
+      this.#commit.observe(seconds);
+      this.#commitsInFlight.observe(inFlight);
+    });
   }
 
   /** The text format of every metric, as `GET /metrics` serves it. */
