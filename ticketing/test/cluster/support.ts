@@ -78,12 +78,13 @@ export interface Load {
 }
 
 /**
- * `workers` TicketClients (one each) cycling acquire → hold briefly → release over `keys` keys,
- * recording every grant. Errors (Indeterminate, not_active, …) are counted, not thrown.
+ * `workers` TicketClients (one each) cycling acquire → hold briefly → release over `keys` keys
+ * (`<keyPrefix><n>`, default `load-<n>`), recording every grant. Errors (Indeterminate,
+ * not_active, …) are counted, not thrown.
  */
 export function startLoad(
   addresses: readonly string[],
-  options: { workers: number; keys: number; leaseMs: number; holdMs?: number },
+  options: { workers: number; keys: number; leaseMs: number; holdMs?: number; keyPrefix?: string },
 ): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
@@ -116,7 +117,7 @@ export function startLoad(
     let n = 0;
     try {
       while (running) {
-        const key = `load-${(worker + n++) % options.keys}`;
+        const key = `${options.keyPrefix ?? 'load-'}${(worker + n++) % options.keys}`;
         let result;
         try {
           result = await client.acquire(key, { waitMs: 200 });
