@@ -560,6 +560,14 @@ export class ClusterNode implements ServerGate {
       this.#refused(error);
       return;
     }
+    // A process stopped after etcd answered (SIGSTOP, a stall) may resume past its lease, when
+    // another leader may have re-armed these grants, let them expire and granted them again: its
+    // replies would then reach clients after their keys moved on. Deliver only while the lease is
+    // sure, as every request is served.
+    if (!this.#leaseConfirmed()) {
+      this.#stepDown('lease not confirmed');
+      return;
+    }
     publish(channels.clusterCommit, () => ({
       node: this,
       writes: batch.touched.size,
