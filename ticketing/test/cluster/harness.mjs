@@ -99,12 +99,13 @@ function removeTempDir(dir) {
 
 const isRunning = (child) => child.exitCode === null && child.signalCode === null;
 
-/** Sends `signal` and waits (bounded) for the exit; escalates to SIGKILL after `graceMs`. */
+/** Sends `signal` and waits (bounded) for the exit; escalates to SIGKILL after `graceMs`. SIGSTOP
+ * and SIGCONT are only sent: the process is meant to live on (and, resumed, be watched). */
 export async function killChild(child, signal = 'SIGKILL', graceMs = 5_000) {
   if (!isRunning(child)) return;
   const exited = once(child, 'exit');
   child.kill(signal);
-  if (signal === 'SIGSTOP') return;
+  if (signal === 'SIGSTOP' || signal === 'SIGCONT') return;
   const timer = setTimeout(() => isRunning(child) && child.kill('SIGKILL'), graceMs);
   try {
     await exited;
