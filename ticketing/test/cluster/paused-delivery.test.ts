@@ -41,7 +41,7 @@ describe.skipIf(etcd.reason !== undefined)('a leader stopped between a commit an
   });
 
   it('resumed past its lease: the committed A is never written; it steps down and says E not_active', async () => {
-    const [port] = await freePorts(1);
+    const port = (await freePorts(1))[0]!;
     const node = new ClusterNode({
       etcd: cluster.endpoints,
       advertise: `127.0.0.1:${port}`,
