@@ -37,7 +37,7 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -49,6 +49,8 @@ import {
   startTicketingNodes,
 } from '../../ticketing/test/cluster/harness.mjs';
 import {
+  batchSizes,
+  commitStats,
   counterDelta,
   etcdCounters,
   filesystemOf,
@@ -141,50 +143,6 @@ async function etcdSystem({ system, endpoints, connections }) {
       return (await client.if(key, 'Value', '==', token).then(client.delete().key(key)).commit()).succeeded;
     },
     close: async () => clients.forEach((c) => c.close()),
-  };
-}
-
-/** The batch-size counters each node's commit probe wrote, summed over `nodePids`. */
-function commitStats(statsDir, nodePids) {
-  const total = { batches: 0, txns: 0, writes: 0, replies: 0, writesHistogram: {} };
-  for (const pid of nodePids) {
-    let stats;
-    try {
-      stats = JSON.parse(readFileSync(join(statsDir, `${pid}.json`), 'utf8'));
-    } catch {
-      continue; // no batch committed by this node yet
-    }
-    for (const name of ['batches', 'txns', 'writes', 'replies']) total[name] += stats[name];
-    for (const [size, n] of Object.entries(stats.writesHistogram)) {
-      total.writesHistogram[size] = (total.writesHistogram[size] ?? 0) + n;
-    }
-  }
-  return total;
-}
-
-/** Batches committed between two commitStats() samples: count, mean and percentiles of their size. */
-function batchSizes(before, after) {
-  const batches = after.batches - before.batches;
-  if (batches <= 0) return null;
-  const sizes = Object.keys(after.writesHistogram)
-    .map(Number)
-    .sort((a, b) => a - b);
-  const at = (q) => {
-    let seen = 0;
-    for (const size of sizes) {
-      seen += after.writesHistogram[size] - (before.writesHistogram[size] ?? 0);
-      if (seen >= Math.ceil(batches * q)) return size;
-    }
-    return sizes.at(-1);
-  };
-  return {
-    batches,
-    txns: after.txns - before.txns,
-    meanWrites: (after.writes - before.writes) / batches,
-    meanReplies: (after.replies - before.replies) / batches,
-    p50Writes: at(0.5),
-    p99Writes: at(0.99),
-    maxWrites: sizes.filter((s) => after.writesHistogram[s] > (before.writesHistogram[s] ?? 0)).at(-1),
   };
 }
 
