@@ -6,6 +6,7 @@
  *
  *   npm run bench:ticketing -- --cluster [--quick] [--duration 3s] [--warmup 1s] [--rounds 3]
  *                                         [--workers 64] [--connections 4] [--kills 3]
+ *                                         [--window 1,4,16] [--out dir]
  *
  * Workloads: `workers` concurrent acquire+release loops over `connections` TCP connections
  * (Ticketing: half as many clients, each has a pipelined connection and a release lane; etcd:
@@ -13,36 +14,55 @@
  * - distinct: every loop has its own key;
  * - hot: every loop wants one key. Ticketing queues waiters at the leader (FIFO hand-off); the
  *   two etcd locks have no queue, so their loops retry at once until they get it (the usual spin).
- * Rounds interleave the systems: per round, each system runs both workloads in a fresh child
- * process, which reads the CPU time of every process (/proc/<pid>/stat) and etcd's own counters
- * (/metrics) at the start and end of each measured window: so every process's CPU is reported on
- * its own, per cycle. Each cell of the table is the median round (by cycles/s).
+ * Commit window: `--window n[,n…]` (default: the product's default, DEFAULT_COMMIT_WINDOW) starts
+ * one group of 3 nodes per size, `serve --cluster --commit-window n`, each under its own prefix on
+ * the one etcd; the groups not measured sit idle (their CPU is reported as "other nodes"). The
+ * product default is always one of them: the failover and the 1-worker figure are measured on it.
+ * Rounds interleave the systems (each window size is a system; the order rotates by one per
+ * round): per round, each system runs both workloads in a fresh child process, which reads the
+ * CPU time of every process (/proc/<pid>/stat) and etcd's own counters (/metrics) at the start
+ * and end of each measured window: so every process's CPU is reported on its own, per cycle. Each
+ * cell of the table is the median round (by cycles/s); each ratio the median of the rounds' ratios.
  * "ops per etcd commit" is (2 × cycles) / (etcd_server_proposals_committed_total delta): the average
  * group-commit batch as etcd saw it (each cycle is two state changes, a grant and a release; every
  * write txn is one Raft proposal, and so is every lease grant and revoke).
+ * 1 worker: the child of the default window also runs one loop that alternates a Ticketing
+ * acquire+release and one raw etcd txn (cluster-figures.mjs): p50/p99 of each, and their ratio per
+ * round. The floor, once before the rounds: a raw txn at a time, and etcd's WAL fsync time.
  * Failover: while a child runs the distinct workload, the Ticketing leader is SIGKILLed; the
  * failover time runs from the kill to the first acquire that a client started after the kill and
  * got granted (only a live leader can grant it). The killed node is restarted between kills.
- * Results: a markdown table on stdout, and bench/ticketing/cluster-results.json (not with --quick).
+ * Results: a markdown table on stdout, and <out>/cluster-results.json (default bench/ticketing/;
+ * a --quick run writes it only with --out, so it never replaces the committed results).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   cpuTimeMs,
   ensureEtcd,
-  ETCD_ELECTION_MS,
-  ETCD_HEARTBEAT_MS,
   ROOT,
   startEtcdCluster,
   startTicketingNodes,
 } from '../../ticketing/test/cluster/harness.mjs';
+import {
+  batchSizes,
+  commitStats,
+  counterDelta,
+  etcdCounters,
+  filesystemOf,
+  fixed,
+  fmt,
+  latencyOf,
+  report,
+  runFloor,
+  runSingle,
+} from './cluster-figures.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const SYSTEMS = ['ticketing', 'etcd3-lock', 'etcd-txn'];
 const WORKLOADS = ['distinct', 'hot'];
 const LEADER_TTL = '2s';
 const LEASE = '30s';
@@ -50,34 +70,6 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 // A bound on a wait: it must not keep the process alive once the wait is over.
 const timeLimit = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 const now = () => performance.timeOrigin + performance.now(); // epoch ms, comparable across processes
-
-// ---------------------------------------------------------------------------------------------
-// etcd counters
-
-const COUNTERS = {
-  proposals: 'etcd_server_proposals_committed_total', // one per write txn, lease grant or revoke
-  puts: 'etcd_mvcc_put_total',
-  deletes: 'etcd_mvcc_delete_total',
-  walFsyncs: 'etcd_disk_wal_fsync_duration_seconds_count',
-  walFsyncSeconds: 'etcd_disk_wal_fsync_duration_seconds_sum',
-};
-
-async function etcdCounters(endpoint) {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const text = await (await fetch(`${endpoint}/metrics`, { signal: AbortSignal.timeout(5_000) })).text();
-      const values = {};
-      for (const [name, metric] of Object.entries(COUNTERS)) {
-        const match = new RegExp(`^${metric} (\\S+)$`, 'm').exec(text);
-        values[name] = match ? Number(match[1]) : NaN;
-      }
-      return values;
-    } catch {
-      // a starved member may be slow to answer: try again (bounded)
-    }
-  }
-  return undefined;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Worker process: one system × one workload (or the failover load)
@@ -154,50 +146,6 @@ async function etcdSystem({ system, endpoints, connections }) {
   };
 }
 
-/** The batch-size counters each node's commit probe wrote, summed over `nodePids`. */
-function commitStats(statsDir, nodePids) {
-  const total = { batches: 0, txns: 0, writes: 0, replies: 0, writesHistogram: {} };
-  for (const pid of nodePids) {
-    let stats;
-    try {
-      stats = JSON.parse(readFileSync(join(statsDir, `${pid}.json`), 'utf8'));
-    } catch {
-      continue; // no batch committed by this node yet
-    }
-    for (const name of ['batches', 'txns', 'writes', 'replies']) total[name] += stats[name];
-    for (const [size, n] of Object.entries(stats.writesHistogram)) {
-      total.writesHistogram[size] = (total.writesHistogram[size] ?? 0) + n;
-    }
-  }
-  return total;
-}
-
-/** Batches committed between two commitStats() samples: count, mean and percentiles of their size. */
-function batchSizes(before, after) {
-  const batches = after.batches - before.batches;
-  if (batches <= 0) return null;
-  const sizes = Object.keys(after.writesHistogram)
-    .map(Number)
-    .sort((a, b) => a - b);
-  const at = (q) => {
-    let seen = 0;
-    for (const size of sizes) {
-      seen += after.writesHistogram[size] - (before.writesHistogram[size] ?? 0);
-      if (seen >= Math.ceil(batches * q)) return size;
-    }
-    return sizes.at(-1);
-  };
-  return {
-    batches,
-    txns: after.txns - before.txns,
-    meanWrites: (after.writes - before.writes) / batches,
-    meanReplies: (after.replies - before.replies) / batches,
-    p50Writes: at(0.5),
-    p99Writes: at(0.99),
-    maxWrites: sizes.filter((s) => after.writesHistogram[s] > (before.writesHistogram[s] ?? 0)).at(-1),
-  };
-}
-
 async function runWorker(config) {
   const { system, workload, workers, durationMs, warmupMs, prefix, pids, metricsEndpoints } = config;
   const lock = system === 'ticketing' ? await ticketingSystem(config) : await etcdSystem(config);
@@ -252,6 +200,11 @@ async function runWorker(config) {
     commits: commitStats(config.statsDir, config.nodePids),
   });
 
+  if (workload === 'single') {
+    const single = await runSingle(config, lock, sample);
+    await Promise.race([lock.close(), timeLimit(5_000)]);
+    return { ...single, window: config.window };
+  }
   const loops = Array.from({ length: workers }, (_, i) => loop(i));
   let result;
   if (config.failover) {
@@ -286,8 +239,6 @@ async function runWorker(config) {
     measuring = false;
     const seconds = (now() - started) / 1000;
     const after = await sample();
-    const measured = latencies.subarray(0, cycles).sort();
-    const at = (q) => (cycles ? measured[Math.min(cycles - 1, Math.ceil(cycles * q) - 1)] : NaN);
     const cpuPerCycleUs = {};
     for (const name of Object.keys(pids)) {
       const used = after.cpu[name] - before.cpu[name];
@@ -295,18 +246,15 @@ async function runWorker(config) {
     }
     const clientUs = after.client.user + after.client.system - before.client.user - before.client.system;
     cpuPerCycleUs.client = cycles ? clientUs / cycles : null;
-    const etcdDelta = {};
-    for (const name of Object.keys(COUNTERS))
-      etcdDelta[name] = (after.etcd?.[name] ?? NaN) - (before.etcd?.[name] ?? NaN);
+    const etcdDelta = counterDelta(before.etcd, after.etcd);
     result = {
       system,
+      window: config.window,
       workload,
       cycles,
       seconds,
       cyclesPerSecond: cycles / seconds,
-      p50Ms: at(0.5),
-      p99Ms: at(0.99),
-      p999Ms: at(0.999),
+      ...latencyOf(latencies, cycles),
       etcd: etcdDelta,
       opsPerCommit: etcdDelta.proposals > 0 ? (2 * cycles) / etcdDelta.proposals : null,
       batches: batchSizes(before.commits, after.commits),
@@ -327,11 +275,14 @@ async function runWorker(config) {
 // ---------------------------------------------------------------------------------------------
 // Orchestration
 
-function parseArgs(argv) {
+/** The options; `windows`: the commit window sizes to measure, `defaultWindow` always among them. */
+function parseArgs(argv, { defaultWindow, maxWindow }) {
   const quick = argv.includes('--quick');
   const options = quick
     ? { durationMs: 1_000, warmupMs: 500, rounds: 1, workers: 64, connections: 4, kills: 1 }
     : { durationMs: 3_000, warmupMs: 1_000, rounds: 3, workers: 64, connections: 4, kills: 3 };
+  options.windows = [defaultWindow];
+  options.out = here;
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   const counts = { '--rounds': 'rounds', '--workers': 'workers', '--connections': 'connections', '--kills': 'kills' };
   const rest = argv.filter((a) => a !== '--quick' && a !== '--cluster');
@@ -346,6 +297,14 @@ function parseArgs(argv) {
       const n = Number.parseInt(value, 10);
       if (!(n >= 0) || String(n) !== value) throw new Error(`${flag}: a whole number, not ${value}`);
       options[counts[flag]] = n;
+    } else if (flag === '--window') {
+      const sizes = value.split(',').map((v) => Number.parseInt(v, 10));
+      if (!sizes.every((n, i) => n >= 1 && n <= maxWindow && String(n) === value.split(',')[i]))
+        throw new Error(`--window: sizes from 1 to ${maxWindow}, comma-separated, not ${value}`);
+      options.windows = [...new Set([...sizes, defaultWindow])].sort((a, b) => a - b);
+    } else if (flag === '--out') {
+      options.out = value;
+      options.outGiven = true;
     } else {
       throw new Error(`unknown flag ${flag}`);
     }
@@ -371,10 +330,13 @@ async function runInChild(config, timeoutMs) {
   return JSON.parse(out);
 }
 
-function pidsOf(etcd, nodes) {
+/** Every process to watch: etcd's members, the nodes of `window`'s group, and the others (idle). */
+function pidsOf(etcd, groups, window) {
   const pids = {};
   etcd.members.forEach((m) => (pids[`etcd-${m.name}`] = m.pid));
-  nodes.nodes.forEach((n) => (pids[`node-${n.index}`] = n.pid));
+  groups.get(window).nodes.forEach((n) => (pids[`node-${n.index}`] = n.pid));
+  for (const [w, group] of groups)
+    if (w !== window) group.nodes.forEach((n) => (pids[`idle-w${w}-${n.index}`] = n.pid));
   return pids;
 }
 
@@ -436,15 +398,10 @@ async function measureFailover(etcd, nodes, options) {
   }
 }
 
-const fmt = (n) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
-const fixed = (n, digits = 2) => (Number.isFinite(n) ? n.toFixed(digits) : '–');
-function median(values) {
-  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
-  return sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : NaN;
-}
-
 export async function main(argv) {
-  const options = parseArgs(argv);
+  const pipeline = await import(join(ROOT, 'ticketing', 'dist', 'cluster', 'pipeline.js'));
+  const defaultWindow = pipeline.DEFAULT_COMMIT_WINDOW;
+  const options = parseArgs(argv, { defaultWindow, maxWindow: pipeline.MAX_COMMIT_WINDOW });
   const found = await ensureEtcd();
   if (!found.binary) throw new Error(`the cluster benchmark needs etcd: ${found.reason}`);
   try {
@@ -454,43 +411,81 @@ export async function main(argv) {
   }
   const startedAt = new Date().toISOString();
   const began = Date.now();
+  const elapsed = () => `[${((Date.now() - began) / 1000).toFixed(1)} s]`;
   const loadAtStart = loadavg()[0];
   let etcd;
-  let nodes;
+  const groups = new Map(); // commit window → its 3 nodes
   const statsDir = mkdtempSync(join(tmpdir(), 'ticketing-bench-commits-'));
   const cleanup = async () => {
-    await nodes?.stop(3_000);
+    await Promise.all([...groups.values()].map((g) => g.stop(3_000)));
     await etcd?.stop();
     rmSync(statsDir, { recursive: true, force: true });
   };
   const onSignal = () => cleanup().finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const runs = Object.fromEntries(WORKLOADS.map((w) => [w, Object.fromEntries(SYSTEMS.map((s) => [s, []]))]));
+  const systems = [...options.windows.map((w) => `ticketing-w${w}`), 'etcd3-lock', 'etcd-txn'];
+  const runs = Object.fromEntries(WORKLOADS.map((w) => [w, Object.fromEntries(systems.map((s) => [s, []]))]));
+  const singles = [];
   let failover;
+  let floor;
   let leaderAtStart;
+  let filesystem;
   try {
     etcd = await startEtcdCluster({ members: 3 });
-    nodes = await startTicketingNodes({
-      count: 3,
-      etcdEndpoints: etcd.endpoints,
-      leaderTtl: LEADER_TTL,
-      lease: LEASE,
-      execArgv: ['--import', pathToFileURL(join(here, 'commit-probe.mjs')).href],
-      env: { TICKETING_COMMIT_STATS: statsDir },
-    });
-    leaderAtStart = (await nodes.waitForLeader({ timeoutMs: 15_000 })).address;
+    filesystem = filesystemOf(etcd.dir);
+    for (const window of options.windows) {
+      const group = await startTicketingNodes({
+        count: 3,
+        etcdEndpoints: etcd.endpoints,
+        prefix: `/ticketing-bench-${process.pid}-w${window}/`,
+        leaderTtl: LEADER_TTL,
+        lease: LEASE,
+        extraArgs: ['--commit-window', String(window)],
+        execArgv: ['--import', pathToFileURL(join(here, 'commit-probe.mjs')).href],
+        env: { TICKETING_COMMIT_STATS: statsDir },
+      });
+      groups.set(window, group);
+      const leader = (await group.waitForLeader({ timeoutMs: 15_000 })).address;
+      if (window === defaultWindow) leaderAtStart = leader;
+      console.error(
+        `Ticketing --commit-window ${window}: ${group.addresses.join(' ')} (leader ${leader}) ${elapsed()}`,
+      );
+    }
+    console.error(`etcd ${etcd.endpoints.join(' ')}, data in ${etcd.dir} (${filesystem.type}) ${elapsed()}`);
+    floor = await runInChild(
+      {
+        system: 'floor',
+        figure: 'floor',
+        endpoints: etcd.endpoints,
+        memberNames: etcd.members.map((m) => m.name),
+        prefix: `/bench-floor-${process.pid}`,
+        warmupMs: options.warmupMs,
+        durationMs: options.durationMs,
+        etcdDir: etcd.dir,
+      },
+      3 * (options.warmupMs + options.durationMs) + 60_000,
+    );
     console.error(
-      `etcd ${etcd.endpoints.join(' ')}; Ticketing ${nodes.addresses.join(' ')} (leader ${leaderAtStart}) ` +
-        `[${((Date.now() - began) / 1000).toFixed(1)} s]`,
+      `floor: raw txn p50 ${fixed(floor.rawTxn.p50Ms)} ms, p99 ${fixed(floor.rawTxn.p99Ms)} ms; WAL fsync mean ` +
+        `${Object.values(floor.walFsync)
+          .map((f) => fixed(f?.meanMs))
+          .join(' / ')} ms ${elapsed()}`,
     );
     for (let round = 1; round <= options.rounds; round++) {
-      for (const system of SYSTEMS) {
-        // One child per system and round runs both workloads: it loads its client library once.
+      // The order rotates by one per round, so no system always runs first or after the same one.
+      const order = systems.map((_, i) => systems[(i + round - 1) % systems.length]);
+      for (const name of order) {
+        const window = name.startsWith('ticketing-w') ? Number(name.slice('ticketing-w'.length)) : defaultWindow;
+        const system = name.startsWith('ticketing') ? 'ticketing' : name;
+        const nodes = groups.get(window);
+        // One child per system and round runs every workload: it loads its client library once.
+        const workloads = [...WORKLOADS, ...(system === 'ticketing' && window === defaultWindow ? ['single'] : [])];
         const results = await runInChild(
           {
             system,
-            workloads: WORKLOADS,
+            window: system === 'ticketing' ? window : undefined,
+            workloads,
             addresses: nodes.addresses,
             leader: (await nodes.waitForLeader({ timeoutMs: 15_000 })).address,
             endpoints: etcd.endpoints,
@@ -498,135 +493,53 @@ export async function main(argv) {
             workers: options.workers,
             durationMs: options.durationMs,
             warmupMs: options.warmupMs,
-            prefix: `bench${round}${system}`,
-            pids: pidsOf(etcd, nodes),
+            prefix: `bench${round}${name}`,
+            pids: pidsOf(etcd, groups, window),
             statsDir,
             nodePids: nodes.nodes.map((n) => n.pid),
             metricsEndpoints: etcd.endpoints,
           },
-          2 * (options.warmupMs + options.durationMs) + 90_000,
+          workloads.length * (options.warmupMs + options.durationMs) + 90_000,
         );
         for (const run of results) {
           const { workload } = run;
-          runs[workload][system].push(run);
+          if (workload === 'single') {
+            singles.push(run);
+            console.error(
+              `round ${round} 1 worker  ${name.padEnd(13)} p50 ${fixed(run.ticketing.p50Ms)} ms  p99 ` +
+                `${fixed(run.ticketing.p99Ms)} ms; raw txn p50 ${fixed(run.rawTxn.p50Ms)} ms  p99 ` +
+                `${fixed(run.rawTxn.p99Ms)} ms; ratio ${fixed(run.ratio)}×` +
+                (run.errors ? `  errors ${run.errors}` : '') +
+                `  ${elapsed()}`,
+            );
+            continue;
+          }
+          runs[workload][name].push(run);
           console.error(
-            `round ${round} ${workload.padEnd(8)} ${system.padEnd(10)} ${fmt(run.cyclesPerSecond).padStart(7)} cycles/s` +
+            `round ${round} ${workload.padEnd(8)} ${name.padEnd(13)} ${fmt(run.cyclesPerSecond).padStart(7)} cycles/s` +
               `  p50 ${fixed(run.p50Ms)} ms  p99 ${fixed(run.p99Ms)} ms  ops/commit ${fixed(run.opsPerCommit)}` +
               (run.errors ? `  errors ${run.errors}` : '') +
-              `  [${((Date.now() - began) / 1000).toFixed(1)} s]`,
+              `  ${elapsed()}`,
           );
         }
       }
     }
-    if (options.kills > 0) failover = await measureFailover(etcd, nodes, options);
+    // Failover with the product's default window.
+    if (options.kills > 0) failover = await measureFailover(etcd, groups.get(defaultWindow), options);
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     await cleanup();
   }
-  console.error(`done [${((Date.now() - began) / 1000).toFixed(1)} s]`);
-  report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart });
-}
-
-const batchCell = (b) => (b ? `${fixed(b.meanWrites, 1)} / ${b.p50Writes} / ${b.p99Writes} / ${b.maxWrites}` : '–');
-
-function report({ options, startedAt, loadAtStart, runs, failover, leaderAtStart }) {
-  // Each cell: the median run by cycles/s (its own p50/p99/CPU stay together).
-  const pick = (list) =>
-    [...list].sort((a, b) => a.cyclesPerSecond - b.cyclesPerSecond)[Math.floor((list.length - 1) / 2)];
-  const summary = {};
-  const rows = [];
-  for (const workload of WORKLOADS) {
-    summary[workload] = {};
-    for (const system of SYSTEMS) {
-      const run = pick(runs[workload][system]);
-      summary[workload][system] = run;
-      const cpu = run.cpuPerCycleUs;
-      const group = (prefix) =>
-        Object.keys(cpu)
-          .filter((k) => k.startsWith(prefix))
-          .map((k) => fmt(cpu[k]))
-          .join(' / ');
-      rows.push(
-        `| ${workload} | ${system} | ${fmt(run.cyclesPerSecond)} | ${fixed(run.p50Ms)} | ${fixed(run.p99Ms)} | ${fixed(
-          run.opsPerCommit,
-        )} | ${batchCell(run.batches)} | ${fixed(run.etcd.walFsyncs / run.seconds, 0)} / ${fixed(
-          run.walFsyncMeanMs,
-          1,
-        )} | ${group('etcd-')} | ${group('node-')} | ${fmt(cpu.client)} |`,
-      );
-    }
-    // The ratio is taken within each round (same moment, same machine load), then the median.
-    const ratios = runs[workload].ticketing.map(
-      (t, round) => t.cyclesPerSecond / runs[workload]['etcd3-lock'][round].cyclesPerSecond,
-    );
-    summary[workload].ratioToLockPerRound = ratios;
-    summary[workload].ratioToLock = median(ratios);
-    summary[workload].targetMet = summary[workload].ratioToLock >= 10 && summary[workload].ticketing.p99Ms <= 20;
-  }
-  const violations = Object.values(runs)
-    .flatMap((s) => Object.values(s).flat())
-    .reduce((n, run) => n + run.overlaps + run.failures, 0);
-  const failoverMs = failover?.kills.map((k) => k.ms) ?? [];
-  const setup =
-    `${options.workers} loops over ${options.connections} connections per system, ${options.durationMs / 1000} s ` +
-    `per run after ${options.warmupMs / 1000} s warm-up, median of ${options.rounds} interleaved round(s); ` +
-    `3 etcd members (heartbeat ${ETCD_HEARTBEAT_MS} ms, election ${ETCD_ELECTION_MS} ms) and 3 Ticketing nodes ` +
-    `(--leader-ttl ${LEADER_TTL}, --lease ${LEASE}) on loopback; ${cpus().length} CPUs shared, load ${loadAtStart.toFixed(1)} ` +
-    `at start; Node ${process.version}`;
-  const lines = [
-    `Cluster lock cycles (acquire + release): ${setup}`,
-    '',
-    '| workload | system | cycles/s | p50 ms | p99 ms | ops per etcd commit | batch keys mean / p50 / p99 / max ' +
-      '| WAL fsyncs/s / mean ms (one member) | CPU µs/cycle etcd m0 / m1 / m2 | Ticketing n0 / n1 / n2 | client |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
-    ...rows,
-    '',
-    ...WORKLOADS.map(
-      (w) =>
-        `${w}: Ticketing / etcd3 Lock = ${fixed(summary[w].ratioToLock)}× (median of the rounds' ` +
-        `ratios ${summary[w].ratioToLockPerRound.map((r) => fixed(r, 1)).join(', ')}), Ticketing p99 ` +
-        `${fixed(summary[w].ticketing.p99Ms)} ms: target (≥ 10×, p99 ≤ 20 ms) ${summary[w].targetMet ? 'met' : 'NOT met'}.`,
-    ),
-    failover
-      ? `Failover (leader SIGKILL under the distinct load → first grant by the new leader): ${failoverMs
-          .map((ms) => (ms === null ? 'none within 15 s' : `${ms.toFixed(0)} ms`))
-          .join(', ')}; median ${fixed(median(failoverMs), 0)} ms.`
-      : 'Failover: not measured (--kills 0).',
-    `Safety check: ${
-      violations === 0
-        ? 'no overlapping holders, no failed release, hot-key tokens rising in every run'
-        : `${violations} VIOLATIONS (overlapping holders, failed releases or falling tokens)`
-    }.`,
-  ];
-  console.log(lines.join('\n'));
-  // A --quick run is a smoke test: it must not replace the committed results.
-  if (options.quick) console.error('--quick: bench/ticketing/cluster-results.json left as it was');
-  else
-    writeFileSync(
-      join(here, 'cluster-results.json'),
-      `${JSON.stringify(
-        {
-          date: startedAt,
-          node: process.version,
-          cpus: cpus().length,
-          loadAtStart,
-          options,
-          etcd: { members: 3, heartbeatMs: ETCD_HEARTBEAT_MS, electionMs: ETCD_ELECTION_MS },
-          ticketing: { nodes: 3, leaderTtl: LEADER_TTL, lease: LEASE, leaderAtStart },
-          summary,
-          failover,
-          runs,
-        },
-        null,
-        2,
-      )}\n`,
-    );
-  if (violations > 0) process.exitCode = 1;
+  console.error(`done ${elapsed()}`);
+  const context = { options, startedAt, loadAtStart, runs, singles, failover, leaderAtStart };
+  const constants = { WORKLOADS, LEADER_TTL, LEASE };
+  report({ ...context, systems, defaultWindow, floor, etcdDir: etcd.dir, filesystem, constants });
 }
 
 /** Runs each of `config.workloads` in turn (or the one `config.workload`); resolves the results. */
 async function runWorkloads(config) {
+  if (config.figure === 'floor') return runFloor(config);
   if (!config.workloads) return runWorker(config);
   const results = [];
   for (const workload of config.workloads) {

@@ -1,13 +1,15 @@
 // The ticketing benchmark never rots: its quick mode runs here, and every table, workload, system,
 // target and output field it promises must be there. The numbers are not judged (a shared CI box
 // measures nothing); docs/ticketing.md has a full run's. Needs redis-server (the bench installs
-// Debian's with apt-get when running as root).
+// Debian's with apt-get when running as root); the cluster bench needs etcd (skipped without it).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { DEFAULT_COMMIT_WINDOW } from '../src/cluster/pipeline.js';
+import { ensureEtcd } from './cluster/harness.mjs';
 
 const run = promisify(execFile);
 
@@ -187,3 +189,164 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls -
     expect(stdout).toContain('every acquire was granted and every release matched');
   });
 });
+
+interface ClusterCell {
+  cyclesPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  cpuPerCycleUs: Record<string, number | null>;
+  failures: number;
+  overlaps: number;
+}
+interface Latency {
+  count: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+type ClusterWorkload = Record<string, ClusterCell> & {
+  byWindow: Record<string, { ratioToLock: number; ratioToLockPerRound: number[] }>;
+};
+interface ClusterResults {
+  options: { windows: number[]; quick: boolean };
+  etcdData: { dir: string; filesystem: { type: string; source: string; memory: boolean } };
+  summary: {
+    windows: number[];
+    defaultWindow: number;
+    distinct: ClusterWorkload;
+    hot: ClusterWorkload;
+    single: {
+      perRound: Array<{
+        ticketing: Latency;
+        rawTxn: Latency;
+        nodeCommit: Latency;
+        ratio: number;
+        failures: number;
+      }>;
+      ratio: number;
+      ratioPerRound: number[];
+    };
+    targets: Array<{ id: string; measured: number; goal: string; met: boolean }>;
+  };
+  floor: {
+    rawTxn: Latency;
+    walFsync: Record<string, { count: number; meanMs: number; p50AtMostMs: number } | null>;
+    fdatasync: Latency;
+  };
+  failover: { kills: Array<{ ms: number | null }> };
+}
+
+const etcd = await ensureEtcd({ install: false });
+
+describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
+  'npm run bench:ticketing -- --cluster --quick --window 1',
+  () => {
+    const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-cluster-bench-'));
+    // --window 1 and the product default, which the bench always measures too.
+    const windows = [...new Set([1, DEFAULT_COMMIT_WINDOW])].sort((a, b) => a - b);
+    let results: ClusterResults;
+    let stdout: string;
+
+    beforeAll(async () => {
+      const args = ['bench/ticketing/bench.mjs', '--cluster', '--quick', '--window', '1', '--out', out];
+      ({ stdout } = await run(process.execPath, args, { maxBuffer: 16 * 1024 * 1024, timeout: 170_000 }));
+      results = JSON.parse(readFileSync(join(out, 'cluster-results.json'), 'utf8')) as ClusterResults;
+    }, 180_000);
+    afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+    test("the window curve: every window size measured on both workloads, with every process's CPU", () => {
+      expect(results.options.quick).toBe(true);
+      expect(results.options.windows).toEqual(windows);
+      expect(results.summary.defaultWindow).toBe(DEFAULT_COMMIT_WINDOW);
+      for (const workload of ['distinct', 'hot'] as const) {
+        const summary = results.summary[workload];
+        for (const system of [...windows.map((w) => `ticketing-w${w}`), 'etcd3-lock', 'etcd-txn']) {
+          const cell = summary[system]!;
+          const what = `${workload} ${system}`;
+          expect(cell.cyclesPerSecond, what).toBeGreaterThan(0);
+          expect(cell.p99Ms, what).toBeGreaterThanOrEqual(cell.p50Ms);
+          expect(cell.failures + cell.overlaps, what).toBe(0);
+          const cpu = Object.keys(cell.cpuPerCycleUs);
+          for (const name of ['etcd-m0', 'etcd-m1', 'etcd-m2', 'node-0', 'node-1', 'node-2', 'client']) {
+            expect(cpu, what).toContain(name);
+          }
+          // The other window's group sits idle, and is watched too.
+          expect(
+            cpu.filter((name) => name.startsWith('idle-w')),
+            what,
+          ).toHaveLength(3);
+        }
+        for (const w of windows) {
+          const ratio = summary.byWindow[w]!;
+          expect(ratio.ratioToLockPerRound, `${workload} ${w}`).toHaveLength(1);
+          expect(ratio.ratioToLock, `${workload} ${w}`).toBeGreaterThan(0);
+        }
+      }
+    });
+
+    test('1 worker: Ticketing and the raw txn measured in the same round, and their ratio', () => {
+      const { single } = results.summary;
+      expect(single.perRound).toHaveLength(1);
+      const [round] = single.perRound;
+      for (const side of [round!.ticketing, round!.rawTxn]) {
+        expect(side.count).toBeGreaterThan(0);
+        expect(side.p99Ms).toBeGreaterThanOrEqual(side.p50Ms);
+      }
+      expect(round!.failures).toBe(0);
+      // The leader committed the single loop's grants and releases, and timed them.
+      expect(round!.nodeCommit.count).toBeGreaterThan(0);
+      expect(round!.nodeCommit.p50Ms).toBeGreaterThan(0);
+      expect(round!.ratio).toBeCloseTo(round!.ticketing.p50Ms / round!.rawTxn.p50Ms, 6);
+      expect(single.ratio).toBe(round!.ratio);
+    });
+
+    test("the floor: raw txn, each member's WAL fsyncs, fdatasync, and where the data dirs are", () => {
+      const { floor, etcdData } = results;
+      expect(floor.rawTxn.count).toBeGreaterThan(0);
+      expect(floor.rawTxn.p50Ms).toBeGreaterThan(0);
+      expect(Object.keys(floor.walFsync)).toEqual(['m0', 'm1', 'm2']);
+      for (const [member, fsync] of Object.entries(floor.walFsync)) {
+        expect(fsync!.count, member).toBeGreaterThan(0);
+        expect(fsync!.meanMs, member).toBeGreaterThan(0);
+        expect(fsync!.p50AtMostMs, member).toBeGreaterThan(0);
+      }
+      expect(floor.fdatasync.p50Ms).toBeGreaterThan(0);
+      expect(etcdData.filesystem.type).toMatch(/^\w+$/);
+      expect(stdout).toContain(`the etcd data dirs are in ${etcdData.dir}, on ${etcdData.filesystem.type}`);
+    });
+
+    test('every target has a measured value and a verdict; failover measured', () => {
+      expect(results.summary.targets.map((t) => t.id)).toEqual([
+        'distinct-ratio',
+        'distinct-p99',
+        'single-ratio',
+        'failover',
+      ]);
+      for (const t of results.summary.targets) {
+        expect(Number.isFinite(t.measured), t.id).toBe(true);
+        expect(typeof t.met, t.id).toBe('boolean');
+      }
+      expect(results.failover.kills).toHaveLength(1);
+    });
+
+    test('prints the cycles table, the window curve, the 1-worker table, the floor and the targets', () => {
+      for (const w of windows) {
+        expect(stdout).toMatch(new RegExp(`^\\| distinct \\| ticketing-w${w} \\| [\\d,]+ \\|`, 'm'));
+        const label = w === DEFAULT_COMMIT_WINDOW ? `${w} \\(default\\)` : `${w}`;
+        expect(stdout).toMatch(
+          new RegExp(
+            `^\\| ${label} \\| [\\d,]+ \\| [\\d.]+ \\| [\\d.]+ \\| [\\d.]+× \\(.*\\) \\| [\\d.]+ \\| [\\d.]+ / [\\d.]+ \\|`,
+            'm',
+          ),
+        );
+      }
+      expect(stdout).toContain('### Commit window curve');
+      expect(stdout).toMatch(/^\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \|$/m);
+      expect(stdout).toMatch(/^\| median \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \(rounds /m);
+      expect(stdout).toMatch(/WAL fsync .*m0 [\d,]+ fsyncs, mean [\d.]+ ms/);
+      expect(stdout).toMatch(
+        /^\| 1 worker: acquire \+ release p50 ÷ one raw etcd txn p50 .* \| [\d.]+ \| ≤ 2\.2× \| (yes|no) \|$/m,
+      );
+      expect(stdout).toContain('Safety check: no overlapping holders');
+    });
+  },
+);
