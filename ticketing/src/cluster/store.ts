@@ -3,8 +3,9 @@
  * - `leader`: the leader's advertise address, bound to the leader's lease and created only if
  *   absent. Its create revision identifies one term of one leader: every write compares it.
  * - `keys/<key>`: one per granted key, `<token> <owner>` (both already wire-safe).
- * - `hwm`: the greatest token ever committed (decimal). A new leader issues tokens above
- *   max(hwm, every stored token), so tokens keep increasing across leaders and full restarts.
+ * - `hwm`: a mark (decimal) that no committed token exceeds, reserved ahead (pipeline.ts). A new
+ *   leader issues tokens above max(hwm, every stored token), so tokens keep increasing across
+ *   leaders and full restarts.
  * Waiters are not stored: they live at the leader and are lost with it (their clients see
  * Indeterminate).
  */
