@@ -9,14 +9,14 @@
  *   A batch that touches a key in flight waits, and goes out when that txn commits.
  * - **Replies leave in commit order.** A batch's replies are delivered once it and every batch
  *   sent before it have committed. A failed or unknown txn ends the term (the node steps down
- *   and calls `reset`): every batch after it is dropped with its replies, exactly as at a
+ *   and drops the window): every batch after it is dropped with its replies, exactly as at a
  *   step-down with one txn in flight.
  * - **Tokens are reserved ahead, not written per batch.** `hwm` holds a mark above every token
  *   issued so far, written (as in single mode's state file) `TOKEN_RESERVE_MS` worth of µs ahead
  *   and topped up when half is used, so it is rarely in a batch and batches do not all write one
  *   shared key. A batch carrying a token above the committed mark goes out with the mark's write,
- *   or after it: no token above a committed mark is ever in etcd, so a new leader, which starts
- *   above max(hwm, every stored token), never issues a token an earlier leader's txn carried.
+ *   or after it: no committed txn carries a token above a committed mark, so a new leader, which
+ *   starts above max(hwm, every stored token), never issues a token any client has seen.
  * - **No timer.** The node takes a batch in the turn after a request arrived; under load, batches
  *   form from what arrives while the window is full.
  */
