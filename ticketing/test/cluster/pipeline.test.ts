@@ -17,6 +17,7 @@
 import { Etcd3, type IKeyValue } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { request, sample } from '../observe/support.js';
+import { until } from '../helpers.js';
 import {
   ensureEtcd,
   freePorts,
@@ -35,15 +36,6 @@ const LEASE_MS = 30_000;
 const SPREAD = { workers: 32, keys: 512, leaseMs: LEASE_MS };
 /** Figures for the report, printed at the end. */
 const figures: string[] = [];
-
-/** Waits (bounded) until `done()`. */
-async function until(done: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() >= deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(10);
-  }
-}
 
 interface WindowScrape {
   /** Commits sent. */
