@@ -121,6 +121,20 @@ function formatListening(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
+/** Flags that mean something only with --cluster (commander's attribute names). */
+const CLUSTER_ONLY_FLAGS = [
+  'etcd',
+  'advertise',
+  'etcdCa',
+  'etcdCert',
+  'etcdKey',
+  'etcdUser',
+  'etcdPasswordFile',
+  'prefix',
+  'leaderTtl',
+  'commitWindow',
+] as const;
+
 export function addServeCommand(program: Command): void {
   program
     .command('serve')
@@ -228,14 +242,10 @@ export function addServeCommand(program: Command): void {
           command.error('error: --state-file is for single mode (a cluster keeps its tokens in etcd)');
         checkEtcdFlags(flags, (message) => command.error(message));
       } else {
-        for (const flag of ['etcd', 'advertise', 'etcdCa', 'etcdCert', 'etcdKey', 'etcdUser', 'etcdPasswordFile']) {
-          if (flags[flag] !== undefined)
+        // Given on the command line, not merely defaulted (--prefix, --leader-ttl, --commit-window).
+        for (const flag of CLUSTER_ONLY_FLAGS) {
+          if (command.getOptionValueSource(flag) === 'cli')
             command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
-        }
-        for (const flag of ['prefix', 'leaderTtl', 'commitWindow'] as const) {
-          if (command.getOptionValueSource(flag) === 'cli') {
-            command.error(`error: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} needs --cluster`);
-          }
         }
       }
       if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
