@@ -83,6 +83,12 @@ describe('serve --cluster usage errors', () => {
     ],
     ['--etcd without --cluster', ['--etcd', 'http://127.0.0.1:2379'], /--etcd needs --cluster/],
     ['--leader-ttl without --cluster', ['--leader-ttl', '2s'], /--leader-ttl needs --cluster/],
+    ['--commit-window without --cluster', ['--commit-window', '8'], /--commit-window needs --cluster/],
+    [
+      '--commit-window out of range',
+      ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--commit-window', '65'],
+      /expected an integer in 1\.\.64/,
+    ],
     [
       '--state-file with --cluster',
       ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1', '--state-file', '/tmp/x'],
