@@ -484,7 +484,8 @@ export class ClusterNode implements ServerGate {
     });
   }
 
-  /** Sends every batch the window lets go now; reports idle when nothing is left. */
+  /** Sends the open batch if the window lets it go now (one at most: taking it empties the open
+   * one); reports idle when nothing is left. */
   #sendReady(): void {
     const window = this.#window;
     if (this.#role !== 'leader' || window === undefined) return;
@@ -497,10 +498,8 @@ export class ClusterNode implements ServerGate {
       this.#stepDown('lease not confirmed');
       return;
     }
-    for (let batch = window.take(this.#state!.lastToken, this.#host!.now()); batch !== undefined;) {
-      void this.#commit(window, batch);
-      batch = window.take(this.#state!.lastToken, this.#host!.now());
-    }
+    const batch = window.take(this.#state!.lastToken, this.#host!.now());
+    if (batch !== undefined) void this.#commit(window, batch);
   }
 
   /** Commits one batch (its writes read from the state now, before any await), then delivers
