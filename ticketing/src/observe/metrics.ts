@@ -9,7 +9,7 @@
 import diagnostics from 'node:diagnostics_channel';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { channels } from '../events.js';
-import type { Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
 
 /** What the metrics read from the server at scrape time. */
 export interface MetricsServer {
