@@ -24,10 +24,10 @@ export class DeadlineTimer {
    * The step after every event (a read resumed, a deadline due, a change from the cluster gate):
    * the replies it produced leave, and the timer is re-armed for the deadlines it moved.
    */
-  readonly afterEvent = (): void => {
+  afterEvent(): void {
     this.outbox.flush();
     this.schedule();
-  };
+  }
 
   /** Arms the timer for the earliest deadline in the state machine. */
   schedule(): void {
