@@ -8,7 +8,7 @@ import { channels, publish } from '../events.js';
 import type { Command, Effect } from '../state-types.js';
 import type { TicketState } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
-import type { OpenConnections } from './connection.js';
+import type { Connection, OpenConnections } from './connection.js';
 import { B, G, N, R, T, type ReplySink } from './replies.js';
 
 /** Sessions for grants made by the server itself (an undeliverable grant's release). */
@@ -75,9 +75,7 @@ export class CommandApplier {
           return;
         }
         sink.acquired(conn, effect.token, effect.owner, effect.key);
-        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
-        const holdsUntil = perfNow + (effect.expiresAt - now);
-        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        this.#holds(conn, effect.expiresAt, now);
         return;
       }
       case 'timed-out':
@@ -92,10 +90,7 @@ export class CommandApplier {
         sink.kept(effect.session, effect.token, effect.key, effect.leaseMs);
         // The connection that kept a grant holds it as long as a grant made on it.
         const conn = this.open.get(effect.session);
-        if (conn === undefined) return;
-        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
-        const holdsUntil = perfNow + (effect.expiresAt - now);
-        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        if (conn !== undefined) this.#holds(conn, effect.expiresAt, now);
         return;
       }
       case 'gone':
@@ -103,5 +98,12 @@ export class CommandApplier {
       default:
         return; // queued, expired, abandoned, swept, adopted, lease-restarted: state only
     }
+  }
+
+  /** The connection holds a lease until `expiresAt` (for its idle timeout, on the monotonic clock). */
+  #holds(conn: Connection, expiresAt: number, now: number): void {
+    const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
+    const holdsUntil = perfNow + (expiresAt - now);
+    if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
   }
 }
