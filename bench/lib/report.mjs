@@ -58,8 +58,8 @@ const spread = (paired) => `rounds ${fmt(paired.low)}–${fmt(paired.high)}×`;
 
 /**
  * How far a run with the CPUs made busy (`--busy`) may loosen each ratio target (issue 12): a
- * "≤ x" ratio is met at ≤ 1.2·x, a "≥ x" one at ≥ x ÷ 1.2. Limits in milliseconds or bytes (T3's,
- * T7's heap) are not ratios and do not loosen.
+ * "≤ x" ratio is met at ≤ 1.2·x, a "≥ x" one at ≥ x ÷ 1.2. Limits in milliseconds or bytes (T3's
+ * milliseconds, T7's heap) are not ratios and do not loosen.
  */
 const BUSY_LOOSENING = 1.2;
 /** T3's limit on the event-loop delay a Lease adds (p99), where the Node floor adds less; busy: its own. */
