@@ -30,6 +30,7 @@ export {
   CapacityError,
   CertificateError,
   DuplicateRequestError,
+  ModeConflictError,
   LockLostError,
   NotAcquiredError,
   LeaseHeldError,

@@ -109,6 +109,7 @@ export class TicketState {
     );
     this.maxSharedHolders = checkCount(options.maxSharedHolders ?? DEFAULT_LIMITS.maxSharedHolders, 'maxSharedHolders');
     this.maxPermits = checkNumber(options.maxPermits ?? DEFAULT_LIMITS.maxPermits, 'maxPermits', {
+      zero: true,
       integer: true,
       max: DEFAULT_LIMITS.maxPermits,
     });

@@ -223,7 +223,7 @@ export async function runCli(
 
 /** Reads a token out of an `A <token> <owner> <key>` line. */
 export function tokenOf(line: string): bigint {
-  const m = /^A (\d+) \S+ \S+$/.exec(line);
+  const m = /^A (\d+) \S+ \S+(?: \d+)?$/.exec(line); // a semaphore grant ends with its slot
   if (m === null) throw new Error(`not an A line: ${JSON.stringify(line)}`);
   return BigInt(m[1]!);
 }

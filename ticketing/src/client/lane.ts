@@ -21,7 +21,7 @@ import {
   type IndeterminateReason,
 } from '../errors.js';
 import { channels, publish } from '../events.js';
-import { endedRequestError, lockGone, type ConnectionEnd } from './outcomes.js';
+import { REFUSALS, endedRequestError, lockGone, modeConflict, slotAnswers, type ConnectionEnd } from './outcomes.js';
 import { isCertificateError, openSocket } from './transport.js';
 import type { Pending, PendingAcquire, PendingKeep, PendingRegistry, PendingRelease } from './pending.js';
 import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
@@ -43,12 +43,6 @@ export interface LaneHost {
 }
 
 const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed', 'capacity']);
-/** The E codes that refuse a connection before any request of it is processed. */
-const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError | typeof CertificateError>([
-  ['auth_failed', AuthFailedError],
-  ['capacity', CapacityError],
-  ['bad_certificate', CertificateError],
-]);
 const RTT_SAMPLES = 8;
 
 /**
@@ -268,15 +262,16 @@ export class Lane {
       switch (answer.op) {
         case 'A': {
           const p = this.#sentAcquire(answer.owner, answer.key);
-          if (p === undefined) break;
-          this.#granted(p, answer.token);
+          if (p === undefined || !slotAnswers(answer.slot, p.permits)) break;
+          this.#granted(p, answer.token, answer.slot);
           return true;
         }
         case 'T':
-        case 'B': {
+        case 'B':
+        case 'C': {
           const p = this.#sentAcquire(answer.owner, answer.key);
           if (p === undefined) break;
-          this.#refused(p, answer.op === 'B');
+          this.#refused(p, answer.op);
           return true;
         }
         case 'R':
@@ -318,7 +313,7 @@ export class Lane {
     return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
   }
 
-  #granted(p: PendingAcquire, token: string): void {
+  #granted(p: PendingAcquire, token: string, slot: number | undefined): void {
     const receivedAt = now();
     if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
     this.#failures = 0;
@@ -329,10 +324,12 @@ export class Lane {
     const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
     const expiresAt = new Date(Date.now() + (grantedNotBefore + this.options.leaseMs - receivedAt));
     this.#settle(p);
-    p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt });
+    p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt, slot });
   }
 
-  #refused(p: PendingAcquire, busy: boolean): void {
+  /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued). */
+  #refused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
+    const busy = op === 'B';
     if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
     this.#failures = 0;
     this.#answered = true;
@@ -343,7 +340,8 @@ export class Lane {
       return;
     }
     this.#settle(p);
-    p.resolve({ status: busy ? 'busy' : 'timed-out', key: p.key, owner: p.owner });
+    if (op === 'C') p.reject(modeConflict(p.key, p.owner));
+    else p.resolve({ status: busy ? 'busy' : 'timed-out', key: p.key, owner: p.owner });
   }
 
   #released(p: PendingRelease, released: boolean): void {
@@ -371,6 +369,7 @@ export class Lane {
         return false;
       case 'T':
       case 'B':
+      case 'C':
         this.#teardown('connection-lost', new ProtocolError('a reply matches no pending acquire', line));
         return false;
       case 'R':

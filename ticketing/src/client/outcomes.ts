@@ -3,15 +3,23 @@
  * caller may conclude depends on why the connection ended (errors.ts says what each one means).
  */
 import {
-  type AuthFailedError,
-  type CapacityError,
-  type CertificateError,
+  AuthFailedError,
+  CapacityError,
+  CertificateError,
   IndeterminateError,
   type IndeterminateReason,
   LockLostError,
+  ModeConflictError,
   type TicketError,
 } from '../errors.js';
 import type { Pending } from './pending.js';
+
+/** The E codes that refuse a connection before any request of it is processed. */
+export const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError | typeof CertificateError>([
+  ['auth_failed', AuthFailedError],
+  ['capacity', CapacityError],
+  ['bad_certificate', CertificateError],
+]);
 
 export type ConnectionEnd =
   /** The server refused the connection before processing any request of it. */
@@ -79,4 +87,14 @@ export function lockGone(key: string, token: bigint): LockLostError {
 
 function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
+}
+
+/** A `C` reply: the acquire's mode does not fit the key's kind. */
+export function modeConflict(key: string, owner: string): ModeConflictError {
+  return new ModeConflictError(`${key}: the requested mode does not fit the key's current kind`, key, owner);
+}
+
+/** Does a grant's slot answer a request for `permits` (0: `x` or `s`, which get no slot)? */
+export function slotAnswers(slot: number | undefined, permits: number): boolean {
+  return slot === undefined ? permits === 0 : slot < permits;
 }

@@ -405,6 +405,8 @@ export class ClusterNode implements ServerGate {
         maxWaitersPerKey: this.#options.maxWaitersPerKey,
         lastToken: hwm,
         expiry: 'eager',
+        // etcd stores one holder per key (store.ts): a request for another mode is answered `C`.
+        modes: 'exclusive',
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();

@@ -19,6 +19,7 @@ export class RequestHandler {
     key: '',
     owner: '',
     waitMs: 0,
+    mode: 'x',
   };
   readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = {
     type: 'release',
@@ -92,6 +93,7 @@ export class RequestHandler {
         command.key = request.key;
         command.owner = request.owner;
         command.waitMs = request.waitMs;
+        command.mode = request.mode;
         applier.apply(command);
         break;
       }
