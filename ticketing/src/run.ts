@@ -21,6 +21,9 @@ export interface RunOptions {
   /** TLS to the servers (Node's `tls.connect` options); undefined: plain TCP. */
   readonly tls?: ConnectionOptions | undefined;
   readonly waitMs: number;
+  /** Hold one of N permits (the command gets `TICKETING_SLOT`), or a shared hold. */
+  readonly permits?: number | undefined;
+  readonly shared?: boolean | undefined;
   /** Between SIGTERM and SIGKILL after a loss, ms; undefined: a tenth of the lease. */
   readonly killAfterMs: number | undefined;
   readonly command: readonly string[];
@@ -82,6 +85,8 @@ export async function runCommand(options: RunOptions, say: (line: string) => voi
     try {
       hold = await client.hold(options.key, {
         waitMs: options.waitMs,
+        permits: options.permits,
+        shared: options.shared,
         signal: waiting.signal,
         margin:
           options.killAfterMs === undefined
@@ -101,7 +106,12 @@ export async function runCommand(options: RunOptions, say: (line: string) => voi
     const graceMs = options.killAfterMs ?? hold.leaseMs * GRACE_FRACTION;
     const child = spawn(supervisor, ['--parent-pid', String(process.pid), '--', ...options.command], {
       stdio: 'inherit',
-      env: { ...process.env, TICKETING_KEY: options.key, TICKETING_TOKEN: String(hold.token) },
+      env: {
+        ...process.env,
+        TICKETING_KEY: options.key,
+        TICKETING_TOKEN: String(hold.token),
+        ...(hold.slot === undefined ? {} : { TICKETING_SLOT: String(hold.slot) }),
+      },
       detached: true, // a new session and process group, led by the supervisor
     });
     pgid = child.pid;

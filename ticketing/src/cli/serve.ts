@@ -154,6 +154,13 @@ export function addServeCommand(program: Command): void {
       SERVER_DEFAULTS.maxWaitersPerKey,
     )
     .option(
+      '--max-shared-holders <n>',
+      'shared holders of one key at once',
+      integer(1, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxSharedHolders,
+    )
+    .option('--max-permits <n>', 'the greatest N of a semaphore request', integer(0, 65535), SERVER_DEFAULTS.maxPermits)
+    .option(
       '--max-waiters <n>',
       'queued requests in total',
       integer(0, Number.MAX_SAFE_INTEGER),
@@ -285,6 +292,8 @@ export function addServeCommand(program: Command): void {
         secret,
         stateFile: flags.stateFile as string | undefined,
         maxWaitersPerKey: flags.maxWaitersPerKey as number,
+        maxSharedHolders: flags.maxSharedHolders as number,
+        maxPermits: flags.maxPermits as number,
         maxWaiters: flags.maxWaiters as number,
         maxKeys: flags.maxKeys as number,
         maxConnections: flags.maxConnections as number,
