@@ -20,10 +20,20 @@ interface EndpointServer {
   readiness(): { readonly ready: boolean; readonly reason?: string | undefined; readonly leader?: string | undefined };
   locks(options: { readonly prefix: string; readonly limit: number }): ReadonlyArray<{
     readonly key: string;
+    readonly kind: 'lock' | 'semaphore';
+    readonly permits: number | undefined;
     readonly owner: string;
     readonly token: bigint;
     readonly expiresInMs: number;
+    readonly holders: ReadonlyArray<{
+      readonly owner: string;
+      readonly token: bigint;
+      readonly shared: boolean;
+      readonly slot: number | undefined;
+      readonly expiresInMs: number;
+    }>;
     readonly waiters: number;
+    readonly waitersByMode: Readonly<Record<string, number>>;
   }>;
   /** Whether `secret` (from `Authorization: Bearer`) is the server's; true when it has none. */
   authorizes(secret: string | undefined): boolean;
@@ -174,10 +184,20 @@ export class HttpEndpoint {
     if (leader !== undefined) return json(503, { error: 'not_leader', leader });
     const locks = server.locks(query).map((lock) => ({
       key: lock.key,
+      kind: lock.kind,
+      ...(lock.permits === undefined ? {} : { permits: lock.permits }),
       owner: lock.owner,
       token: String(lock.token),
       expiresInMs: Math.ceil(lock.expiresInMs),
+      holders: lock.holders.map((holder) => ({
+        owner: holder.owner,
+        token: String(holder.token),
+        mode: lock.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
+        ...(holder.slot === undefined ? {} : { slot: holder.slot }),
+        expiresInMs: Math.ceil(holder.expiresInMs),
+      })),
       waiters: lock.waiters,
+      waitersByMode: lock.waitersByMode,
     }));
     return json(200, locks);
   }

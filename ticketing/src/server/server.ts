@@ -46,12 +46,24 @@ export { SERVER_DEFAULTS, type ServerAddress, type ServerStats, type TicketServe
 /** One held key, for an admin view. */
 export interface LockView {
   readonly key: string;
+  /** `lock` (modes x and s) or `semaphore` (with `permits`, its N). */
+  readonly kind: 'lock' | 'semaphore';
+  readonly permits: number | undefined;
+  /** The newest live grant's owner, token and lease left (ms, > 0). */
   readonly owner: string;
   readonly token: bigint;
-  /** How long the lease has left, ms (> 0). */
   readonly expiresInMs: number;
-  /** Requests queued for the key. */
+  /** Every live grant, oldest first (`shared` for mode s; `slot` for a semaphore's). */
+  readonly holders: ReadonlyArray<{
+    readonly owner: string;
+    readonly token: bigint;
+    readonly shared: boolean;
+    readonly slot: number | undefined;
+    readonly expiresInMs: number;
+  }>;
+  /** Requests queued for the key, and by mode (`x`, `s`, or N). */
   readonly waiters: number;
+  readonly waitersByMode: Readonly<Record<string, number>>;
 }
 
 /** Would a request sent now be served? `reason` says why not (the refusal's text); `leader` is
@@ -149,10 +161,16 @@ export class TicketServer extends EventEmitter {
     const now = this.#config.clock();
     return state.held(now, prefix, limit).map((held) => ({
       key: held.key,
+      kind: held.kind,
+      permits: held.permits,
       owner: held.owner,
       token: held.token,
       expiresInMs: held.expiresAt - now,
+      holders: held.holders.map(({ owner, token, shared, slot, expiresAt }) => {
+        return { owner, token, shared, slot, expiresInMs: expiresAt - now };
+      }),
       waiters: held.waiters,
+      waitersByMode: held.waitersByMode,
     }));
   }
 
