@@ -155,11 +155,11 @@ export function addServeCommand(program: Command): void {
     )
     .option(
       '--max-shared-holders <n>',
-      'shared holders of one key at once',
+      'shared holders per key',
       integer(1, Number.MAX_SAFE_INTEGER),
       SERVER_DEFAULTS.maxSharedHolders,
     )
-    .option('--max-permits <n>', 'the greatest N of a semaphore request', integer(0, 65535), SERVER_DEFAULTS.maxPermits)
+    .option('--max-permits <n>', 'largest semaphore N', integer(0, 65535), SERVER_DEFAULTS.maxPermits)
     .option(
       '--max-waiters <n>',
       'queued requests in total',
