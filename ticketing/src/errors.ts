@@ -104,8 +104,7 @@ export class DuplicateRequestError extends TicketError {
 
 /**
  * The server answered `C`: the acquire's mode does not fit the key's kind (a semaphore asked with
- * another N, `x`/`s` on a semaphore, N on a lock held or awaited in `x`/`s` mode; in cluster mode,
- * any mode but `x`). Definitive and at once, whatever `waitMs`: nothing was granted or queued.
+ * another N, `x`/`s` on a semaphore, N on a lock held or awaited in `x`/`s` mode). Definitive and at once, whatever `waitMs`: nothing was granted or queued.
  */
 export class ModeConflictError extends TicketError {
   readonly code = 'ETICKETMODECONFLICT';

@@ -36,8 +36,18 @@ export type Command =
   | { readonly type: 'sweep'; readonly limit?: number }
   /** Cluster mode: registers a grant made elsewhere (a new leader rebuilding the table from etcd),
    * its lease counted from `now`, never from another node's clock. Later tokens are greater than
-   * `token`. Throws if the key is already registered. */
-  | { readonly type: 'adopt'; readonly key: string; readonly owner: string; readonly token: bigint }
+   * `token`. Throws if the grant does not fit the key as registered so far (another kind, a token
+   * or slot already there, beside an exclusive grant). */
+  | {
+      readonly type: 'adopt';
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      /** Default `'x'`. A key's grants are adopted one by one, in token order. */
+      readonly mode?: LockMode;
+      /** A semaphore grant's slot. */
+      readonly slot?: number | undefined;
+    }
   /** Cluster mode: the lease of the key's grant under `token` counts again from `now + slackMs`
    * (default 0), never ending earlier than it did: a grant's lease counts from when its commit let
    * the reply leave. Takes effect only if the key still carries that token. */

@@ -49,9 +49,6 @@ export interface TicketStateOptions {
   readonly maxSharedHolders?: number;
   /** The greatest N of a semaphore request (modes.ts). */
   readonly maxPermits?: number;
-  /** `all` (default) or `exclusive`: every request with another mode than `x` is a conflict
-   * (cluster mode stores one holder per key). */
-  readonly modes?: 'all' | 'exclusive';
   /** Every token issued will be greater than this (a restart's high-water mark). */
   readonly lastToken?: bigint;
   /** `lazy` (single mode): an expired grant is dropped by the next acquire of its key or swept;
@@ -96,7 +93,6 @@ export class TicketState {
   #sweepCursor: KeyEntry | undefined;
   #sweeping = false;
   readonly #eager: boolean;
-  readonly #exclusiveOnly: boolean;
 
   constructor(options: TicketStateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -121,10 +117,6 @@ export class TicketState {
       throw new RangeError("expiry must be 'lazy' or 'eager'");
     }
     this.#eager = options.expiry === 'eager';
-    if (options.modes !== undefined && options.modes !== 'all' && options.modes !== 'exclusive') {
-      throw new RangeError("modes must be 'all' or 'exclusive'");
-    }
-    this.#exclusiveOnly = options.modes === 'exclusive';
   }
 
   /** The greatest token issued so far (or the starting floor). */
@@ -196,7 +188,7 @@ export class TicketState {
       case 'sweep':
         return this.#sweep(command.limit ?? Infinity, now);
       case 'adopt':
-        return this.#adopt(command.key, command.owner, command.token, now);
+        return this.#adopt(command.key, command.owner, command.token, command.mode ?? 'x', command.slot, now);
       case 'restart-lease':
         return this.#restartLease(command.key, command.token, now + checkSlack(command.slackMs ?? 0));
       default:
@@ -206,7 +198,6 @@ export class TicketState {
 
   #acquire(session: SessionId, key: string, owner: string, waitMs: number, mode: LockMode, now: number): Effects {
     if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
-    if (mode !== 'x' && this.#exclusiveOnly) return [{ type: 'conflict', session, key, owner }];
     if (typeof mode === 'number' && mode > this.maxPermits)
       return [{ type: 'busy', session, key, owner, limit: 'permits' }];
     const kind = kindOf(mode);
@@ -307,11 +298,22 @@ export class TicketState {
     return waiter;
   }
 
-  #adopt(key: string, owner: string, token: bigint, now: number): Effects {
-    if (this.#keys.get(key) !== undefined) throw new Error(`key ${key} is already registered`);
+  #adopt(key: string, owner: string, token: bigint, mode: LockMode, slot: number | undefined, now: number): Effects {
     if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN)
       throw new RangeError('token must be a uint64 bigint');
-    const grant = this.#hold(this.#register(key, 0), owner, token, false, now);
+    if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
+    const kind = kindOf(mode);
+    const entry = this.#keys.get(key);
+    const holders = entry?.holders ?? [];
+    if (
+      (entry !== undefined && entry.permits !== kind) ||
+      holders.some((grant) => grant.token === token || grant.slot === slot) ||
+      (kind === 0 && holders.length > 0 && (mode === 'x' || !holders[0]!.shared)) ||
+      (kind > 0 && !(Number.isInteger(slot) && slot! >= 0 && slot! < kind))
+    ) {
+      throw new Error(`key ${key} is already registered: a grant that does not fit it cannot be adopted`);
+    }
+    const grant = this.#hold(entry ?? this.#register(key, kind), owner, token, mode === 's', now, slot);
     if (token > this.#lastToken) this.#lastToken = token;
     return [{ type: 'adopted', key, owner, token, expiresAt: grant.expiresAt }];
   }
@@ -527,8 +529,8 @@ export class TicketState {
     return token === undefined ? undefined : this.#hold(entry, owner, token, shared, now);
   }
 
-  #hold(entry: KeyEntry, owner: string, token: bigint, shared: boolean, now: number): Grant {
-    const slot = entry.permits > 0 ? lowestFreeSlot(entry.holders) : -1;
+  #hold(entry: KeyEntry, owner: string, token: bigint, shared: boolean, now: number, slotAt?: number): Grant {
+    const slot = entry.permits > 0 ? (slotAt ?? lowestFreeSlot(entry.holders)) : -1;
     const expiresAt = now + this.leaseMs;
     const grant: Grant = {
       kind: 'expiry',

@@ -141,12 +141,34 @@ describe('lazy takeover, generalized', () => {
   });
 });
 
-describe('cluster mode takes only x', () => {
-  test("modes: 'exclusive' answers any other mode with a conflict", () => {
-    const state = new TicketState({ leaseMs: LEASE, modes: 'exclusive' });
-    expect(answer(state.apply(acquire(1, 'k', 'a', 's'), T0))).toMatchObject({ type: 'conflict' });
-    expect(answer(state.apply(acquire(1, 'k', 'a', 1), T0))).toMatchObject({ type: 'conflict' });
-    expect(answer(state.apply(acquire(1, 'k', 'a', 'x'), T0))).toMatchObject({ type: 'granted' });
+describe('adopt (a new cluster leader rebuilding a key)', () => {
+  test('shared and semaphore grants are adopted with their slots; the next grant takes a free slot', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const adopt = (key: string, owner: string, token: bigint, mode: LockMode, slot?: number): Command => ({
+      type: 'adopt',
+      key,
+      owner,
+      token,
+      mode,
+      slot,
+    });
+    state.apply(adopt('sem', 'a', 10n, 3, 2), T0);
+    state.apply(adopt('sem', 'b', 11n, 3, 0), T0);
+    state.apply(adopt('doc', 'r1', 12n, 's'), T0);
+    state.apply(adopt('doc', 'r2', 13n, 's'), T0);
+    expect(grants(state.apply(acquire(1, 'sem', 'c', 3), T0))).toMatchObject([{ slot: 1 }]);
+    expect(answer(state.apply(acquire(1, 'sem', 'd', 3), T0))).toMatchObject({ type: 'timed-out' });
+    expect(answer(state.apply(acquire(1, 'doc', 'w', 'x'), T0))).toMatchObject({ type: 'timed-out' });
+    for (const bad of [
+      adopt('sem', 'e', 20n, 3, 1), // slot taken (by c)
+      adopt('sem', 'e', 10n, 3, 1), // token there
+      adopt('sem', 'e', 21n, 4, 1), // another kind
+      adopt('doc', 'e', 22n, 'x'), // x beside shared holders
+      adopt('sem', 'e', 23n, 3, 3), // no such slot
+    ]) {
+      expect(() => state.apply(bad, T0)).toThrow(/already registered/);
+    }
+    expect(state.get('sem')!.holders.map((h) => h.slot)).toEqual([2, 0, 1]);
   });
 });
 

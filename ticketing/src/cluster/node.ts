@@ -37,7 +37,7 @@ import {
 } from './etcd.js';
 import type { EtcdAccessError } from './errors.js';
 import { CommitWindow, DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW, type Batch } from './pipeline.js';
-import { KeyLayout, decodeSnapshot, encodeGrant } from './store.js';
+import { KeyLayout, decodeSnapshot, encodeHolders } from './store.js';
 
 export interface ClusterNodeOptions {
   /** etcd endpoints: `http://host:port`, or (all of them) `https://host:port`. */
@@ -405,12 +405,12 @@ export class ClusterNode implements ServerGate {
         maxWaitersPerKey: this.#options.maxWaitersPerKey,
         lastToken: hwm,
         expiry: 'eager',
-        // etcd stores one holder per key (store.ts): a request for another mode is answered `C`.
-        modes: 'exclusive',
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
-      for (const { key, owner, token } of grants) state.apply({ type: 'adopt', key, owner, token }, now);
+      for (const { key, owner, token, mode, slot } of grants) {
+        state.apply({ type: 'adopt', key, owner, token, mode, slot }, now);
+      }
       this.#state = state;
       this.#window = new CommitWindow(this.#commitWindow, hwm);
       this.#role = 'leader';
@@ -520,7 +520,7 @@ export class ClusterNode implements ServerGate {
       ops.push(
         view === undefined
           ? { request_delete_range: { key: name } }
-          : { request_put: { key: name, value: encodeGrant(view.token, view.owner) } },
+          : { request_put: { key: name, value: encodeHolders(view) } },
       );
     }
     const startedAt = monotonic();
