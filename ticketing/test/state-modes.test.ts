@@ -5,6 +5,7 @@ import { describe, expect, test } from 'vitest';
 import type { LockMode } from '../src/modes.js';
 import type { Command, Effect } from '../src/state-types.js';
 import { TicketState } from '../src/state.js';
+import { prng } from './helpers.js';
 
 const T0 = 1_800_000_000_000;
 const LEASE = 1_000;
@@ -362,18 +363,6 @@ class Model {
     }
     throw new Error(`model: ${c.type}`);
   }
-}
-
-/** Deterministic PRNG (mulberry32), so a failure can be replayed from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const show = (v: unknown) => JSON.stringify(v, (_, x: unknown) => (typeof x === 'bigint' ? `${x}n` : x));

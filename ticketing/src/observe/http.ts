@@ -13,28 +13,13 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
+import type { LockView } from '../server/server.js';
 
 /** What the endpoint asks of the server. */
 interface EndpointServer {
   /** Would a request sent now be served (a leader, a follower that redirects, single mode)? */
   readiness(): { readonly ready: boolean; readonly reason?: string | undefined; readonly leader?: string | undefined };
-  locks(options: { readonly prefix: string; readonly limit: number }): ReadonlyArray<{
-    readonly key: string;
-    readonly kind: 'lock' | 'semaphore';
-    readonly permits: number | undefined;
-    readonly owner: string;
-    readonly token: bigint;
-    readonly expiresInMs: number;
-    readonly holders: ReadonlyArray<{
-      readonly owner: string;
-      readonly token: bigint;
-      readonly shared: boolean;
-      readonly slot: number | undefined;
-      readonly expiresInMs: number;
-    }>;
-    readonly waiters: number;
-    readonly waitersByMode: Readonly<Record<string, number>>;
-  }>;
+  locks(options: { readonly prefix: string; readonly limit: number }): readonly LockView[];
   /** Whether `secret` (from `Authorization: Bearer`) is the server's; true when it has none. */
   authorizes(secret: string | undefined): boolean;
 }
