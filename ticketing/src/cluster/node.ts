@@ -1,80 +1,27 @@
 /**
- * Cluster mode: the gate (server/cluster-host.ts `ServerGate`) that makes a TicketServer one node of a lock
- * space replicated in etcd. Only the leader serves; it drives the same TicketState as single mode,
- * so every rule and every reply byte stays the same, and it commits each state change to etcd
- * before the reply about it goes out.
+ * Cluster mode: the gate (server/cluster-host.ts `ServerGate`) that makes a TicketServer one node
+ * of a lock space replicated in etcd, and the node's leadership: it keeps an etcd lease, watches
+ * the leader key, campaigns when it is absent, takes over, and steps down. While it leads, the
+ * term's commit loop (commit-loop.ts) commits every state change before the reply about it.
  *
- * Leadership (no etcd3 Election helper): every node holds an etcd lease kept alive by etcd3. A
- * node becomes leader by a txn that creates `<prefix>leader` bound to its lease only if the key
- * is absent (`createRevision == 0`); the key's create revision then names its term. It rebuilds
- * the table from one read of the prefix (every grant's lease re-armed at its own now + the full
- * lease) and serves.
- *
- * Group commit: the keys touched by everything applied since the last batch was sent go into one
- * txn (split at `maxTxnOps`), each guarded by `leader.createRevision == term`, so a deposed or
- * paused leader's writes fail. Up to `commitWindow` batches are in flight at once, never two on
- * one key (pipeline.ts), and an idle node arms no timer. Every reply produced while a batch was
- * open is held and written, in order, only when that batch and every earlier one have committed
- * (T and N included: their truth rests on the state the batch commits).
- *
- * Step-down: a failed or unknown commit, a leader key that changed, or a lease this node can no
- * longer be sure of (no keepalive confirmed within `leaderTtl - margin`, on the monotonic clock,
- * which also catches a process that was stopped) ends the term at once: held replies are dropped,
- * the state is dropped, and every connection that sent anything gets `E not_active` and is closed.
+ * Its invariant: this node serves only while it holds the leader key of the current term and its
+ * lease is confirmed (lease-confidence.ts); anything else ends the term at once (held replies
+ * dropped, state dropped, every connection that sent anything answered `E not_active` and
+ * closed). The design: docs/ticketing-cluster.md, "How it works".
  */
-import type { Etcd3, IKeyValue, IRequestOp, Lease, Watcher } from 'etcd3';
+import type { Etcd3, IKeyValue, Lease, Watcher } from 'etcd3';
 import { channels, publish } from '../events.js';
 import { formatError, formatLeader, formatMoved } from '../protocol.js';
 import type { GateHost, ServerGate } from '../server/cluster-host.js';
 import { TicketState, type Effect } from '../state.js';
-import {
-  asAccessError,
-  checkEtcdAccess,
-  checkEtcdClientOptions,
-  createEtcdClient,
-  type EtcdTlsOptions,
-} from './etcd.js';
+import { CommitLoop } from './commit-loop.js';
+import { asAccessError, checkEtcdAccess, checkEtcdClientOptions, createEtcdClient } from './etcd.js';
 import type { EtcdAccessError } from './errors.js';
-import { CommitWindow, DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW, type Batch } from './pipeline.js';
-import { KeyLayout, decodeSnapshot, encodeGrant } from './store.js';
-
-export interface ClusterNodeOptions {
-  /** etcd endpoints: `http://host:port`, or (all of them) `https://host:port`. */
-  readonly etcd: readonly string[];
-  /** TLS to https endpoints: CA (default: the system's), client certificate and key (PEM). */
-  readonly etcdTls?: EtcdTlsOptions | undefined;
-  /** etcd user and password, when etcd has authentication on. */
-  readonly etcdUser?: { readonly name: string; readonly password: string } | undefined;
-  /** `host:port` clients reach this node at: what `M` and `L` carry. */
-  readonly advertise: string;
-  /** Key prefix in etcd. Default `/ticketing/`. */
-  readonly prefix?: string;
-  /** Leadership lease, ms: a whole number of seconds (etcd's lease granularity). Default 2000. */
-  readonly leaderTtlMs?: number;
-  /** The grant lease of the lock table, ms. */
-  readonly leaseMs: number;
-  readonly maxKeys: number;
-  readonly maxWaiters: number;
-  readonly maxWaitersPerKey: number;
-  /** Deadline of every etcd call, ms. Default 1000. */
-  readonly callTimeoutMs?: number;
-  /** etcd's `--max-txn-ops`. Default 128. */
-  readonly maxTxnOps?: number;
-  /** Most group-commit batches in flight at once. Default `DEFAULT_COMMIT_WINDOW`. */
-  readonly commitWindow?: number;
-}
-
-const CLUSTER_DEFAULTS = {
-  prefix: '/ticketing/',
-  leaderTtlMs: 2_000,
-  callTimeoutMs: 1_000,
-  maxTxnOps: 128,
-} as const;
+import { LeaseConfidence } from './lease-confidence.js';
+import { checkClusterOptions, type CheckedClusterOptions, type ClusterNodeOptions } from './options.js';
+import { KeyLayout, decodeSnapshot } from './store.js';
 
 type Role = 'follower' | 'catching-up' | 'leader';
-
-/** See `#commit`: how much later than its write a grant's lease starts. */
-const DELIVERY_SLACK_MS = 100;
 
 const monotonic = (): number => performance.now();
 const noop = (): void => {};
@@ -83,14 +30,9 @@ export class ClusterNode implements ServerGate {
   readonly advertise: string;
   readonly prefix: string;
   readonly leaderTtlMs: number;
-  readonly #options: ClusterNodeOptions;
+  readonly #options: CheckedClusterOptions;
   readonly #layout: KeyLayout;
-  readonly #callTimeoutMs: number;
-  readonly #maxTxnOps: number;
-  readonly #commitWindow: number;
-  /** A lease keepalive confirmed at t (monotonic) proves the lease alive until t + ttl; this
-   * node stops relying on it `#margin` before that. */
-  readonly #margin: number;
+  readonly #confidence: LeaseConfidence;
   #host: GateHost | undefined;
   #client: Etcd3 | undefined;
   #lease: Lease | undefined;
@@ -105,11 +47,8 @@ export class ClusterNode implements ServerGate {
   #term = 0;
   /** The create revision of our leader key while leading (or catching up). */
   #leaderRevision: string | undefined;
-  #state: TicketState | undefined;
   /** The leader's advertise address as last seen in etcd. */
   #leader: string | undefined;
-  #aliveUntil = -Infinity;
-  readonly #firedAt: number[] = [];
   #campaigning = false;
   #lastCampaign = -Infinity;
   /** Set once etcd has refused this node for good (see #refused). */
@@ -118,28 +57,18 @@ export class ClusterNode implements ServerGate {
   /** As last published on `clusterEtcd` (undefined: not yet). */
   #etcdReachable: boolean | undefined;
 
-  /** The leader's commit window (undefined while not leading). */
-  #window: CommitWindow | undefined;
-  #commitScheduled = false;
-  #onIdle: (() => void) | undefined;
+  /** The term's commit loop (undefined while not leading). */
+  #commits: CommitLoop | undefined;
 
+  /** Checks every option up front (a TypeError or RangeError naming it; see options.ts). */
   constructor(options: ClusterNodeOptions) {
-    this.#options = options;
+    this.#options = checkClusterOptions(options);
     this.advertise = options.advertise;
-    this.prefix = options.prefix ?? CLUSTER_DEFAULTS.prefix;
-    this.leaderTtlMs = options.leaderTtlMs ?? CLUSTER_DEFAULTS.leaderTtlMs;
-    if (!(this.leaderTtlMs >= 1000 && this.leaderTtlMs % 1000 === 0)) {
-      throw new RangeError(`leaderTtlMs must be a whole number of seconds, at least 1s, got ${this.leaderTtlMs}`);
-    }
+    this.prefix = this.#options.prefix;
+    this.leaderTtlMs = this.#options.leaderTtlMs;
     checkEtcdClientOptions({ hosts: options.etcd, tls: options.etcdTls, user: options.etcdUser });
     this.#layout = new KeyLayout(this.prefix);
-    this.#callTimeoutMs = options.callTimeoutMs ?? CLUSTER_DEFAULTS.callTimeoutMs;
-    this.#maxTxnOps = options.maxTxnOps ?? CLUSTER_DEFAULTS.maxTxnOps;
-    this.#commitWindow = options.commitWindow ?? DEFAULT_COMMIT_WINDOW;
-    if (!(Number.isInteger(this.#commitWindow) && this.#commitWindow >= 1 && this.#commitWindow <= MAX_COMMIT_WINDOW)) {
-      throw new RangeError(`commitWindow must be an integer from 1 to ${MAX_COMMIT_WINDOW}, got ${this.#commitWindow}`);
-    }
-    this.#margin = Math.min(this.leaderTtlMs / 4, 1000);
+    this.#confidence = new LeaseConfidence(this.leaderTtlMs);
   }
 
   /** `leader`, `catching-up` or `follower`. */
@@ -158,9 +87,9 @@ export class ClusterNode implements ServerGate {
   refusal(): string | undefined {
     if (this.#closing) return formatError('not_active', 'shutting down');
     if (this.#accessError !== undefined) return formatError('not_active', 'etcd refused this node');
-    if (!this.#leaseConfirmed()) {
+    if (!this.#confidence.confirmed) {
       this.#stepDown('lease not confirmed');
-      return formatError('not_active', this.#aliveUntil === -Infinity ? 'starting' : 'etcd unreachable');
+      return formatError('not_active', this.#confidence.everConfirmed ? 'etcd unreachable' : 'starting');
     }
     if (this.#role === 'leader') return undefined;
     if (this.#role === 'catching-up') return formatError('not_active', 'catching up');
@@ -172,26 +101,11 @@ export class ClusterNode implements ServerGate {
   }
 
   effect(effect: Effect): void {
-    const window = this.#window;
-    if (this.#role !== 'leader' || window === undefined) return;
-    switch (effect.type) {
-      case 'granted':
-        window.grant(effect.key, effect.token);
-        break;
-      case 'released':
-      case 'expired':
-        window.touch(effect.key);
-        break;
-      default:
-        return;
-    }
-    this.#scheduleCommit();
+    this.#commits?.effect(effect);
   }
 
   hold(session: number, line: string, grant: { readonly key: string; readonly token: bigint } | undefined): void {
-    if (this.#role !== 'leader' || this.#window === undefined) return;
-    this.#window.hold({ session, line, grant });
-    this.#scheduleCommit();
+    this.#commits?.hold({ session, line, grant });
   }
 
   async close(): Promise<void> {
@@ -199,29 +113,21 @@ export class ClusterNode implements ServerGate {
     this.#closing = true;
     // Let the server queue its last answers (drain answers waiters T), then commit them.
     await new Promise<void>((resolve) => setImmediate(resolve));
-    if (this.#role === 'leader' && this.#window?.idle === false) {
-      this.#scheduleCommit();
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 2 * this.#callTimeoutMs);
-        this.#onIdle = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
+    await this.#commits?.drain(2 * this.#options.callTimeoutMs);
     const wasLeader = this.#role !== 'follower';
     this.#endTerm('shutting down');
     this.#closed = true;
     clearInterval(this.#monitor);
     // Revoking the lease deletes the leader key with it: a new leader need not wait out the TTL.
     if (wasLeader && this.#lease !== undefined) {
-      await withTimeout(this.#lease.revoke(), this.#callTimeoutMs).catch(noop);
+      await withTimeout(this.#lease.revoke(), this.#options.callTimeoutMs).catch(noop);
     } else {
       this.#lease?.release();
       if (this.#leaseId !== undefined) {
-        await withTimeout(this.#client!.leaseClient.leaseRevoke({ ID: this.#leaseId }), this.#callTimeoutMs).catch(
-          noop,
-        );
+        await withTimeout(
+          this.#client!.leaseClient.leaseRevoke({ ID: this.#leaseId }),
+          this.#options.callTimeoutMs,
+        ).catch(noop);
       }
     }
     await this.#watcher?.cancel().catch(noop);
@@ -234,7 +140,7 @@ export class ClusterNode implements ServerGate {
   async #start(): Promise<void> {
     const clientOptions = {
       hosts: this.#options.etcd,
-      callTimeoutMs: this.#callTimeoutMs,
+      callTimeoutMs: this.#options.callTimeoutMs,
       hostCooldownMs: Math.min(1000, this.leaderTtlMs / 2),
       tls: this.#options.etcdTls,
       user: this.#options.etcdUser,
@@ -263,28 +169,25 @@ export class ClusterNode implements ServerGate {
 
   #newLease(): void {
     const ttlSeconds = this.leaderTtlMs / 1000;
-    const requestedAt = monotonic();
+    const confidence = this.#confidence;
+    const requestedAt = confidence.requested();
     const lease = this.#client!.lease(ttlSeconds, { autoKeepAlive: true });
     this.#lease = lease;
     this.#leaseId = undefined;
-    this.#firedAt.length = 0;
     lease.grant().then(
       (id) => {
         if (lease !== this.#lease) return;
         this.#leaseId = id;
-        this.#aliveUntil = Math.max(this.#aliveUntil, requestedAt + this.leaderTtlMs);
+        confidence.granted(requestedAt);
       },
       noop, // 'lost' follows
     );
-    lease.on('keepaliveFired', () => this.#firedAt.push(monotonic()));
-    lease.on('keepaliveSucceeded', () => {
-      const firedAt = this.#firedAt.shift();
-      if (firedAt !== undefined) this.#aliveUntil = Math.max(this.#aliveUntil, firedAt + this.leaderTtlMs);
-    });
-    lease.on('keepaliveFailed', () => (this.#firedAt.length = 0));
+    lease.on('keepaliveFired', () => confidence.keepaliveSent());
+    lease.on('keepaliveSucceeded', () => confidence.keepaliveAnswered());
+    lease.on('keepaliveFailed', () => confidence.keepaliveFailed());
     lease.on('lost', (error: Error) => {
       if (lease !== this.#lease || this.#closed) return;
-      this.#aliveUntil = -Infinity;
+      confidence.lost();
       this.#stepDown('lease lost', error);
       publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason: 'lease lost', error }));
       setTimeout(() => {
@@ -293,16 +196,12 @@ export class ClusterNode implements ServerGate {
     });
   }
 
-  #leaseConfirmed(): boolean {
-    return monotonic() < this.#aliveUntil - this.#margin;
-  }
-
   /** Runs every ~100 ms: steps down a leader whose lease is in doubt, and campaigns when there is
    * no leader (the watch reacts faster; this covers a watch that is down). */
   #check(): void {
     if (this.#closing || this.#accessError !== undefined) return;
     this.#reportEtcd();
-    if (!this.#leaseConfirmed()) {
+    if (!this.#confidence.confirmed) {
       this.#stepDown('lease not confirmed');
       return;
     }
@@ -312,7 +211,7 @@ export class ClusterNode implements ServerGate {
 
   /** Publishes each change of whether etcd confirms this node's lease (not while starting). */
   #reportEtcd(): void {
-    const reachable = this.#leaseConfirmed();
+    const reachable = this.#confidence.confirmed;
     if (reachable === this.#etcdReachable) return;
     if (!reachable && this.#etcdReachable === undefined && monotonic() - this.#startedAt < this.leaderTtlMs) return;
     this.#etcdReachable = reachable;
@@ -355,7 +254,7 @@ export class ClusterNode implements ServerGate {
 
   async #campaign(): Promise<void> {
     if (this.#campaigning || this.#role !== 'follower' || this.#closing || this.#leaseId === undefined) return;
-    if (!this.#leaseConfirmed()) return;
+    if (!this.#confidence.confirmed) return;
     this.#campaigning = true;
     this.#lastCampaign = monotonic();
     const leaseId = this.#leaseId;
@@ -396,20 +295,32 @@ export class ClusterNode implements ServerGate {
       const leaderKey = this.#layout.leader.toString('latin1');
       const mine = snapshot.kvs.find((kv) => kv.key.toString('latin1') === leaderKey);
       if (mine?.create_revision !== revision) throw new Error('leader key changed during takeover');
-      const { grants, hwm } = decodeSnapshot(this.#layout, snapshot.kvs);
+      const { grants, reservation } = decodeSnapshot(this.#layout, snapshot.kvs);
       const state = new TicketState({
         leaseMs: this.#options.leaseMs,
         maxKeys: this.#options.maxKeys,
         maxWaiters: this.#options.maxWaiters,
         maxWaitersPerKey: this.#options.maxWaitersPerKey,
-        lastToken: hwm,
+        lastToken: reservation,
         expiry: 'eager',
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
       for (const grant of grants) state.adopt(grant.key, grant.owner, grant.token, now);
-      this.#state = state;
-      this.#window = new CommitWindow(this.#commitWindow, hwm);
+      this.#commits = new CommitLoop({
+        kv: this.#client!.kv,
+        layout: this.#layout,
+        revision,
+        state,
+        reservation,
+        host: this.#host!,
+        lease: this.#confidence,
+        window: this.#options.commitWindow,
+        maxTxnOps: this.#options.maxTxnOps,
+        node: this,
+        stepDown: (reason, error) => this.#stepDown(reason, error),
+        refused: (error) => this.#refused(error),
+      });
       this.#role = 'leader';
       this.#host!.setState(state);
       this.#leader = this.advertise;
@@ -463,127 +374,11 @@ export class ClusterNode implements ServerGate {
     this.#term++;
     this.#role = 'follower';
     this.#leaderRevision = undefined;
-    this.#state = undefined;
-    this.#window = undefined; // the open batch never sent, the sent ones' replies dropped
+    this.#commits?.stop(); // the open batch never sent, the sent ones' replies dropped
+    this.#commits = undefined;
     this.#leader = undefined;
     this.#host!.setState(undefined, this.#closing ? 'shutting down' : 'leadership lost');
     publish(channels.clusterRole, () => ({ node: this, role: this.#role, reason, error }));
-    this.#onIdle?.();
-  }
-
-  // ---------------------------------------------------------------------------------------------
-  // Group commit
-
-  #scheduleCommit(): void {
-    if (this.#commitScheduled) return;
-    this.#commitScheduled = true;
-    // After the I/O phase: everything read in this turn of the loop joins the batch.
-    setImmediate(() => {
-      this.#commitScheduled = false;
-      this.#sendReady();
-    });
-  }
-
-  /** Sends the open batch if the window lets it go now (one at most: taking it empties the open
-   * one); reports idle when nothing is left. */
-  #sendReady(): void {
-    const window = this.#window;
-    if (this.#role !== 'leader' || window === undefined) return;
-    if (window.idle) {
-      this.#onIdle?.();
-      return;
-    }
-    if (!this.#leaseConfirmed()) {
-      // (the guard would refuse it too once the lease is gone; do not even ask)
-      this.#stepDown('lease not confirmed');
-      return;
-    }
-    const batch = window.take(this.#state!.lastToken, this.#host!.now());
-    if (batch !== undefined) void this.#commit(window, batch);
-  }
-
-  /** Commits one batch (its writes read from the state now, before any await), then delivers
-   * whatever the window lets leave. */
-  async #commit(window: CommitWindow, batch: Batch): Promise<void> {
-    const state = this.#state!;
-    const term = this.#term;
-    const ops: IRequestOp[] = [];
-    if (batch.mark !== undefined) {
-      ops.push({ request_put: { key: this.#layout.hwm, value: Buffer.from(String(batch.mark), 'latin1') } });
-    }
-    for (const key of batch.touched) {
-      const view = state.get(key);
-      const name = this.#layout.grantKey(key);
-      ops.push(
-        view === undefined
-          ? { request_delete_range: { key: name } }
-          : { request_put: { key: name, value: encodeGrant(view.token, view.owner) } },
-      );
-    }
-    const startedAt = monotonic();
-    const inFlight = window.inFlight;
-    const guard = [
-      {
-        key: this.#layout.leader,
-        target: 'Create' as const,
-        result: 'Equal' as const,
-        create_revision: this.#leaderRevision!,
-      },
-    ];
-    try {
-      // An empty batch of writes (only T/N/B answers) still takes one guarded txn: it proves this
-      // node was still the leader after computing them.
-      for (let i = 0; i === 0 || i < ops.length; i += this.#maxTxnOps) {
-        const success = ops.slice(i, i + this.#maxTxnOps);
-        for (;;) {
-          let result;
-          try {
-            result = await this.#client!.kv.txn({ compare: guard, success });
-          } catch (error) {
-            // Outcome unknown (etcd electing, a member gone): retry the same txn while the lease
-            // is sure. Its writes are absolute and guarded by this term, so applying it twice is
-            // applying it once, and no other batch writes its keys until it has committed.
-            if (term !== this.#term) return;
-            if (!this.#leaseConfirmed() || asAccessError(error, undefined, this.prefix) !== undefined) throw error;
-            await new Promise((resolve) => setTimeout(resolve, 50));
-            if (term !== this.#term) return;
-            continue;
-          }
-          if (term !== this.#term) return;
-          if (!result.succeeded) throw new Error('leader key changed: this node is deposed');
-          break;
-        }
-      }
-    } catch (error) {
-      if (term === this.#term) this.#stepDown('commit failed', error);
-      this.#refused(error);
-      return;
-    }
-    // A process stopped after etcd answered (SIGSTOP, a stall) may resume past its lease, when
-    // another leader may have re-armed these grants, let them expire and granted them again: its
-    // replies would then reach clients after their keys moved on. Deliver only while the lease is
-    // sure, as every request is served.
-    if (!this.#leaseConfirmed()) {
-      this.#stepDown('lease not confirmed');
-      return;
-    }
-    publish(channels.clusterCommit, () => ({
-      node: this,
-      writes: batch.touched.size,
-      replies: batch.replies.length,
-      txns: Math.max(1, Math.ceil(ops.length / this.#maxTxnOps)),
-      inFlight,
-      seconds: (monotonic() - startedAt) / 1000,
-    }));
-    // A grant's lease counts from when its A was written (its holder cannot have learned of it
-    // earlier), plus a slack for the A's way to the holder on a loaded host: a lease is never cut
-    // short, and the expiry is still committed well within 1 s of the holder's deadline.
-    for (const ready of window.committed(batch)) {
-      this.#host!.deliver(ready.replies);
-      const start = this.#host!.now() + DELIVERY_SLACK_MS;
-      for (const grant of ready.grants) state.restartLease(grant.key, grant.token, start);
-    }
-    this.#sendReady();
   }
 }
 
