@@ -18,7 +18,7 @@ import { CommitLoop } from './commit-loop.js';
 import { asAccessError, checkEtcdAccess, checkEtcdClientOptions, createEtcdClient } from './etcd.js';
 import type { EtcdAccessError } from './errors.js';
 import { LeaseConfidence } from './lease-confidence.js';
-import { checkClusterOptions, type CheckedClusterOptions, type ClusterNodeOptions } from './options.js';
+import { resolveClusterOptions, type ClusterConfig, type ClusterNodeOptions } from './options.js';
 import { KeyLayout, decodeSnapshot } from './store.js';
 
 type Role = 'follower' | 'catching-up' | 'leader';
@@ -30,7 +30,7 @@ export class ClusterNode implements ServerGate {
   readonly advertise: string;
   readonly prefix: string;
   readonly leaderTtlMs: number;
-  readonly #options: CheckedClusterOptions;
+  readonly #options: ClusterConfig;
   readonly #layout: KeyLayout;
   readonly #confidence: LeaseConfidence;
   #host: GateHost | undefined;
@@ -62,7 +62,7 @@ export class ClusterNode implements ServerGate {
 
   /** Checks every option up front (a TypeError or RangeError naming it; see options.ts). */
   constructor(options: ClusterNodeOptions) {
-    this.#options = checkClusterOptions(options);
+    this.#options = resolveClusterOptions(options);
     this.advertise = options.advertise;
     this.prefix = this.#options.prefix;
     this.leaderTtlMs = this.#options.leaderTtlMs;

@@ -44,9 +44,9 @@ export const CLUSTER_DEFAULTS = {
 } as const;
 
 /**
- * The leader TTL's bounds. Below 1 s etcd has no lease; above 1 h a leader that dies without
- * revoking its lease (a crash, a partition) leaves the lock space without a leader for longer
- * than any operator means to (a TTL that large is a unit typed wrong).
+ * The leader TTL's bounds. etcd leases count whole seconds, so 1 s is the least; above 1 h a
+ * leader that dies without revoking its lease (a crash, a partition) would leave the lock space
+ * without a leader for over an hour, which no setting should allow by mistake.
  */
 const LEADER_TTL_MIN_MS = 1_000;
 const LEADER_TTL_MAX_MS = 3_600_000;
@@ -59,7 +59,7 @@ export function checkLeaderTtlMs(value: unknown, what = 'leaderTtlMs'): number {
   const ms = checkNumber(value, what);
   if (ms % 1000 !== 0 || ms < LEADER_TTL_MIN_MS || ms > LEADER_TTL_MAX_MS) {
     throw new RangeError(
-      `${what} must be a whole number of seconds from 1s to 1h (etcd leases count whole seconds), got ${ms}ms`,
+      `${what} must be a whole number of seconds from ${LEADER_TTL_MIN_MS / 1000}s to ${LEADER_TTL_MAX_MS / 3_600_000}h (etcd leases count whole seconds), got ${ms}ms`,
     );
   }
   return ms;
@@ -75,11 +75,11 @@ export function checkPrefix(value: unknown, what = 'prefix'): string {
   return value;
 }
 
-/** The options with every default filled in and every bound checked. */
-export type CheckedClusterOptions = ClusterNodeOptions &
-  Required<Pick<ClusterNodeOptions, keyof typeof CLUSTER_DEFAULTS>>;
+/** The options with every default filled in. */
+export type ClusterConfig = ClusterNodeOptions & Required<Pick<ClusterNodeOptions, keyof typeof CLUSTER_DEFAULTS>>;
 
-export function checkClusterOptions(options: ClusterNodeOptions): CheckedClusterOptions {
+/** Checks every option (a TypeError or RangeError naming it) and fills in the defaults. */
+export function resolveClusterOptions(options: ClusterNodeOptions): ClusterConfig {
   return {
     ...options,
     prefix: checkPrefix(options.prefix ?? CLUSTER_DEFAULTS.prefix),
