@@ -39,7 +39,7 @@ export const CLUSTER_DEFAULTS = {
   leaderTtlMs: 2_000,
   callTimeoutMs: 1_000,
   maxTxnOps: 128,
-  /** See docs/ticketing-cluster.md, "Benchmark", for the measurement behind it. */
+  /** See docs/ticketing-bench.md, "Levers tried", for the measurement behind it. */
   commitWindow: 4,
 } as const;
 
