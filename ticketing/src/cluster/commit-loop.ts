@@ -13,7 +13,8 @@
 import type { Etcd3, ICompare, IRequestOp } from 'etcd3';
 import { channels, publish } from '../events.js';
 import type { GateHost, HeldReply } from '../server/cluster-host.js';
-import type { Effect, TicketState } from '../state.js';
+import type { Effect } from '../state-types.js';
+import type { TicketState } from '../state.js';
 import { asAccessError } from './etcd.js';
 import type { LeaseConfidence } from './lease-confidence.js';
 import { CommitWindow, type Batch } from './pipeline.js';
@@ -31,7 +32,7 @@ export interface CommitLoopOptions {
   readonly state: TicketState;
   /** The token reservation as the term read it from etcd. */
   readonly reservation: bigint;
-  readonly host: Pick<GateHost, 'deliver' | 'now'>;
+  readonly host: Pick<GateHost, 'deliver' | 'apply' | 'now'>;
   readonly lease: Pick<LeaseConfidence, 'confirmed'>;
   /** Most batches in flight. */
   readonly window: number;
@@ -153,7 +154,7 @@ export class CommitLoop {
 
   /** Commits one batch, then delivers whatever the window lets leave. */
   async #commit(batch: Batch): Promise<void> {
-    const { kv, maxTxnOps, lease, host, state } = this.#options;
+    const { kv, maxTxnOps, lease, host } = this.#options;
     const ops = this.#writes(batch);
     const startedAt = performance.now();
     const inFlight = this.#window.inFlight;
@@ -208,8 +209,8 @@ export class CommitLoop {
     // short, and the expiry is still committed well within 1 s of the holder's deadline.
     for (const ready of this.#window.committed(batch)) {
       host.deliver(ready.replies);
-      const start = host.now() + DELIVERY_SLACK_MS;
-      for (const grant of ready.grants) state.restartLease(grant.key, grant.token, start);
+      for (const { key, token } of ready.grants)
+        host.apply({ type: 'restart-lease', key, token, slackMs: DELIVERY_SLACK_MS });
     }
     this.#sendReady();
   }

@@ -302,7 +302,7 @@ export class Leadership {
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
-      for (const grant of grants) state.adopt(grant.key, grant.owner, grant.token, now);
+      for (const { key, owner, token } of grants) state.apply({ type: 'adopt', key, owner, token }, now);
       this.#commits = new CommitLoop({
         kv: this.#client!.kv,
         layout: this.#layout,

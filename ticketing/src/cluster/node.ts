@@ -10,7 +10,7 @@
  */
 import { formatError, formatMoved } from '../protocol.js';
 import type { GateHost, ServerGate } from '../server/cluster-host.js';
-import type { Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
 import { checkEtcdClientOptions } from './etcd.js';
 import { LeaseConfidence } from './lease-confidence.js';
 import { Leadership, type Role } from './leadership.js';

@@ -3,6 +3,9 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
 
+/** Every open connection, by its id (its session in the state machine). */
+export type OpenConnections = Map<number, Connection>;
+
 export class Connection {
   readonly framer: LineFramer;
   /** Replies not yet written (coalesced, written once per incoming chunk or timer tick);

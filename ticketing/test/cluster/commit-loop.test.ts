@@ -40,7 +40,14 @@ function setup() {
     revision: REVISION,
     state,
     reservation: 0n,
-    host: { deliver: (replies) => delivered.push(...replies), now: () => NOW },
+    host: {
+      deliver: (replies) => delivered.push(...replies),
+      // As the server applies a gate's command: to the state, its effects back to the gate.
+      apply: (command) => {
+        for (const effect of state.apply(command, NOW)) loop.effect(effect);
+      },
+      now: () => NOW,
+    },
     lease,
     window: 4,
     maxTxnOps: 128,
