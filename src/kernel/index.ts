@@ -10,4 +10,4 @@ export { publish } from './events.js';
 export { parseDuration } from './duration.js';
 export { compact, displayText, relative, table } from './display.js';
 export { EXIT_HELD, EXIT_LOST } from './exit.js';
-export { reapGroup } from './process-group.js';
+export { describeEnd, EXIT_NOT_STARTED, exitStatus, Supervision } from './supervise.js';

@@ -9,25 +9,14 @@ import { Command, CommanderError, Option } from 'commander';
 import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
 import { MAX_LIMIT } from './observe/http.js';
-import {
-  addressList,
-  advertiseAddress,
-  duration,
-  durationOption,
-  EXIT_USAGE,
-  integer,
-  keyName,
-  readNamedFile,
-  readSecretFile,
-  version,
-  waitDuration,
-} from './cli/flags.js';
+import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
+import { addressList, advertiseAddress, integer, keyName, readNamedFile, readSecretFile } from './cli/flags.js';
 import { addServeCommand } from './cli/serve.js';
 
 export function main(argv: readonly string[]): void {
   const program = new Command('ticketing')
     .description('Ticketing: a TCP lock server with leases and fencing tokens')
-    .version(version(), '-V, --version', 'print the version')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .enablePositionalOptions()
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
@@ -76,7 +65,7 @@ export function main(argv: readonly string[]): void {
     .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
     .requiredOption('--key <key>', 'the key to hold', keyName)
     .addOption(
-      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait)')
+      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait; forever: until interrupted)')
         .argParser(waitDuration)
         .default(0, '0s'),
     )
@@ -88,7 +77,7 @@ export function main(argv: readonly string[]): void {
       new Option(
         '--kill-after <dur>',
         'after a loss, SIGKILL this long after SIGTERM (default: a tenth of the lease)',
-      ).argParser(duration),
+      ).argParser(timerDuration),
     )
     .argument('<command...>', 'the command and its arguments (after --)')
     .passThroughOptions()

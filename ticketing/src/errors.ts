@@ -156,6 +156,12 @@ export class ConnectError extends TicketError {
 }
 
 /** The client was closed or destroyed before the request was sent. */
+/** `ticketing run` needs the flocklease package, an optional peer dependency: its native supervisor
+ * runs the command (and stops it if `run` dies). Thrown before the lock is asked for. */
+export class RunUnsupportedError extends TicketError {
+  readonly code = 'ETICKETRUNUNSUPPORTED';
+}
+
 export class ClientClosedError extends TicketError {
   readonly code = 'ETICKETCLOSED';
 }
