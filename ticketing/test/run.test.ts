@@ -88,11 +88,31 @@ describe('ticketing run', () => {
     expect(r.stderr()).toMatch(/not obtained within 200 ms: it is held by another owner/);
   });
 
+  test('--wait forever waits as long as the key is held (as flocklease run --wait forever does)', async () => {
+    const address = await serve('1s');
+    const client = new TicketClient({ addresses: [address] });
+    cleanups.push(() => client.destroy());
+    // Held and never kept: the key is free only when its lease runs out, a second from now.
+    expect((await client.acquire('job')).status).toBe('acquired');
+    const heldAt = Date.now();
+    const d = dir();
+    const r = run(address, ['--key', 'job', '--wait', 'forever'], `touch ${d}/ran`);
+    expect(await r.exit, r.stderr()).toEqual({ code: 0, signal: null });
+    expect(existsSync(join(d, 'ran'))).toBe(true);
+    expect(Date.now() - heldAt).toBeGreaterThanOrEqual(900);
+  });
+
+  test('--wait takes a duration or forever; anything else is a usage error (exit 64)', async () => {
+    const r = run('127.0.0.1:1', ['--key', 'job', '--wait', 'forevr'], 'exit 0');
+    expect(await r.exit).toEqual({ code: 64, signal: null });
+    expect(r.stderr()).toMatch(/option '--wait <dur>' argument 'forevr' is invalid\. invalid duration "forevr"/);
+  });
+
   test.each(['SIGTERM', 'SIGINT'] as const)('%s sent to run is forwarded to the command', async (sig) => {
     const address = await serve('2s');
     const d = dir();
     const r = run(address, ['--key', 'job'], `trap 'exit 42' INT TERM; touch ${d}/up; while :; do sleep 0.01; done`);
-    await until(() => existsSync(join(d, 'up')), 10_000, 'the command to start');
+    await until(() => existsSync(join(d, 'up')), 'the command to start', 10_000);
     r.child.kill(sig);
     expect(await r.exit).toEqual({ code: 42, signal: null });
   });
@@ -101,12 +121,16 @@ describe('ticketing run', () => {
     const address = await serve('2s');
     const d = dir();
     const r = run(address, ['--key', 'job'], `sleep 60 & echo $(ps -o pgid= $$) > ${d}/pgid; wait`);
-    await until(() => existsSync(join(d, 'pgid')) && readFileSync(join(d, 'pgid'), 'latin1').trim() !== '', 10_000);
+    await until(
+      () => existsSync(join(d, 'pgid')) && readFileSync(join(d, 'pgid'), 'latin1').trim() !== '',
+      'the pgid file',
+      10_000,
+    );
     const pgid = Number(readFileSync(join(d, 'pgid'), 'latin1').trim());
     expect(groupAlive(pgid)).toBe(true);
     r.child.kill('SIGKILL');
     await r.exit;
-    await until(() => !groupAlive(pgid), 5_000, 'the group to be gone');
+    await until(() => !groupAlive(pgid), 'the group to be gone', 5_000);
   });
 
   test('the loss test: a blackholed holder stops (SIGKILL, it ignores SIGTERM) before the next holder starts', async () => {
@@ -117,11 +141,11 @@ describe('ticketing run', () => {
     cleanups.push(() => proxy.close());
     const d = dir();
     const first = run(proxy.address, ['--key', 'job'], heartbeat(join(d, 'first'), true));
-    await until(() => beats(join(d, 'first')).length > 5, 10_000, 'the first command to beat');
+    await until(() => beats(join(d, 'first')).length > 5, 'the first command to beat', 10_000);
     await sleep(lease / 2);
     await proxy.cut({ mode: 'blackhole', existing: 'stall' });
     const second = run(address, ['--key', 'job', '--wait', '30s'], heartbeat(join(d, 'second'), false));
-    await until(() => beats(join(d, 'second')).length > 0, 15_000, 'the second command to beat');
+    await until(() => beats(join(d, 'second')).length > 0, 'the second command to beat', 15_000);
     expect(heartbeatGap(join(d, 'first'), join(d, 'second'), 'single mode')).toBeGreaterThan(0);
     expect(first.stderr()).toMatch(/terminating the command/);
     expect(await first.exit).toEqual({ code: 79, signal: null });
