@@ -9,6 +9,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
 import { MAX_LIMIT } from './observe/http.js';
+import { DEFAULT_LOCKS_LIMIT } from './server/server.js';
 import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
 import { addressList, advertiseAddress, integer, keyName, readNamedFile, readSecretFile } from './cli/flags.js';
 import { addServeCommand } from './cli/serve.js';
@@ -33,7 +34,7 @@ export function main(argv: readonly string[]): void {
     .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
     .option('--tls-ca <path>', 'ask over HTTPS, trusting this CA certificate (PEM)')
     .option('--prefix <prefix>', 'only keys that start with this')
-    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), 1000)
+    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), DEFAULT_LOCKS_LIMIT)
     .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
     .option('--json', "print the endpoint's JSON array (tokens as strings)")
     .addHelpText(

@@ -19,7 +19,7 @@
  * the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
-import { now } from './client/clock.js';
+import { leaseEnd, now, wallClock } from './client/clock.js';
 import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
 import type { KeepResult } from './client/keep.js';
 import { releaseUntilAnswered } from './client/resend.js';
@@ -220,7 +220,7 @@ export class TicketClient {
       key,
       token: kept.token,
       leaseMs: kept.leaseMs,
-      expiresAt: new Date(Date.now() + (kept.sentAt + kept.leaseMs - now())),
+      expiresAt: wallClock(leaseEnd(kept.sentAt, kept.leaseMs)),
     }));
   }
 
