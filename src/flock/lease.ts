@@ -39,7 +39,8 @@ import { fileIO, type CommitError, type LeaseIO } from './io.js';
 import { DirPaths, safeID } from './layout.js';
 import { expiresAtMs, grantOf, holderOf, isExpired, type LeaseRecord } from './record.js';
 import { lockTransition, readRecordAt, type TransitionContext } from './transition.js';
-import { WaitLine, type Place } from './waitline.js';
+import type { Place } from './queue.js';
+import { WaitLine } from './waitline.js';
 import { WaitingAcquires, type Attempt } from './waiting.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
