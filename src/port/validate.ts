@@ -76,6 +76,23 @@ export function resolveClock(value: unknown): () => number {
   return value as () => number;
 }
 
+/** A backend's options, checked up front: its clock and its lease length (both backends alike). */
+export function resolveLeaseOptions(options: { readonly clock?: unknown; readonly ttlMs?: unknown }): {
+  clock: () => number;
+  ttlMs: number;
+} {
+  checkOptions(options, 'options');
+  const clock = resolveClock(options.clock);
+  return { clock, ttlMs: resolveTtl(options.ttlMs, readClock(clock)) };
+}
+
+/** An operation's options: an object if given, its signal an AbortSignal if given; the signal. */
+export function operationSignal(options: { readonly signal?: unknown } | undefined): AbortSignal | undefined {
+  checkOptions(options, 'options');
+  checkSignal(options?.signal);
+  return options?.signal;
+}
+
 /** Reads the clock, refusing a value no record could hold. */
 export function readClock(clock: () => number): number {
   const now = clock();

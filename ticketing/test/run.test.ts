@@ -5,9 +5,12 @@
  * before the next holder's command writes its first).
  */
 
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { startTcpProxy } from './cluster/harness.mjs';
@@ -106,6 +109,41 @@ describe('ticketing run', () => {
     const r = run('127.0.0.1:1', ['--key', 'job', '--wait', 'forevr'], 'exit 0');
     expect(await r.exit).toEqual({ code: 64, signal: null });
     expect(r.stderr()).toMatch(/option '--wait <dur>' argument 'forevr' is invalid\. invalid duration "forevr"/);
+  });
+
+  test('without the flocklease package: RunUnsupportedError, exit 1, before asking for the lock', async () => {
+    // The built package in a folder of its own, its dependencies linked beside it, flocklease not.
+    const installed = dir();
+    const pkg = fileURLToPath(new URL('..', import.meta.url));
+    const repo = fileURLToPath(new URL('../..', import.meta.url));
+    cpSync(join(pkg, 'dist'), join(installed, 'dist'), { recursive: true });
+    cpSync(join(pkg, 'package.json'), join(installed, 'package.json'));
+    mkdirSync(join(installed, 'node_modules'));
+    for (const name of readdirSync(join(repo, 'node_modules')))
+      if (name !== 'flocklease') symlinkSync(join(repo, 'node_modules', name), join(installed, 'node_modules', name));
+    const d = dir();
+    // Nothing listens on port 1: were the lock asked for first, the error would be a connect error.
+    const child = spawn(
+      process.execPath,
+      [
+        join(installed, 'dist', 'cli.js'),
+        'run',
+        '--addresses',
+        '127.0.0.1:1',
+        '--key',
+        'job',
+        '--',
+        'touch',
+        join(d, 'ran'),
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let stderr = '';
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/ticketing run needs the flocklease package .*npm i flocklease/);
+    expect(existsSync(join(d, 'ran'))).toBe(false);
   });
 
   test.each(['SIGTERM', 'SIGINT'] as const)('%s sent to run is forwarded to the command', async (sig) => {
