@@ -19,8 +19,6 @@ import type { LeaseHold } from '../port/hold.js';
 import { compact, displayText, relative } from '../kernel/display.js';
 import { isoSeconds } from './format.js';
 
-export { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
-
 export interface RunOptions {
   readonly dir: string;
   readonly id: string;

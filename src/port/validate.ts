@@ -42,7 +42,7 @@ export function checkOptions(value: unknown, what: string): void {
   }
 }
 
-export function checkSignal(value: unknown): asserts value is AbortSignal | undefined {
+function checkSignal(value: unknown): asserts value is AbortSignal | undefined {
   if (value !== undefined && !(value instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
 }
 
@@ -61,7 +61,7 @@ export function resolveWaitMs(value: unknown): number {
 
 /** Missing or non-positive means the default (the Go original's rule); NaN, Infinity or an
  * expiry past year 9999 is a RangeError. */
-export function resolveTtl(value: unknown, now: number): number {
+function resolveTtl(value: unknown, now: number): number {
   if (value === undefined) return DEFAULT_TTL_MS;
   if (typeof value !== 'number') throw new TypeError('ttlMs must be a number');
   if (Number.isNaN(value) || value === Infinity) throw new RangeError(`ttlMs must be finite, got ${value}`);

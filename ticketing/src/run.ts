@@ -35,10 +35,9 @@ const GRACE_FRACTION = 0.1;
  * optional peer dependency of this one), and nothing else of Ticketing does.
  */
 async function supervisorPath(): Promise<string> {
-  const name = 'flocklease'; // not a literal import: the package is optional
   let flocklease: { supervisorPath(): string };
   try {
-    flocklease = (await import(name)) as typeof flocklease;
+    flocklease = await import('flocklease');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ERR_MODULE_NOT_FOUND') throw error;
     throw new RunUnsupportedError(
