@@ -1,7 +1,7 @@
 /**
  * The server's log: one JSON object per line on stderr (pino), written by a subscriber to the
  * diagnostics_channel events of events.ts, so the library itself logs nothing. What is logged at
- * `info` and above, and the fields of each line, are listed in docs/ticketing.md "Logs".
+ * `info` and above, and the fields of each line, are listed in docs/ticketing-production.md "Logs".
  *
  * Connection-level errors (bad requests, failed auth, write timeouts, refusals at capacity, failed
  * accepts) are rate-limited: at most `burst` lines per `windowMs`, then one line with how many

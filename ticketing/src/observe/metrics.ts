@@ -4,7 +4,7 @@
  * state machine's effects, the cluster node's role, leader and commits) and, at scrape time, by the
  * server's and the node's read-only queries: nothing is called from the request path.
  *
- * The names are part of the interface (docs/ticketing.md "Metrics").
+ * The names are part of the interface (docs/ticketing-production.md "Metrics").
  */
 import diagnostics from 'node:diagnostics_channel';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';

@@ -99,8 +99,8 @@ export class Connections {
    * The replies to every connection read in this turn of the loop leave together, after the poll
    * phase (as Redis writes its replies before it sleeps). Writing each connection's replies as
    * soon as its read was handled woke the peer once per connection while the server still had
-   * reads to do: that cost about 0.4 µs of kernel time per cycle at 4×16 (docs/ticketing.md
-   * "Writing after the poll phase"). Memory stays bounded: a connection whose unsent replies
+   * reads to do: that cost about 0.4 µs of kernel time per cycle at 4×16 (docs/ticketing-bench.md
+   * "Levers tried"). Memory stays bounded: a connection whose unsent replies
    * pass the high-water mark is paused per line, as before.
    */
   readonly #flushQueuedReplies = (): void => {
