@@ -30,7 +30,7 @@
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
- * is Debian's (installed with apt-get when missing and running as root). Results: markdown on
+ * is Debian's (`sh scripts/setup.sh redis` installs it). Results: markdown on
  * stdout, JSON in <out>/results.json (default bench/ticketing/).
  */
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -458,16 +458,9 @@ function which(command) {
 function ensureRedis() {
   const found = which('redis-server');
   if (found) return found;
-  if (process.getuid?.() === 0) {
-    console.error("redis-server not found: installing Debian's redis-server (scripts/setup.sh redis) …");
-    execFileSync('sh', [join(root, 'scripts', 'setup.sh'), 'redis'], { stdio: 'inherit' });
-    const installed = which('redis-server');
-    if (installed) return installed;
-  }
   console.error(
-    'bench:ticketing needs redis-server (the comparison peer) on PATH. On Debian/Ubuntu: ' +
-      'sudo apt-get update && sudo apt-get install -y redis-server (the benchmark starts its own instance on a free ' +
-      'loopback port; the system service need not run).',
+    'bench:ticketing needs redis-server (the comparison peer) on PATH: run sh scripts/setup.sh redis ' +
+      '(the benchmark starts its own instance on a free loopback port; the system service need not run).',
   );
   process.exit(2);
 }

@@ -5,7 +5,7 @@ import { existsSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTcpProxy,
   startTicketingNodes,
@@ -14,7 +14,7 @@ import {
   type TcpProxy,
 } from './harness.mjs';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason) console.log(`cluster harness tests skipped: ${etcd.reason}`);
 
 /** Whether the built CLI has cluster mode yet (the harness's node helpers need it). */

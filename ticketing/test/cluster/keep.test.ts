@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTcpProxy,
   startTicketingNodes,
@@ -19,7 +19,7 @@ import {
 import { startKeepers, type KeeperLoad } from './keepers.js';
 import { ask, askUntil, checkHistory, connect, sleep, type Grant, type Keep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster keep tests skipped: ${etcd.reason}`);
 
 /** The grant lease of these scenarios: keeps go every third of it. */

@@ -19,7 +19,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { request, sample } from '../observe/support.js';
 import { until } from '../helpers.js';
 import {
-  ensureEtcd,
+  findEtcd,
   freePorts,
   startEtcdCluster,
   startTicketingNodes,
@@ -28,7 +28,7 @@ import {
 } from './harness.mjs';
 import { askUntil, checkHistory, connect, lostGrants, sleep, startLoad, type Grant, type Load } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster pipeline tests skipped: ${etcd.reason}`);
 
 const LEASE_MS = 30_000;
