@@ -136,16 +136,18 @@ describe('A: the acquire table', () => {
 
 describe('R: the release table', () => {
   test('token matches, waiters: "R <token> <key>" and the front waiter gets the key with a new token', async () => {
-    const { port } = await server();
+    const { port, server: s } = await server();
     const a = await connect(port);
     const b = await connect(port);
     a.write('A k o1 0\n');
     const token = tokenOf(await a.readLine());
     b.write('A k o2 60000\n');
-    await sleep(50);
+    // B is queued before the release: the grant below is the hand-off, not a fresh acquire.
+    await until(() => s.inspect('k')?.waiters.length === 1, 5_000, "B's request queued on k");
     a.write(`R k ${token}\n`);
     expect(await a.readLine()).toBe(`R ${token} k`);
-    expect(tokenOf(await b.readLine()) > token).toBe(true);
+    expect(await b.readLine()).toMatch(/^A \d+ o2 k$/);
+    expect(tokenOf(b.lines[0]!) > token).toBe(true);
   });
 
   test('token matches, no waiters: R and the key is gone', async () => {
