@@ -372,14 +372,14 @@ describe('hostile or broken clients never hurt others', () => {
   });
 
   test('connections over the limit get E capacity and are closed; a freed slot is usable again', async () => {
-    const { port } = await server({ maxConnections: 2 });
+    const { port, server: s } = await server({ maxConnections: 2 });
     const a = await connect(port);
     await connect(port);
     const over = await connect(port);
     expect(await over.readLine()).toBe('E capacity too many connections');
     await over.waitClosed();
     a.destroy();
-    await sleep(50);
+    await until(() => s.stats().connections === 1, 5_000, 'the server to free the slot');
     const again = await connect(port);
     again.write('A k o 0\n');
     expect(await again.readLine()).toMatch(/^A \d+ o k$/);
