@@ -415,7 +415,7 @@ describe.skipIf(etcd.reason !== undefined)('the commit window on a real etcd', (
       await load.stop();
     }
     const lines = results.flatMap((r) => r.lines);
-    const answers = /^(A \d+ p stream-\d+-\d+|R \d+ stream-\d+-\d+|E (not_active|no_leader)( .*)?|L \S+)$/;
+    const answers = /^(A \d+ p stream-\d+-\d+|R \d+ stream-\d+-\d+|E (not_active|no_leader)( .*)?|[LM] \S+)$/;
     expect(lines.filter((l) => !answers.test(l))).toEqual([]);
     // Every A the deposed node wrote is held under its token at the next leader (unless its R
     // was sent); every R it wrote left the key free there.
