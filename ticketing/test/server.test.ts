@@ -432,7 +432,8 @@ describe('hostile or broken clients never hurt others', () => {
 describe('idle and unfinished connections are cut (no secret needed)', () => {
   test('--max-connections idle sockets lock real clients out only until the idle timeout', async () => {
     const disconnects = subscribeDisconnects();
-    const { port } = await server({ maxConnections: 100, idleTimeoutMs: 300 });
+    // Long enough for all 101 to connect on a loaded machine before the first is cut.
+    const { port } = await server({ maxConnections: 100, idleTimeoutMs: 2_000 });
     const squatters = await Promise.all(Array.from({ length: 100 }, () => connect(port)));
     const refused = await connect(port);
     expect(await refused.readLine()).toBe('E capacity too many connections');
@@ -490,9 +491,9 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
   test('a queued waiter is not idle, nor a holder within its lease: its idle time counts from the lease end', async () => {
     const { port } = await server({ idleTimeoutMs: 300, leaseMs: 1_500 });
     const holder = await connect(port);
+    const heldAt = Date.now(); // the lease counts from when the server reads the request: later
     holder.write('A k h 0\n');
     expect(await holder.readLine()).toMatch(/^A \d+ h k$/);
-    const heldAt = Date.now();
     const waiter = await connect(port);
     waiter.write('A k w 10000\n');
     await sleep(900);
