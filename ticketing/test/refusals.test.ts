@@ -62,7 +62,7 @@ describe('definite refusals are not Indeterminate', () => {
     }
     expect(server.inspect('k')).toBeUndefined();
     squatter.destroy();
-    await until(() => server.stats().connections === 0, 5_000, 'the server to free the slot');
+    await until(() => server.stats().connections === 0, 'the server to free the slot');
     expect((await c.acquire('k', { waitMs: 0, owner: 'o1' })).status).toBe('acquired');
   });
 });

@@ -425,7 +425,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const load = startLoad(group.addresses, { workers: 4, keys: 8, leaseMs });
     /** Waits (bounded) until `count` grants were acknowledged after `since` (performance.now()). */
     const grantsSince = (since: number, count: number, what: string): Promise<void> =>
-      until(() => load.grants.filter((g) => g.ackAt > since).length >= count, 10_000, what);
+      until(() => load.grants.filter((g) => g.ackAt > since).length >= count, what, 10_000);
     try {
       await grantsSince(0, 20, 'the load to run');
       const etcdLeader = await cluster.leaderIndex();

@@ -93,7 +93,7 @@ describe.skipIf(etcd.reason !== undefined)('keeps in cluster mode on a real etcd
   /** Waits (bounded) until `count` grants of `load` have had a keep answered K: holders are keeping. */
   function keeping(load: KeeperLoad, count = 3): Promise<void> {
     const kept = (): number => load.grants.filter((g) => g.keeps?.some((k) => k.result === 'kept')).length;
-    return until(() => kept() >= count, 15_000, `${count} grants kept`);
+    return until(() => kept() >= count, `${count} grants kept`, 15_000);
   }
 
   /** Stops the load and checks its history; returns a one-line summary for the figures. */
