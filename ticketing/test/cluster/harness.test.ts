@@ -140,7 +140,9 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
     });
 
     /** Connects through the proxy; resolves 'echoed', 'refused', 'reset' or 'silent' (no reply in `ms`). */
-    function tryEcho(ms = 300): Promise<string> {
+    /** What a new connection gets within `ms`: give an expected echo room (it comes as soon as it
+     * can), and an expected silence a short while. */
+    function tryEcho(ms = 5_000): Promise<string> {
       return new Promise((resolve) => {
         const socket = net.connect(proxy.port, '127.0.0.1');
         const done = (outcome: string) => {
