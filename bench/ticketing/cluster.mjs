@@ -43,7 +43,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   cpuTimeMs,
-  ensureEtcd,
+  findEtcd,
   ROOT,
   startEtcdCluster,
   startTicketingNodes,
@@ -404,7 +404,7 @@ export async function main(argv) {
   );
   const defaultWindow = CLUSTER_DEFAULTS.commitWindow;
   const options = parseArgs(argv, { defaultWindow, maxWindow: MAX_COMMIT_WINDOW });
-  const found = await ensureEtcd();
+  const found = await findEtcd();
   if (!found.binary) throw new Error(`the cluster benchmark needs etcd: ${found.reason}`);
   try {
     await import('etcd3');
