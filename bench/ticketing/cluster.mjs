@@ -14,7 +14,7 @@
  * - distinct: every loop has its own key;
  * - hot: every loop wants one key. Ticketing queues waiters at the leader (FIFO hand-off); the
  *   two etcd locks have no queue, so their loops retry at once until they get it (the usual spin).
- * Commit window: `--window n[,n…]` (default: the product's default, DEFAULT_COMMIT_WINDOW) starts
+ * Commit window: `--window n[,n…]` (default: the product's default, CLUSTER_DEFAULTS.commitWindow) starts
  * one group of 3 nodes per size, `serve --cluster --commit-window n`, each under its own prefix on
  * the one etcd; the groups not measured sit idle (their CPU is reported as "other nodes"). The
  * product default is always one of them: the failover and the 1-worker figure are measured on it.
@@ -399,9 +399,11 @@ async function measureFailover(etcd, nodes, options) {
 }
 
 export async function main(argv) {
-  const pipeline = await import(join(ROOT, 'ticketing', 'dist', 'cluster', 'pipeline.js'));
-  const defaultWindow = pipeline.DEFAULT_COMMIT_WINDOW;
-  const options = parseArgs(argv, { defaultWindow, maxWindow: pipeline.MAX_COMMIT_WINDOW });
+  const { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW } = await import(
+    join(ROOT, 'ticketing', 'dist', 'cluster', 'options.js')
+  );
+  const defaultWindow = CLUSTER_DEFAULTS.commitWindow;
+  const options = parseArgs(argv, { defaultWindow, maxWindow: MAX_COMMIT_WINDOW });
   const found = await findEtcd();
   if (!found.binary) throw new Error(`the cluster benchmark needs etcd: ${found.reason}`);
   try {

@@ -4,7 +4,7 @@
  */
 export { CodedError } from './errors.js';
 export { checkNumber, checkOptionalNumber, type NumberRule } from './numbers.js';
-export { MAX_TOKEN, nextToken } from './token.js';
+export { MAX_TOKEN, TOKEN_RESERVE_MS, markAhead, nextToken, reservationLow } from './token.js';
 export { MAX_TIMER_MS, RETRY_FIRST_MS, timerDelay } from './timers.js';
 export { publish } from './events.js';
 export { parseDuration } from './duration.js';

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { InvalidArgumentError } from 'commander';
 import { timerDuration } from '#kernel/flags';
+import { checkLeaderTtlMs, checkPrefix } from '../cluster/options.js';
 import { parseListenAddress } from '../observe/http.js';
 import { isAddress, isName } from '../protocol.js';
 
@@ -85,18 +86,20 @@ export function advertiseAddress(text: string): string {
   return text;
 }
 
+/** A library's check of an option as a flag's parser: the error it throws is a usage error. */
+function checked<T>(check: () => T): T {
+  try {
+    return check();
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
+}
+
 export function etcdPrefix(text: string): string {
-  if (!/^[\x21-\x7e]{1,128}$/.test(text))
-    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
-  return text;
+  return checked(() => checkPrefix(text, 'the prefix'));
 }
 
 export function leaderTtl(text: string): number {
   const ms = timerDuration(text);
-  if (ms < 1000 || ms % 1000 !== 0 || ms > 3_600_000) {
-    throw new InvalidArgumentError(
-      'expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)',
-    );
-  }
-  return ms;
+  return checked(() => checkLeaderTtlMs(ms, 'the leader TTL'));
 }

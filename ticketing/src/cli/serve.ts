@@ -9,8 +9,8 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { Option, type Command } from 'commander';
-import type { ClusterNode, ClusterNodeOptions } from '../cluster/node.js';
-import { DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW } from '../cluster/pipeline.js';
+import type { ClusterNode } from '../cluster/node.js';
+import { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW, type ClusterNodeOptions } from '../cluster/options.js';
 import { HttpEndpoint } from '../observe/http.js';
 import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
 import { TicketMetrics } from '../observe/metrics.js';
@@ -210,17 +210,17 @@ export function addServeCommand(program: Command): void {
       'cluster mode: the address clients reach this node at (sent in M and L)',
       advertiseAddress,
     )
-    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, '/ticketing/')
+    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, CLUSTER_DEFAULTS.prefix)
     .addOption(
       new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds')
         .argParser(leaderTtl)
-        .default(2_000, '2s'),
+        .default(CLUSTER_DEFAULTS.leaderTtlMs, `${CLUSTER_DEFAULTS.leaderTtlMs / 1000}s`),
     )
     .option(
       '--commit-window <n>',
       'cluster mode: most etcd txns in flight at once',
       integer(1, MAX_COMMIT_WINDOW),
-      DEFAULT_COMMIT_WINDOW,
+      CLUSTER_DEFAULTS.commitWindow,
     )
     .option(
       '--http <host:port>',

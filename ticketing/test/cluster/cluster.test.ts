@@ -11,6 +11,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { TOKEN_RESERVE_MS } from '#kernel';
 import {
   findEtcd,
   startEtcdCluster,
@@ -25,7 +26,6 @@ import {
 } from './harness.mjs';
 import { until } from '../helpers.js';
 import { ask, askUntil, checkHistory, connect, lostGrants, sleep, startLoad } from './support.js';
-import { TOKEN_RESERVE_MS } from '../../src/cluster/pipeline.js';
 
 const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster tests skipped: ${etcd.reason}`);
