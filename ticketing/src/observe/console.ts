@@ -35,6 +35,8 @@ type Reply = Asset;
 const FLUSH_MS = 200;
 /** How often every stream gets a `node` event (and a check that its secret still opens it). */
 const NODE_EVERY_MS = 1_000;
+/** How long `close()` waits for the streams' last event to be written. */
+const SHUTDOWN_MS = 500;
 /** As `GET /v1/locks`'s `prefix`. */
 const MAX_PREFIX_BYTES = 256;
 const STREAM_LIMITS: StreamLimits = {
@@ -137,11 +139,17 @@ export class LockConsole {
     return undefined;
   }
 
-  /** Stops feeding (unsubscribes); open streams are ended by the endpoint closing their connections. */
-  close(): void {
+  /** Stops feeding (unsubscribes) and ends every stream with a `shutdown` event, waiting at most
+   * `SHUTDOWN_MS` for them to be written (a reader then sees the stream end, not break). */
+  async close(): Promise<void> {
     this.#stop();
     this.#subscriptions.close();
     this.#status.close();
+    const ended = [...this.#streams.keys()].map((stream) => stream.end('shutdown'));
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, SHUTDOWN_MS)));
+    await Promise.race([Promise.all(ended), late]);
+    clearTimeout(timer);
   }
 
   #stop(): void {
@@ -161,7 +169,7 @@ export class LockConsole {
       this.#lastNodeTick = now;
       for (const [stream, authorized] of streams) {
         if (authorized()) stream.nodeChanged();
-        else stream.end('unauthorized');
+        else void stream.end('unauthorized');
       }
     }
     for (const stream of streams.keys()) stream.flush(now);

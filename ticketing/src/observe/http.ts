@@ -112,8 +112,7 @@ export class HttpEndpoint {
       [
         '/v1/locks/events',
         (url, request, response) =>
-          this.#unauthorized(request) ??
-          lockConsole.stream(url, request, response, () => this.#authorized(request)),
+          this.#unauthorized(request) ?? lockConsole.stream(url, request, response, () => this.#authorized(request)),
       ],
       ...[...lockConsole.assets].map(([path, asset]): [string, Route] => [path, () => asset]),
     ]);
@@ -145,8 +144,8 @@ export class HttpEndpoint {
 
   /** Stops listening and closes every connection, idle or not. */
   async close(): Promise<void> {
-    this.#console.close();
     const server = this.#http;
+    await this.#console.close();
     if (!server.listening) return;
     const closed = once(server, 'close');
     server.close();

@@ -17,7 +17,7 @@ export interface StreamOutput {
   write(chunk: string): boolean;
   readonly writableLength: number;
   once(event: 'drain', listener: () => void): unknown;
-  end(): unknown;
+  end(done: () => void): unknown;
   destroy(): unknown;
 }
 
@@ -87,7 +87,8 @@ export class LockStream {
       return;
     }
     let chunk = '';
-    const resnapshot = this.#truncated && this.#pending.size > 0 && now - this.#lastSnapshot >= this.#limits.resnapshotMs;
+    const resnapshot =
+      this.#truncated && this.#pending.size > 0 && now - this.#lastSnapshot >= this.#limits.resnapshotMs;
     if (this.#snapshotDue || resnapshot) chunk = this.#snapshot(now);
     else if (this.#pending.size > 0 && !this.#truncated) chunk = this.#changes();
     if (this.#nodeDue) chunk += event('node', this.#nodeView());
@@ -104,11 +105,11 @@ export class LockStream {
   }
 
   /** Ends the stream with a last event (`unauthorized`, …) that tells the reader why. */
-  end(why: string): void {
-    if (this.#ended) return;
+  end(why: string): Promise<void> {
+    if (this.#ended) return Promise.resolve();
     this.#ended = true;
     this.#output.write(event(why, {}));
-    this.#output.end();
+    return new Promise((resolve) => this.#output.end(resolve));
   }
 
   #snapshot(now: number): string {
