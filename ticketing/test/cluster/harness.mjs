@@ -713,6 +713,7 @@ export async function startTicketingNodes({
   env = {},
   cli = TICKETING_CLI,
   nodeArgs = [],
+  hosts = [],
   execArgv = [],
   startTimeoutMs = 15_000,
   stderr = 'keep',
@@ -723,10 +724,11 @@ export async function startTicketingNodes({
   const endpointsOf = typeof etcdEndpoints === 'function' ? etcdEndpoints : () => etcdEndpoints;
 
   const nodes = ports.map((port, index) => {
-    const address = `127.0.0.1:${port}`;
+    const host = hosts[index] ?? '127.0.0.1';
+    const address = `${host}:${port}`;
     const node = {
       index,
-      host: '127.0.0.1',
+      host,
       port,
       address,
       child: undefined,
@@ -753,7 +755,7 @@ export async function startTicketingNodes({
           '--lease',
           lease,
           '--host',
-          '127.0.0.1',
+          host,
           '--port',
           String(port),
           ...extraArgs,
