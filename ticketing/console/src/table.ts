@@ -87,7 +87,7 @@ function element<K extends keyof HTMLElementTagNameMap>(
 }
 
 /** `9.4 s`, `42.0 s`, `3 min 05 s`. */
-export function formatMs(ms: number): string {
+function formatMs(ms: number): string {
   if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
   const seconds = Math.floor(ms / 1000);
   return `${Math.floor(seconds / 60)} min ${String(seconds % 60).padStart(2, '0')} s`;

@@ -4,7 +4,7 @@
  * lock-stream.ts); the page compiles apart from it (browser code), so the shapes are restated here.
  */
 
-export interface HolderRow {
+interface HolderRow {
   readonly owner: string;
   readonly token: string;
   /** Lease left when the row was sent, ms. */

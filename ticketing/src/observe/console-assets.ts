@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 /** From src/observe and from dist/observe alike: the package's dist/console. */
 const ASSET_DIR = fileURLToPath(new URL('../../dist/console/', import.meta.url));
 
-export const CONSOLE_CSP = [
+const CONSOLE_CSP = [
   "default-src 'none'",
   "script-src 'self'",
   "style-src 'self'",
@@ -30,7 +30,7 @@ const TYPES: Readonly<Record<string, string>> = {
   svg: 'image/svg+xml',
 };
 
-export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
+const SECURITY_HEADERS: Readonly<Record<string, string>> = {
   'content-security-policy': CONSOLE_CSP,
   'x-content-type-options': 'nosniff',
   'referrer-policy': 'no-referrer',

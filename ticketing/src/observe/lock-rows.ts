@@ -5,7 +5,7 @@
  */
 
 /** One holder of a key. */
-export interface HolderRow {
+interface HolderRow {
   readonly owner: string;
   /** The fencing token, in decimal (a uint64 does not fit a JSON number). */
   readonly token: string;
@@ -39,7 +39,7 @@ interface HeldLock {
   readonly waiters: number;
 }
 
-export const QUEUE_SHOWN = 3;
+const QUEUE_SHOWN = 3;
 
 export class LockRows {
   readonly #server: RowServer;

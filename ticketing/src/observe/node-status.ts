@@ -23,7 +23,7 @@ export interface StatusNode {
   readonly advertise: string;
 }
 
-export type NodeRole = 'single' | 'leader' | 'catching-up' | 'follower';
+type NodeRole = 'single' | 'leader' | 'catching-up' | 'follower';
 
 export interface NodeView {
   readonly role: NodeRole;
@@ -57,7 +57,7 @@ export interface NodeStatusOptions {
   readonly onChange?: () => void;
 }
 
-export const HISTORY_SECONDS = 300;
+const HISTORY_SECONDS = 300;
 
 /** Effects that answer a request (as `ticketing_requests_total` counts them). */
 function answers(effect: Effect): boolean {
