@@ -55,6 +55,7 @@ const stream = new LockEventStream({
 function receive({ event, data }: StreamEvent): void {
   const now = performance.now();
   if (event === 'snapshot') {
+    if (firstRender) performance.mark('console:first-snapshot');
     const snapshot = data as SnapshotEvent;
     store.replace(snapshot.keys, now);
     streamPrefix = snapshot.prefix;

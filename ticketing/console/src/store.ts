@@ -1,8 +1,10 @@
 /**
  * The keys the page knows, as the stream sent them: replaced whole by a snapshot, changed by
  * `keys` events. Each row remembers when it arrived, so that its leases count down from the
- * `expiresInMs` it carried. A view is the first rows in key order that match a prefix and still
- * have a holder or a waiter, with how many match in all.
+ * `expiresInMs` it carried. A view is the first rows that match a prefix and still have a holder
+ * or a waiter, with how many match in all. Rows keep the server's order, oldest key first (as
+ * `/v1/locks` lists them): a key the page did not have goes last; sorting 10,000 keys on every
+ * change would cost more than the rest of a render.
  */
 import type { KeyRow } from './wire.js';
 
@@ -28,13 +30,9 @@ function live(stored: StoredRow, now: number): boolean {
   return stored.row.waiters > 0 || leftMs(stored, now).some((ms) => ms > 0);
 }
 
-/** Key order: `job/2` before `job/10`. */
-const order = new Intl.Collator('en', { numeric: true }).compare;
-
 export class KeyStore {
+  /** In the server's order (a Map keeps the order of insertion; a changed row keeps its place). */
   readonly #rows = new Map<string, StoredRow>();
-  /** The keys in order, or undefined when a key came or went since they were sorted. */
-  #sorted: string[] | undefined;
   /** When the next lease runs out (performance.now() time), to render again then. */
   #nextExpiry = Infinity;
 
@@ -44,13 +42,12 @@ export class KeyStore {
 
   replace(rows: readonly KeyRow[], now: number): void {
     this.#rows.clear();
-    this.#sorted = undefined;
     this.#nextExpiry = Infinity;
     for (const row of rows) this.#put(row, now);
   }
 
   apply(upsert: readonly KeyRow[], remove: readonly string[], now: number): void {
-    for (const key of remove) if (this.#rows.delete(key)) this.#sorted = undefined;
+    for (const key of remove) this.#rows.delete(key);
     for (const row of upsert) this.#put(row, now);
   }
 
@@ -60,14 +57,11 @@ export class KeyStore {
   }
 
   view(prefix: string, limit: number, now: number): View {
-    this.#sorted ??= [...this.#rows.keys()].sort(order);
     const rows: StoredRow[] = [];
     let matching = 0;
     let nextExpiry = Infinity;
-    for (const key of this.#sorted) {
-      if (!key.startsWith(prefix)) continue;
-      const stored = this.#rows.get(key)!;
-      if (!live(stored, now)) continue;
+    for (const [key, stored] of this.#rows) {
+      if (!key.startsWith(prefix) || !live(stored, now)) continue;
       matching++;
       if (rows.length < limit) rows.push(stored);
       for (const ms of leftMs(stored, now)) if (ms > 0) nextExpiry = Math.min(nextExpiry, now + ms);
@@ -77,7 +71,6 @@ export class KeyStore {
   }
 
   #put(row: KeyRow, now: number): void {
-    if (!this.#rows.has(row.key)) this.#sorted = undefined;
     this.#rows.set(row.key, { row, at: now });
     for (const holder of row.holders) this.#nextExpiry = Math.min(this.#nextExpiry, now + holder.expiresInMs);
   }
