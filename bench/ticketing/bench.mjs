@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Ticketing against Redis, two tables (docs/ticketing.md "Benchmark"):
+ * Ticketing against Redis, two tables (docs/ticketing-bench.md):
  *
  * 1. Server against server. One load generator in C (loadgen.c, built here with the system
  *    compiler) drives both servers with the same loop: one thread, raw epoll, one read() per ready

@@ -5,7 +5,7 @@
  * Releases travel on a separate, reserved connection (the release lane), so a release never
  * waits behind acquires and an orphaned grant can always be handed back.
  *
- * What the client promises about outcomes (docs/ticketing.md "Client"):
+ * What the client promises about outcomes (docs/ticketing-client.md):
  * - a resolved result is definitive (acquired / timed out / busy; released / not held);
  * - `IndeterminateError` means bytes of the request were sent and no definitive reply came: the
  *   request may have taken effect. An acquire is never re-sent with the same owner to find out;
@@ -225,7 +225,7 @@ export class TicketClient {
   }
 
   /**
-   * Acquires `key` and keeps it alive until released or lost (docs/ticketing.md "Keeping a lock").
+   * Acquires `key` and keeps it alive until released or lost (docs/ticketing-client.md "Keeping a lock").
    * Resolves once the first keep confirmed the grant, with `{ token, signal, release() }`:
    * `signal` aborts no later than the local deadline unless a keep moved it, and at once when the
    * server says the lock is gone. Rejects with `NotAcquiredError` when the key stayed held

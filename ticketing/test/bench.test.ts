@@ -1,6 +1,6 @@
 // The ticketing benchmark never rots: its quick mode runs here, and every table, workload, system,
 // target and output field it promises must be there. The numbers are not judged (a shared CI box
-// measures nothing); docs/ticketing.md has a full run's. Needs redis-server (the bench installs
+// measures nothing); docs/ticketing-bench.md has a full run's. Needs redis-server (the bench installs
 // Debian's with apt-get when running as root); the cluster bench needs etcd (skipped without it).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

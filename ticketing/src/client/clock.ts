@@ -23,7 +23,7 @@ export function freshNow(): number {
   return turnNow;
 }
 
-/** The safety margin a holder takes off its lease (docs/ticketing.md "Keeping a lock"). */
+/** The safety margin a holder takes off its lease (docs/ticketing-client.md "Keeping a lock"). */
 export interface DeadlineMargin {
   /** Fraction of the lease: the two clocks may run at different rates. Default 0.01. */
   readonly fraction: number;

@@ -1,5 +1,5 @@
 /**
- * `client.hold()`: acquire, keep alive, and know in time when the lock is lost (docs/ticketing.md
+ * `client.hold()`: acquire, keep alive, and know in time when the lock is lost (docs/ticketing-client.md
  * "Keeping a lock"). The first keep goes out at once after the grant, and `hold()` resolves on its
  * answer, so every deadline rests on the lease the server applied, never on the client's guess.
  * From then on a timer enforces the local deadline (clock.ts): the signal aborts by then unless a
