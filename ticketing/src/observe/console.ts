@@ -9,7 +9,7 @@
  */
 import type http from 'node:http';
 import { channels } from '../events.js';
-import type { Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
 import { loadAssets, type Asset } from './console-assets.js';
 import { LockRows, type RowServer } from './lock-rows.js';
 import { LockStream, type StreamLimits } from './lock-stream.js';

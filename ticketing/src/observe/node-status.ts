@@ -5,7 +5,7 @@
  * server's read-only queries (`stats`, `readiness`); nothing is called from the request path.
  */
 import { channels } from '../events.js';
-import type { Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
 import { Subscriptions } from './subscriptions.js';
 
 /** What the status reads from the server. */

@@ -159,9 +159,9 @@ export class TicketServer extends EventEmitter {
   /** The key as `locks()` would list it, or `undefined` when it is not held now (free, or its
    * lease ran out). Reads one key: for a view that follows changes key by key. */
   lock(key: string): LockView | undefined {
-    const view = this.#core.state?.get(key);
+    const view = this.#applier.state?.get(key);
     if (view === undefined) return undefined;
-    const expiresInMs = view.expiresAt - this.#core.config.clock();
+    const expiresInMs = view.expiresAt - this.#config.clock();
     if (!(expiresInMs > 0)) return undefined;
     return { key, owner: view.owner, token: view.token, expiresInMs, waiters: view.waiters.length };
   }
