@@ -166,6 +166,10 @@ export class HttpEndpoint {
       reply = text(500, `internal error: ${(error as Error).message}`);
     }
     if (reply === undefined) return;
+    if (response.headersSent) {
+      response.destroy(); // a stream that failed after it started: cut off
+      return;
+    }
     response.writeHead(reply.status, {
       'content-length': Buffer.byteLength(reply.body),
       'cache-control': 'no-store',

@@ -79,8 +79,18 @@ export class LockStream {
     this.#nodeDue = true;
   }
 
-  /** Writes what is due, unless the output is backed up. */
+  /** Writes what is due, unless the output is backed up. A query that throws ends the stream
+   * (cut off: its reader reconnects), not the server. */
   flush(now: number): void {
+    try {
+      this.#flush(now);
+    } catch {
+      this.#ended = true;
+      this.#output.destroy();
+    }
+  }
+
+  #flush(now: number): void {
     if (this.#ended) return;
     if (this.#backedUpSince !== undefined) {
       if (now - this.#backedUpSince > this.#limits.stallMs) this.#output.destroy();
