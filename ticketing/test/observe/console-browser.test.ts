@@ -4,11 +4,13 @@
  * the filter, a server restart the page rides out, keyboard and axe-core checks, and that the page
  * asks nothing of another origin and logs no error. Skips with one line without chromium.
  */
+import { readFileSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { browserMissing, launchBrowser, axeCheck, watchedPage, type WatchedPage } from '../browser.js';
 import { sleep } from '../helpers.js';
+import { makePki } from '../tls-helpers.js';
 import { startObserved, type Observed } from './support.js';
 
 if (browserMissing !== undefined) console.warn(browserMissing);
@@ -153,6 +155,19 @@ describe.skipIf(browserMissing !== undefined)('the console in a browser', () => 
     expect(axe.serious).toEqual([]);
     expect(axe.passed).toBeGreaterThan(10); // it ran
     expect(watched.foreign).toEqual([]);
+    expect(watched.errors).toEqual([]);
+  });
+
+  test('over HTTPS when the server has TLS', async () => {
+    const pki = await makePki();
+    cleanups.push(() => pki.remove());
+    const tls = { cert: readFileSync(pki.server.cert), key: readFileSync(pki.server.key) };
+    const o = await observed({}, { tls });
+    await acquired(client(o.port), 'secure/1', 'tls-worker');
+    // The test CA is not the browser's: its certificate errors are ignored for this context only.
+    const watched = await open(`https://localhost:${o.httpPort}`, { ignoreHTTPSErrors: true });
+    await rowOf(watched, 'secure/1').filter({ hasText: 'tls-worker' }).waitFor();
+    expect(watched.requests.every((url) => url.startsWith(`https://localhost:${o.httpPort}/`))).toBe(true);
     expect(watched.errors).toEqual([]);
   });
 
