@@ -189,7 +189,7 @@ describe('R: the release table', () => {
     const d = await connect(swept.port);
     d.write('A k o 0\n');
     const token2 = tokenOf(await d.readLine());
-    await until(() => swept.server.inspect('k') === undefined, 5_000, 'the sweep');
+    await until(() => swept.server.inspect('k') === undefined, 'the sweep', 5_000);
     d.write(`R k ${token2}\n`);
     expect(await d.readLine()).toBe(`N ${token2} k`);
   });
@@ -269,7 +269,7 @@ describe('hand-off and expiry', () => {
     await until(() => s.inspect('k')?.waiters.length === 3);
     gone.destroy();
     halfClosed.socket.end(); // FIN: it will read nothing more
-    await until(() => s.inspect('k')?.waiters.length === 1, 5_000, 'the dropped waiters to leave');
+    await until(() => s.inspect('k')?.waiters.length === 1, 'the dropped waiters to leave', 5_000);
     expect(s.inspect('k')!.waiters.map((w) => w.owner)).toEqual(['stays']);
     holder.write(`R k ${token}\n`);
     expect(await stays.readLine()).toMatch(/^A \d+ stays k$/);
@@ -411,11 +411,11 @@ describe('hostile or broken clients never hurt others', () => {
       }
     };
     pump();
-    await until(() => backpressure.some((e) => e.paused), 20_000, 'the server to pause the reader');
+    await until(() => backpressure.some((e) => e.paused), 'the server to pause the reader', 20_000);
     // Meanwhile everyone else is served.
     bystander.write('A k b 0\n');
     expect(await bystander.readLine()).toMatch(/^A \d+ b k$/);
-    await until(() => disconnects.some((e) => e.reason === 'write-timeout'), 20_000, 'the cut-off');
+    await until(() => disconnects.some((e) => e.reason === 'write-timeout'), 'the cut-off', 20_000);
     await sink.waitClosed(10_000);
     const peak = Math.max(...backpressure.map((e) => e.bufferedBytes));
     expect(peak).toBeLessThan(1_000_000); // bounded: 64 KiB high water plus one chunk's replies
@@ -437,8 +437,8 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
     for (const s of squatters) expect(s.received.length).toBe(0);
     await until(
       () => disconnects.filter((d) => d.reason === 'idle').length === 100,
-      5_000,
       'the server to see them closed',
+      5_000,
     );
     const real = await connect(port);
     real.write('A k real 0\n');
@@ -471,8 +471,8 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
     trickling = false;
     await until(
       () => disconnects.filter((d) => d.reason === 'line-timeout').length === 2,
-      5_000,
       'the server to see them closed',
+      5_000,
     );
     // Whole lines now and then keep a connection alive past the line timeout.
     for (let i = 0; i < 4; i++) {

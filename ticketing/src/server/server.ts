@@ -62,6 +62,9 @@ export interface Readiness {
   readonly leader?: string;
 }
 
+/** How many keys `locks()` lists when not told (and `/v1/locks`, and `ticketing inspect`). */
+export const DEFAULT_LOCKS_LIMIT = 1000;
+
 /**
  * The lock server. `await server.listen()` → `{ host, port }`; `await server.close()` drains.
  * Emits `'error'` only for a failure that makes serving unsafe (the state file cannot be written),
@@ -141,7 +144,7 @@ export class TicketServer extends EventEmitter {
    * (empty while a cluster node does not lead). Walks the table: meant for an operator's view.
    */
   locks(options: { readonly prefix?: string; readonly limit?: number } = {}): LockView[] {
-    const { prefix = '', limit = 1000 } = options;
+    const { prefix = '', limit = DEFAULT_LOCKS_LIMIT } = options;
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
     if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
     const state = this.#applier.state;

@@ -172,7 +172,7 @@ describe('GET /v1/locks/events', () => {
     const elapsedMs = Date.now() - started;
     const last = (e: (typeof stream.events)[number]): boolean =>
       e.event === 'keys' && (e.data.upsert as Row[]).some((r) => r.holders[0]!.owner === 'last');
-    await until(() => stream.events.some(last), 3_000, 'the last change');
+    await until(() => stream.events.some(last), 'the last change', 3_000);
     const changes = stream.events.filter((e) => e.event === 'keys').length;
     // One event per 200 ms flush at most (and the last one), however many changes.
     expect(changes).toBeLessThanOrEqual(Math.ceil(elapsedMs / 200) + 2);

@@ -138,7 +138,7 @@ async function serveHttp(args: string[]): Promise<{ child: ChildProcess; port: n
   let stderr = '';
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
-  await until(() => stdout.includes('\n') || child.exitCode !== null, 10_000, 'the listening line');
+  await until(() => stdout.includes('\n') || child.exitCode !== null, 'the listening line', 10_000);
   const port = Number(/^listening 127\.0\.0\.1:(\d+)$/m.exec(stdout)?.[1]);
   const line = stderr.split('\n').find((l) => l.includes('"http listening"'));
   const httpPort = (JSON.parse(line ?? '{}') as { port?: number }).port;

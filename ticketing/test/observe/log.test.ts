@@ -38,7 +38,7 @@ async function serve(args: string[]): Promise<Serve> {
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
   const exit = once(child, 'exit').then(([code]) => code as number | null);
-  await until(() => stdout.includes('\n') || child.exitCode !== null, 10_000, 'the listening line');
+  await until(() => stdout.includes('\n') || child.exitCode !== null, 'the listening line', 10_000);
   const port = Number(/^listening 127\.0\.0\.1:(\d+)\n/.exec(stdout)?.[1]);
   if (!(port > 0)) throw new Error(`no listening line: ${stdout} ${stderr}`);
   const lines = (): Array<Record<string, unknown>> =>
