@@ -30,7 +30,7 @@
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
- * is Debian's (installed with apt-get when missing and running as root). Results: markdown on
+ * is Debian's (`sh scripts/setup.sh redis` installs it). Results: markdown on
  * stdout, JSON in <out>/results.json (default bench/ticketing/).
  */
 import { execFileSync } from 'node:child_process';
@@ -39,7 +39,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { clientRounds } from './clients.mjs';
 import { keepMain } from './keep.mjs';
-import { ensureRedis, here, loadavg, startFloor, startRedis, startTicketing, stop } from './processes.mjs';
+import { findRedis, here, loadavg, startFloor, startRedis, startTicketing, stop } from './processes.mjs';
 import {
   buildLoadgen,
   floorSummary,
@@ -86,7 +86,7 @@ async function main() {
   if (options.keep) return keepMain(options);
   if (options.tls) return (await import('./tls.mjs')).tlsMain(options);
   const loadgen = buildLoadgen();
-  const redisBinary = ensureRedis();
+  const redisBinary = findRedis();
   const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();
   const loadStart = loadavg();
   const ticketing = await startTicketing();

@@ -26,19 +26,13 @@ function which(command) {
   }
 }
 
-export function ensureRedis() {
+/** The redis-server on PATH; installs nothing (`sh scripts/setup.sh redis` does): exits 2 without it. */
+export function findRedis() {
   const found = which('redis-server');
   if (found) return found;
-  if (process.getuid?.() === 0) {
-    console.error("redis-server not found: installing Debian's redis-server (scripts/setup.sh redis) …");
-    execFileSync('sh', [join(root, 'scripts', 'setup.sh'), 'redis'], { stdio: 'inherit' });
-    const installed = which('redis-server');
-    if (installed) return installed;
-  }
   console.error(
-    'bench:ticketing needs redis-server (the comparison peer) on PATH. On Debian/Ubuntu: ' +
-      'sudo apt-get update && sudo apt-get install -y redis-server (the benchmark starts its own instance on a free ' +
-      'loopback port; the system service need not run).',
+    'bench:ticketing needs redis-server (the comparison peer) on PATH: run sh scripts/setup.sh redis ' +
+      '(the benchmark starts its own instance on a free loopback port; the system service need not run).',
   );
   process.exit(2);
 }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { DEFAULT_COMMIT_WINDOW } from '../src/cluster/pipeline.js';
-import { ensureEtcd } from './cluster/harness.mjs';
+import { findEtcd } from './cluster/harness.mjs';
 
 const run = promisify(execFile);
 
@@ -235,7 +235,7 @@ interface ClusterResults {
   failover: { kills: Array<{ ms: number | null }> };
 }
 
-const etcd = await ensureEtcd({ install: false });
+const etcd = await findEtcd();
 
 describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
   'npm run bench:ticketing -- --cluster --quick --window 1',

@@ -82,7 +82,7 @@ describe('ticketing run', () => {
   });
 
   test('--wait running out exits 75 (as flocklease run does for a held lease)', async () => {
-    const address = await serve('5s');
+    const address = await serve('60s'); // held however long starting run takes
     const client = new TicketClient({ addresses: [address] });
     cleanups.push(() => client.destroy());
     expect((await client.acquire('job')).status).toBe('acquired');

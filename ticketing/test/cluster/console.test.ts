@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { browserMissing, launchBrowser, watchedPage } from '../browser.js';
 import {
-  ensureEtcd,
+  findEtcd,
   freePorts,
   startEtcdCluster,
   startTicketingNodes,
@@ -18,7 +18,7 @@ import {
 } from './harness.mjs';
 import { sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 const skip = etcd.reason ?? browserMissing;
 if (skip !== undefined) console.warn(`cluster console tests skipped: ${skip}`);
 

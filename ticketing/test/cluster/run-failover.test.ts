@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../helpers.js';
 import { beats, heartbeat, heartbeatGap, runTicketing } from '../run-helpers.js';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -22,7 +22,7 @@ import {
 } from './harness.mjs';
 import { sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 
 describe.skipIf(etcd.reason !== undefined)('ticketing run across a leader SIGKILL', () => {
   let cluster: EtcdCluster;

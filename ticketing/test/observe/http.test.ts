@@ -158,7 +158,8 @@ describe('ticketing serve --http and ticketing inspect', () => {
     expect(table.code).toBe(0);
     const lines = table.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^KEY +OWNER +TOKEN +EXPIRES +WAITERS$/);
-    expect(lines[1]).toMatch(new RegExp(`^orders +back\\\\\\\\slash +${token} +in (59s|1m00s) +0$`));
+    // A 60 s lease, some of it gone by the time inspect asks (seconds on a loaded machine).
+    expect(lines[1]).toMatch(new RegExp(`^orders +back\\\\\\\\slash +${token} +in (1m00s|[1-5]?\\ds) +0$`));
     expect(lines).toHaveLength(3);
     const json = await runCli(['inspect', '--http', address, '--json', '--prefix', 'ord']);
     expect(json.code).toBe(0);
