@@ -318,6 +318,7 @@ export function addServeCommand(program: Command): void {
           ? undefined
           : new HttpEndpoint({
               server,
+              node,
               metrics: new TicketMetrics({ server, node }),
               tls: material?.secureContextOptions,
               ...http,

@@ -159,6 +159,16 @@ export class TicketServer extends EventEmitter {
     }));
   }
 
+  /** The key as `locks()` would list it, or `undefined` when it is not held now (free, or its
+   * lease ran out). Reads one key: for a view that follows changes key by key. */
+  lock(key: string): LockView | undefined {
+    const view = this.#applier.state?.get(key);
+    if (view === undefined) return undefined;
+    const expiresInMs = view.expiresAt - this.#config.clock();
+    if (!(expiresInMs > 0)) return undefined;
+    return { key, owner: view.owner, token: view.token, expiresInMs, waiters: view.waiters.length };
+  }
+
   /** Whether a request sent now would be served (single mode: while listening; cluster mode: on
    * the leader, and on a follower that knows the leader, which redirects to it). */
   readiness(): Readiness {

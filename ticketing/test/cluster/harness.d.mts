@@ -124,7 +124,7 @@ export interface TicketingNode {
   readonly index: number;
   readonly host: string;
   readonly port: number;
-  /** `127.0.0.1:<port>`: what the node advertises. */
+  /** `<host>:<port>`: what the node advertises. */
   readonly address: string;
   readonly child: ChildProcess | undefined;
   readonly pid: number | undefined;
@@ -159,6 +159,9 @@ export interface TicketingNodesOptions {
   extraArgs?: string[];
   /** Extra arguments per node index. */
   nodeArgs?: string[][];
+  /** The loopback address each node listens on and advertises (default 127.0.0.1 for every
+   * node; e.g. 127.0.0.2, 127.0.0.3, … for nodes that share a port number, as on separate hosts). */
+  hosts?: string[];
   env?: NodeJS.ProcessEnv;
   /** Node options before the script, e.g. ['--import', probeUrl] to observe the node's diagnostics. */
   execArgv?: string[];

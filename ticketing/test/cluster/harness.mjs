@@ -692,6 +692,7 @@ export async function startTicketingNodes({
   env = {},
   cli = TICKETING_CLI,
   nodeArgs = [],
+  hosts = [],
   execArgv = [],
   startTimeoutMs = 15_000,
   stderr = 'keep',
@@ -702,10 +703,11 @@ export async function startTicketingNodes({
   const endpointsOf = typeof etcdEndpoints === 'function' ? etcdEndpoints : () => etcdEndpoints;
 
   const nodes = ports.map((port, index) => {
-    const address = `127.0.0.1:${port}`;
+    const host = hosts[index] ?? '127.0.0.1';
+    const address = `${host}:${port}`;
     const node = {
       index,
-      host: '127.0.0.1',
+      host,
       port,
       address,
       child: undefined,
@@ -732,7 +734,7 @@ export async function startTicketingNodes({
           '--lease',
           lease,
           '--host',
-          '127.0.0.1',
+          host,
           '--port',
           String(port),
           ...extraArgs,
