@@ -3,7 +3,7 @@
  * secret, the cluster gate's refusal, and the commands the lines become.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { RequestReader } from '../protocol.js';
+import { RequestReader, SERVING_LINE } from '../protocol.js';
 import type { Command } from '../state.js';
 import type { Connection } from './connection.js';
 import type { ServerCore } from './core.js';
@@ -101,6 +101,11 @@ export class RequestHandler {
         core.delivery.run(command);
         break;
       }
+      case 'W':
+        // The leader probe: it passed the gate, so this node applies requests (in cluster mode: it
+        // leads, has caught up, and its lease was confirmed just now). Nothing to hold for a commit.
+        core.outbox.send(conn, SERVING_LINE);
+        break;
       case 'H':
         // A secretless server accepts (and ignores) H as the first line, so a client configured
         // with a secret still works; anywhere else H is out of place.
