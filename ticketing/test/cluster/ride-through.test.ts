@@ -83,7 +83,7 @@ describe.skipIf(etcd.reason !== undefined)('the leader probe and a client that r
     const outcomes: Outcome[] = [];
     let running = true;
     let killedAt = Infinity;
-    let inFlightAtKill = 0;
+    let inFlightAtKill: number;
     const loops = Array.from({ length: 16 }, async (_, worker) => {
       for (let n = 0; running; n++) {
         const outcome: Outcome = { startedAt: performance.now() };
