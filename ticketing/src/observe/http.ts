@@ -161,7 +161,10 @@ export class HttpEndpoint {
   #locks(url: URL, request: http.IncomingMessage): Reply {
     const server = this.#options.server;
     if (!server.authorizes(bearer(request.headers.authorization))) {
-      return { ...json(401, { error: 'unauthorized' }), headers: { 'www-authenticate': 'Bearer' } };
+      return {
+        ...json(401, { error: 'unauthorized' }),
+        headers: { 'content-type': JSON_TYPE, 'www-authenticate': 'Bearer' },
+      };
     }
     let query;
     try {

@@ -92,6 +92,8 @@ describe('HTTP endpoint', () => {
     const none = await request(o.httpPort, '/v1/locks');
     expect(none.status).toBe(401);
     expect(none.headers['www-authenticate']).toBe('Bearer');
+    expect(none.headers['content-type']).toMatch(/^application\/json/);
+    expect(JSON.parse(none.body)).toEqual({ error: 'unauthorized' });
     const wrong = await request(o.httpPort, '/v1/locks', { headers: { authorization: 'Bearer s3cre7' } });
     expect(wrong.status).toBe(401);
     const right = await request(o.httpPort, '/v1/locks', { headers: { authorization: 'Bearer s3cret' } });
