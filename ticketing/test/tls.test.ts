@@ -95,6 +95,8 @@ describe('TLS between TicketClient and TicketServer', () => {
         const error = (await c.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as CertificateError;
         expect(error).toBeInstanceOf(CertificateError);
         expect(error.code).toBe('ETICKETCERT');
+        if (cert === undefined) expect(error.message).toContain('no client certificate');
+        else expect(error.message).not.toContain('no client certificate');
         expect(server.inspect('k')).toBeUndefined();
       });
     }

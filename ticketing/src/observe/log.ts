@@ -55,6 +55,7 @@ const CONNECTION_ERRORS = new Set([
   'write-timeout',
   'line-timeout',
   'capacity',
+  'bad_certificate',
 ]);
 
 type Message = Record<string, unknown> & { readonly server?: unknown; readonly node?: unknown };

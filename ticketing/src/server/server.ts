@@ -205,7 +205,7 @@ export class TicketServer extends EventEmitter {
       },
       (socket) => {
         const refused = material.mutual && !socket.authorized;
-        core.conns.accept(socket, refused ? String(socket.authorizationError ?? 'no certificate') : undefined);
+        core.conns.accept(socket, refused ? certificateRefusal(socket) : undefined);
       },
     );
     server.on('tlsClientError', (error, socket) =>
@@ -265,4 +265,11 @@ export class TicketServer extends EventEmitter {
     void this.close();
     this.emit('error', error);
   }
+}
+
+/** Why a client's certificate was refused. Node sets `authorizationError` even when the client sent
+ * none (UNABLE_TO_GET_ISSUER_CERT): an empty peer certificate is what says so. */
+function certificateRefusal(socket: tls.TLSSocket): string {
+  if (Object.keys(socket.getPeerCertificate()).length === 0) return 'no client certificate: pass one (cert, key)';
+  return String(socket.authorizationError);
 }
