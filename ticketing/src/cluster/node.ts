@@ -428,7 +428,8 @@ export class ClusterNode implements ServerGate {
    * error and closes. Retrying would only hide a wrong configuration behind `E no_leader`.
    */
   #refused(error: unknown): boolean {
-    const accessError = asAccessError(error, this.#options.etcdUser?.name, this.prefix);
+    const { etcdUser, etcdTls } = this.#options;
+    const accessError = asAccessError(error, etcdUser?.name, this.prefix, etcdTls?.cert);
     if (accessError === undefined || this.#closing) return accessError !== undefined;
     if (this.#accessError !== undefined) return true;
     this.#accessError = accessError;
