@@ -30,8 +30,12 @@ export function speaksTls(host: string, port: number, timeoutMs = 2_000): Promis
   });
 }
 
-/** The error of a TLS client whose peer answered in plain text (OpenSSL read no TLS record). */
+/** The error of a TLS client whose peer answered in plain text (OpenSSL read no TLS record): by its
+ * code, or (https, as `EPROTO`) by OpenSSL's reason in the message. */
 export function isPlainTextPeer(error: unknown): boolean {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  return code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG';
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
+  if (code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG') return true;
+  return (
+    code === 'EPROTO' && typeof message === 'string' && /wrong version number|packet length too long/.test(message)
+  );
 }
