@@ -183,6 +183,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     expect(fatal(result.stderr)).toMatch(/user ".+" \(its client certificate's CN\) may not read and write/);
     expect(result.stderr).toContain('"code":"ETICKETETCDPERMISSION"');
     // Every line on stderr is JSON (a pipe is no terminal: no plain line), grpc's warnings included.
-    for (const line of result.stderr.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line) as unknown).not.toThrow();
+    for (const line of result.stderr.split('\n').filter((l) => l !== ''))
+      expect(() => JSON.parse(line) as unknown).not.toThrow();
   }, 30_000);
 });
