@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The CLI references (docs/cli.md, docs/ticketing.md) show each command's `--help` verbatim, so
+// The CLI references (docs/cli.md, docs/ticketing-production.md) show each command's `--help` verbatim, so
 // the help text is the one home of what a command accepts and how it exits. Each copy sits under
 // a marker naming the command line it comes from:
 //
@@ -16,7 +16,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { readDoc, root, syncBlocks } from './doc-blocks.mjs';
 
-export const DOCS = ['docs/cli.md', 'docs/ticketing.md'];
+export const DOCS = ['docs/cli.md', 'docs/ticketing-production.md'];
 const BINS = {
   flocklease: path.join(root, 'dist', 'cli', 'main.js'),
   ticketing: path.join(root, 'ticketing', 'dist', 'cli.js'),

@@ -1,4 +1,4 @@
-// docs/cli.md and docs/ticketing.md show every command's --help verbatim (scripts/docs-help.mjs):
+// docs/cli.md and docs/ticketing-production.md show every command's --help verbatim (scripts/docs-help.mjs):
 // the help is the one home of each command's options and exit codes, and the docs never drift.
 import { describe, expect, test } from 'vitest';
 import { helpBlocks } from '../scripts/docs-help.mjs';
@@ -12,7 +12,7 @@ const EXPECTED: Record<string, string[]> = {
     'flocklease repair',
     'flocklease release',
   ],
-  'docs/ticketing.md': ['ticketing', 'ticketing serve', 'ticketing inspect'],
+  'docs/ticketing-production.md': ['ticketing', 'ticketing serve', 'ticketing inspect'],
 };
 
 describe.each(Object.entries(EXPECTED))('%s', (doc, commands) => {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The Node floor of the server benchmark (bench.mjs, docs/ticketing.md "Benchmark"): the least
+ * The Node floor of the server benchmark (bench.mjs, docs/ticketing-bench.md): the least
  * work any Node server speaking the Ticketing protocol over node:net can do per batch. The same
  * `net.createServer` socket options, the same reading set-up as the Ticketing server (server/connection.ts
  * `adoptSocket`: every connection reads into one shared buffer through `onread`) and the same writing

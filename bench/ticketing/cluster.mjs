@@ -47,7 +47,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   cpuTimeMs,
-  ensureEtcd,
+  findEtcd,
   ROOT,
   startEtcdCluster,
   startTicketingNodes,
@@ -431,7 +431,7 @@ export async function main(argv) {
   const pipeline = await import(join(ROOT, 'ticketing', 'dist', 'cluster', 'pipeline.js'));
   const defaultWindow = pipeline.DEFAULT_COMMIT_WINDOW;
   const options = parseArgs(argv, { defaultWindow, maxWindow: pipeline.MAX_COMMIT_WINDOW });
-  const found = await ensureEtcd();
+  const found = await findEtcd();
   if (!found.binary) throw new Error(`the cluster benchmark needs etcd: ${found.reason}`);
   try {
     await import('etcd3');

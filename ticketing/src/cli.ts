@@ -9,25 +9,15 @@ import { Command, CommanderError, Option } from 'commander';
 import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
 import { MAX_LIMIT } from './observe/http.js';
-import {
-  addressList,
-  advertiseAddress,
-  duration,
-  durationOption,
-  EXIT_USAGE,
-  integer,
-  keyName,
-  readNamedFile,
-  readSecretFile,
-  version,
-  waitDuration,
-} from './cli/flags.js';
+import { DEFAULT_LOCKS_LIMIT } from './server/server.js';
+import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
+import { addressList, advertiseAddress, integer, keyName, readNamedFile, readSecretFile } from './cli/flags.js';
 import { addServeCommand } from './cli/serve.js';
 
 export function main(argv: readonly string[]): void {
   const program = new Command('ticketing')
     .description('Ticketing: a TCP lock server with leases and fencing tokens')
-    .version(version(), '-V, --version', 'print the version')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .enablePositionalOptions()
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
@@ -44,7 +34,7 @@ export function main(argv: readonly string[]): void {
     .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
     .option('--tls-ca <path>', "ask over HTTPS, trusting this CA certificate (PEM), or 'system': Node's default CAs")
     .option('--prefix <prefix>', 'only keys that start with this')
-    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), 1000)
+    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), DEFAULT_LOCKS_LIMIT)
     .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
     .option('--json', "print the endpoint's JSON array (tokens as strings)")
     .addHelpText(
@@ -76,7 +66,7 @@ export function main(argv: readonly string[]): void {
     .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
     .requiredOption('--key <key>', 'the key to hold', keyName)
     .addOption(
-      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait)')
+      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait; forever: until interrupted)')
         .argParser(waitDuration)
         .default(0, '0s'),
     )
@@ -91,7 +81,7 @@ export function main(argv: readonly string[]): void {
       new Option(
         '--kill-after <dur>',
         'after a loss, SIGKILL this long after SIGTERM (default: a tenth of the lease)',
-      ).argParser(duration),
+      ).argParser(timerDuration),
     )
     .argument('<command...>', 'the command and its arguments (after --)')
     .passThroughOptions()

@@ -5,7 +5,7 @@
  * Releases travel on a separate, reserved connection (the release lane), so a release never
  * waits behind acquires and an orphaned grant can always be handed back.
  *
- * What the client promises about outcomes (docs/ticketing.md "Client"):
+ * What the client promises about outcomes (docs/ticketing-client.md):
  * - a resolved result is definitive (acquired / timed out / busy; released / not held);
  * - `IndeterminateError` means bytes of the request were sent and no definitive reply came: the
  *   request may have taken effect. An acquire is never re-sent with the same owner to find out;
@@ -19,7 +19,7 @@
  * the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
-import { now } from './client/clock.js';
+import { leaseEnd, now, wallClock } from './client/clock.js';
 import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
 import type { KeepResult } from './client/keep.js';
 import { releaseUntilAnswered } from './client/resend.js';
@@ -41,6 +41,7 @@ import { channels, publish } from './events.js';
 import { Lane, type LaneHost } from './client/lane.js';
 import {
   PendingRegistry,
+  unsent,
   type Pending,
   type PendingAcquire,
   type PendingKeep,
@@ -171,12 +172,7 @@ export class TicketClient {
         attempt: 0,
         retryTimer: undefined,
         line: formatAcquire(key, owner, waitMs),
-        signal,
-        submittedAt,
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, submittedAt),
         resolve,
         reject,
       };
@@ -220,12 +216,12 @@ export class TicketClient {
       key,
       token: kept.token,
       leaseMs: kept.leaseMs,
-      expiresAt: new Date(Date.now() + (kept.sentAt + kept.leaseMs - now())),
+      expiresAt: wallClock(leaseEnd(kept.sentAt, kept.leaseMs)),
     }));
   }
 
   /**
-   * Acquires `key` and keeps it alive until released or lost (docs/ticketing.md "Keeping a lock").
+   * Acquires `key` and keeps it alive until released or lost (docs/ticketing-client.md "Keeping a lock").
    * Resolves once the first keep confirmed the grant, with `{ token, signal, release() }`:
    * `signal` aborts no later than the local deadline unless a keep moved it, and at once when the
    * server says the lock is gone. Rejects with `NotAcquiredError` when the key stayed held
@@ -324,12 +320,7 @@ export class TicketClient {
         waitMs: 0,
         tokenNext: undefined,
         blocked: false,
-        signal,
-        submittedAt: now(),
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, now()),
         resolve,
         reject,
       };
@@ -352,12 +343,7 @@ export class TicketClient {
         line: formatKeep(key, tokenText),
         waitMs: 0,
         tokenNext: undefined,
-        signal,
-        submittedAt: now(),
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, now()),
         resolve: (kept) => {
           if (kept.leaseMs > this.#learnedLeaseMs) this.#learnedLeaseMs = kept.leaseMs;
           resolve(kept);

@@ -175,6 +175,12 @@ export class ConnectError extends TicketError {
   readonly code = 'ETICKETCONNECT';
 }
 
+/** `ticketing run` needs the flocklease package, an optional peer dependency: its native supervisor
+ * runs the command (and stops it if `run` dies). Thrown before the lock is asked for. */
+export class RunUnsupportedError extends TicketError {
+  readonly code = 'ETICKETRUNUNSUPPORTED';
+}
+
 /** The client was closed or destroyed before the request was sent. */
 export class ClientClosedError extends TicketError {
   readonly code = 'ETICKETCLOSED';

@@ -42,18 +42,8 @@ export {
   type IndeterminateReason,
 } from './errors.js';
 export { EtcdAccessError, EtcdAuthError, EtcdPermissionError, EtcdTlsError } from './cluster/errors.js';
-export {
-  TicketState,
-  DEFAULT_LIMITS,
-  type Command,
-  type Effect,
-  type GrantPath,
-  type BusyLimit,
-  type KeyView,
-  type HeldKey,
-  type SessionId,
-  type TicketStateOptions,
-} from './state.js';
+export { TicketState, DEFAULT_LIMITS, type TicketStateOptions } from './state.js';
+export type { Command, Effect, GrantPath, BusyLimit, KeyView, HeldKey, SessionId } from './state-types.js';
 export {
   DEFAULT_MAX_LINE_BYTES,
   MAX_NAME_BYTES,

@@ -4,7 +4,9 @@
  * state give the same effects and the same state. The network layer (server/) turns request
  * lines and its timers into commands and effects into reply lines. In cluster mode the leader
  * drives this same state machine and commits the keys each command changed to etcd before it
- * replies (cluster/node.ts); a new leader rebuilds it from etcd (`adopt`).
+ * replies (cluster/node.ts); a new leader rebuilds it from etcd (`adopt`), and a grant's lease
+ * restarts once its commit lets the reply leave (`restart-lease`). The commands, effects and views
+ * are declared in state-types.ts.
  *
  * The rules are the two tables of docs/ticketing.md ("Acquire", "Release"):
  * - acquire: free → grant; expired → take over at once (the only non-FIFO path); held and wait 0
@@ -17,128 +19,15 @@
  * - keep: the key held under exactly that token and not expired → its expiry becomes now + the
  *   lease (never earlier than it was); anything else (released, expired even if not yet swept,
  *   taken over, never granted) → gone, and nothing changes. Waiters are not touched.
+ * - cluster mode: adopt registers a grant made elsewhere, its lease counted from now; a lease
+ *   restart gives the grant under that token a full lease from now + slack (never less than it
+ *   had), and does nothing once the key carries another token.
  * The owner is an identifier only: a request whose owner equals the holder's gets nothing special.
  */
 import { DeadlineHeap, type HeapItem } from './deadline-heap.js';
-import { checkNumber, MAX_TOKEN, nextToken } from '#kernel';
+import { checkNumber, MAX_TIMER_MS, MAX_TOKEN, nextToken } from '#kernel';
+import type { Command, Effect, HeldKey, KeyView, SessionId } from './state-types.js';
 import { Table } from './table.js';
-
-/** Identifies a requester (the server uses its connection id). Opaque to the state machine. */
-export type SessionId = number;
-
-export type Command =
-  | {
-      readonly type: 'acquire';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      /** 0 = do not wait. */
-      readonly waitMs: number;
-    }
-  | { readonly type: 'release'; readonly session: SessionId; readonly key: string; readonly token: bigint }
-  | { readonly type: 'keep'; readonly session: SessionId; readonly key: string; readonly token: bigint }
-  /** The key's lease ran out: takes effect only if the key still has that token and is past its
-   * expiry (so a stale or early expire is a no-op). */
-  | { readonly type: 'expire'; readonly key: string; readonly token: bigint }
-  /** A queued request's wait ran out: takes effect only if that waiter is still queued and due. */
-  | { readonly type: 'wait-timeout'; readonly key: string; readonly waiter: number }
-  /** The session is gone: its queued requests leave their queues. With `notify` they are answered
-   * `timed-out` (a draining server), without it they are dropped (a closed connection). Grants
-   * are leases, not connections: what the session holds stays held until release or expiry. */
-  | { readonly type: 'disconnect'; readonly session: SessionId; readonly notify?: boolean }
-  /** Removes expired keys that have no waiters, visiting at most `limit` keys per command
-   * (a full pass over a large table is spread over several commands). */
-  | { readonly type: 'sweep'; readonly limit?: number };
-
-export type GrantPath =
-  /** The key was not registered. */
-  | 'free'
-  /** The key had expired; this acquire took it over on the spot. */
-  | 'takeover'
-  /** The holder released; the front waiter got it. */
-  | 'handoff'
-  /** The key expired with waiters; the front waiter got it at the expiry. */
-  | 'expiry';
-
-export type BusyLimit = 'waiters-per-key' | 'waiters' | 'keys' | 'tokens';
-
-export type Effect =
-  | {
-      readonly type: 'granted';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      readonly token: bigint;
-      readonly expiresAt: number;
-      readonly path: GrantPath;
-      /** When the acquire was applied (`now`; for a queued one, when it was queued): the wait
-       * from a request's arrival to its grant is `now - requestedAt`. */
-      readonly requestedAt: number;
-    }
-  | {
-      readonly type: 'queued';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      readonly waiter: number;
-      readonly deadline: number;
-      /** 1 = front of the queue. */
-      readonly position: number;
-    }
-  | {
-      readonly type: 'timed-out';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      /** held: wait 0 on a held key; waited: the wait ran out; cancelled: `disconnect` with notify. */
-      readonly reason: 'held' | 'waited' | 'cancelled';
-    }
-  | {
-      readonly type: 'busy';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      readonly limit: BusyLimit;
-    }
-  | { readonly type: 'released'; readonly session: SessionId; readonly key: string; readonly token: bigint }
-  | {
-      readonly type: 'not-released';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly token: bigint;
-      readonly reason: 'not-registered' | 'token-mismatch';
-    }
-  /** A keep's results (request op `keep`): the grant's expiry moved to `expiresAt`, at least
-   * `leaseMs` (whole ms) after the keep was applied… */
-  | {
-      readonly type: 'kept';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      readonly token: bigint;
-      readonly expiresAt: number;
-      readonly leaseMs: number;
-    }
-  /** …or the key is not held under that token, and nothing changed. */
-  | {
-      readonly type: 'gone';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly token: bigint;
-      readonly reason: 'not-registered' | 'token-mismatch' | 'expired';
-    }
-  /** A lease ran out and its generation ended (taken over, handed to a waiter, or swept). */
-  | { readonly type: 'expired'; readonly key: string; readonly owner: string; readonly token: bigint }
-  /** A queued request left its queue without a reply (its session is gone). */
-  | {
-      readonly type: 'abandoned';
-      readonly session: SessionId;
-      readonly key: string;
-      readonly owner: string;
-      readonly waiter: number;
-    }
-  /** Progress of a sweep pass. */
-  | { readonly type: 'swept'; readonly visited: number; readonly removed: number; readonly done: boolean };
 
 export interface TicketStateOptions {
   /** Lease length of every grant, ms. */
@@ -159,31 +48,6 @@ export const DEFAULT_LIMITS = {
   maxWaiters: 100_000,
   maxWaitersPerKey: 10_000,
 } as const;
-
-/** A read-only view of one key, for inspection and tests. */
-export interface KeyView {
-  readonly key: string;
-  readonly owner: string;
-  readonly token: bigint;
-  readonly grantedAt: number;
-  readonly expiresAt: number;
-  readonly waiters: ReadonlyArray<{
-    readonly id: number;
-    readonly session: SessionId;
-    readonly owner: string;
-    readonly deadline: number;
-  }>;
-}
-
-/** A held key, in brief (`held`). */
-export interface HeldKey {
-  readonly key: string;
-  readonly owner: string;
-  readonly token: bigint;
-  readonly expiresAt: number;
-  /** Requests queued for it. */
-  readonly waiters: number;
-}
 
 interface Waiter extends HeapItem {
   readonly kind: 'wait';
@@ -351,6 +215,10 @@ export class TicketState {
         return this.#disconnect(command.session, command.notify === true);
       case 'sweep':
         return this.#sweep(command.limit ?? Infinity, now);
+      case 'adopt':
+        return this.#adopt(command.key, command.owner, command.token, now);
+      case 'restart-lease':
+        return this.#restartLease(command.key, command.token, now + checkSlack(command.slackMs ?? 0));
       default:
         throw new TypeError(`unknown command ${JSON.stringify((command as { type?: unknown }).type)}`);
     }
@@ -412,30 +280,27 @@ export class TicketState {
     return [{ type: 'queued', session, key, owner, waiter: id, deadline: waiter.at, position: entry.waiting }];
   }
 
-  /**
-   * Registers a grant made elsewhere (cluster mode: a new leader rebuilding the table from etcd)
-   * with its lease counted from `now`, never from another node's clock. Later tokens will be
-   * greater than `token`. Throws if the key is already registered.
-   */
-  adopt(key: string, owner: string, token: bigint, now: number): void {
+  #adopt(key: string, owner: string, token: bigint, now: number): Effects {
     if (this.#keys.get(key) !== undefined) throw new Error(`key ${key} is already registered`);
     if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN)
       throw new RangeError('token must be a uint64 bigint');
-    this.#register(key, owner, token, now);
+    const { expiresAt } = this.#register(key, owner, token, now);
     if (token > this.#lastToken) this.#lastToken = token;
+    return [{ type: 'adopted', key, owner, token, expiresAt }];
   }
 
-  /**
-   * Restarts the lease of the key's grant with that token at `now` (cluster mode: a grant's lease
-   * counts from when it was committed, the earliest instant its holder can have learned of it).
-   * Returns false when the key no longer carries that token.
-   */
-  restartLease(key: string, token: bigint, now: number): boolean {
+  #restartLease(key: string, token: bigint, from: number): Effects {
     const entry = this.#keys.get(key);
-    if (entry === undefined || entry.token !== token) return false;
-    entry.expiresAt = Math.max(entry.expiresAt, now + this.leaseMs);
+    if (entry === undefined || entry.token !== token) return [];
+    this.#extend(entry, from);
+    const { owner, expiresAt } = entry;
+    return [{ type: 'lease-restarted', key, owner, token, expiresAt }];
+  }
+
+  /** The grant's lease counts again from `from`: its expiry moves there plus a lease, never earlier. */
+  #extend(entry: KeyEntry, from: number): void {
+    entry.expiresAt = Math.max(entry.expiresAt, from + this.leaseMs);
     if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
-    return true;
   }
 
   #register(key: string, owner: string, token: bigint, now: number): KeyEntry {
@@ -479,7 +344,7 @@ export class TicketState {
     // Unlike a release, an expired key that is not yet swept or taken over is not kept: its lease
     // ran out, and its holder may already have stopped counting on it.
     if (now >= entry.expiresAt) return [{ type: 'gone', session, key, token, reason: 'expired' }];
-    this.restartLease(key, token, now); // never earlier than it was
+    this.#extend(entry, now); // never earlier than it was
     const { owner, expiresAt } = entry;
     return [{ type: 'kept', session, key, owner, token, expiresAt, leaseMs: Math.floor(this.leaseMs) }];
   }
@@ -636,3 +501,5 @@ const checkCount = (value: unknown, what: string): number =>
   checkNumber(value, what, { integer: true, max: Number.MAX_SAFE_INTEGER });
 const checkCountOrZero = (value: unknown, what: string): number =>
   checkNumber(value, what, { zero: true, integer: true, max: Number.MAX_SAFE_INTEGER });
+/** A lease restart's slack: at most a timer's longest delay, so the expiry stays epoch ms. */
+const checkSlack = (value: unknown): number => checkNumber(value, 'slackMs', { zero: true, max: MAX_TIMER_MS });

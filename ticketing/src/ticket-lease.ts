@@ -4,7 +4,7 @@
  * server or cluster by changing one constructor. A session id is a key; `acquire` is an `A` followed
  * at once by a `K` (the grant's expiry then rests on the lease the server applied); `renew` is a
  * `K`; `release` an exact-token `R`. Where the port's rules cannot hold over this protocol,
- * docs/ticketing.md "TicketLease" lists the exceptions.
+ * docs/ticketing-client.md "TicketLease" lists the exceptions.
  */
 import type { TicketClient } from './client.js';
 import { LeaseHeldError, LockLostError } from './errors.js';

@@ -1,6 +1,6 @@
 // The ticketing benchmark never rots: its quick mode runs here, and every table, workload, system,
 // target and output field it promises must be there. The numbers are not judged (a shared CI box
-// measures nothing); docs/ticketing.md has a full run's. Needs redis-server (the bench installs
+// measures nothing); docs/ticketing-bench.md has a full run's. Needs redis-server (the bench installs
 // Debian's with apt-get when running as root); the cluster bench needs etcd (skipped without it).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { DEFAULT_COMMIT_WINDOW } from '../src/cluster/pipeline.js';
-import { ensureEtcd } from './cluster/harness.mjs';
+import { findEtcd } from './cluster/harness.mjs';
 
 const run = promisify(execFile);
 
@@ -235,7 +235,7 @@ interface ClusterResults {
   failover: { kills: Array<{ ms: number | null }> };
 }
 
-const etcd = await ensureEtcd({ install: false });
+const etcd = await findEtcd();
 
 describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
   'npm run bench:ticketing -- --cluster --quick --window 1',

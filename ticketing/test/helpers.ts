@@ -10,14 +10,7 @@ export const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Waits until `predicate` holds (polling), or fails after `timeoutMs`. */
-export async function until(predicate: () => boolean, timeoutMs = 5_000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
+export { until } from '../../test/helpers/until.js';
 
 /** A line-oriented view of one socket: everything received is kept as bytes and as lines. */
 export class LineSocket {

@@ -33,7 +33,7 @@ describe('locks(): the held keys, for an admin view', () => {
     c.write('A orders/1 alice 0\nA orders/2 bob 0\nA users/1 carol 0\n');
     const tokens = [tokenOf(await c.readLine()), tokenOf(await c.readLine()), tokenOf(await c.readLine())];
     c.write('A orders/1 dave 60000\n');
-    await until(() => s.stats().waiters === 1, 5_000, 'the waiter');
+    await until(() => s.stats().waiters === 1, 'the waiter', 5_000);
     now += 4_000;
     expect(s.locks({ prefix: 'orders/' })).toEqual([
       { key: 'orders/1', owner: 'alice', token: tokens[0], expiresInMs: 6_000, waiters: 1 },
@@ -84,7 +84,7 @@ describe('ticketing:server:expired', () => {
     // Taken over by this acquire, or swept just before it: either way an expiry of alice's grant.
     c.write('A taken carol 0\n');
     expect(await c.readLine()).toMatch(/^A \d+ carol taken$/);
-    await until(() => seen.length === 2, 5_000, 'both expiries');
+    await until(() => seen.length === 2, 'both expiries', 5_000);
     expect(seen.sort((a, b) => a.key.localeCompare(b.key))).toEqual([
       { key: 'swept', owner: 'bob', token: swept },
       { key: 'taken', owner: 'alice', token: taken },

@@ -2,7 +2,7 @@
 // #flushQueuedReplies): every connection read in one turn of the event loop is answered before the
 // first write of that turn, with one write per connection. Writing each connection's replies right
 // after its read woke the peer once per connection while reads were still to do
-// (docs/ticketing.md "Writing after the poll phase"). Observed in process: the effects channel marks
+// (docs/ticketing-bench.md "Levers tried"). Observed in process: the effects channel marks
 // each request as applied, and a pass-through spy on net.Socket's write marks each write.
 import diagnostics from 'node:diagnostics_channel';
 import net from 'node:net';

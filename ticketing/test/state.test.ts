@@ -2,7 +2,8 @@
  * determinism. Time is a number passed in; nothing here sleeps. */
 import { describe, expect, test } from 'vitest';
 import { MAX_TOKEN } from '../src/protocol.js';
-import { TicketState, type Command, type Effect } from '../src/state.js';
+import type { Command, Effect } from '../src/state-types.js';
+import { TicketState } from '../src/state.js';
 
 const T0 = 1_800_000_000_000; // epoch ms
 const LEASE = 1_000;
@@ -16,6 +17,13 @@ const acquire = (session: number, key: string, owner: string, waitMs = 0): Comma
 });
 const release = (session: number, key: string, token: bigint): Command => ({ type: 'release', session, key, token });
 const keep = (session: number, key: string, token: bigint): Command => ({ type: 'keep', session, key, token });
+const adopt = (key: string, owner: string, token: bigint): Command => ({ type: 'adopt', key, owner, token });
+const restart = (key: string, token: bigint, slackMs?: number): Command => ({
+  type: 'restart-lease',
+  key,
+  token,
+  slackMs,
+});
 
 /** Effects that answer a request (what goes on the wire). */
 const replies = (effects: Effect[]): Effect[] =>
@@ -234,7 +242,7 @@ describe('keep table', () => {
   test('a keep never moves the expiry earlier', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
     const { token } = granted(state.apply(acquire(1, 'k', 'o1'), T0));
-    state.restartLease('k', token, T0 + 100);
+    state.apply(restart('k', token), T0 + 100);
     expect(state.apply(keep(1, 'k', token), T0 + 50)[0]).toMatchObject({ type: 'kept', expiresAt: T0 + 100 + LEASE });
     expect(state.nextDeadline()).toBe(T0 + 100 + LEASE);
   });
@@ -535,7 +543,7 @@ describe('determinism and validation', () => {
   });
 });
 
-describe('cluster mode: eager expiry, adopt, restartLease', () => {
+describe('cluster mode: eager expiry, adopt, restart-lease', () => {
   test('eager: every grant has a deadline, and its expire deletes a key without waiters', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
     const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
@@ -570,17 +578,28 @@ describe('cluster mode: eager expiry, adopt, restartLease', () => {
   test('adopt registers a grant with its lease from now and raises the token floor', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
     const far = BigInt(T0) * 1000n + 5_000_000n; // a token from a clock 5 s ahead
-    state.adopt('k', 'a', far, T0);
+    expect(state.apply(adopt('k', 'a', far), T0)).toEqual([
+      { type: 'adopted', key: 'k', owner: 'a', token: far, expiresAt: T0 + LEASE },
+    ]);
     expect(state.get('k')).toMatchObject({ owner: 'a', token: far, expiresAt: T0 + LEASE });
     expect(state.nextDeadline()).toBe(T0 + LEASE);
     expect(replies(state.apply(acquire(2, 'k', 'b'), T0 + 1))).toEqual([
       { type: 'timed-out', session: 2, key: 'k', owner: 'b', reason: 'held' },
     ]);
     expect(granted(state.apply(acquire(2, 'j', 'b'), T0 + 1)).token).toBe(far + 1n);
-    expect(() => state.adopt('k', 'x', 1n, T0)).toThrow(/already registered/);
-    expect(() => state.adopt('z', 'x', 0n, T0)).toThrow(RangeError);
   });
 
+  test('adopt of a registered key or a token out of range throws and changes nothing', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    state.apply(adopt('k', 'a', 42n), T0);
+    expect(() => state.apply(adopt('k', 'x', 43n), T0)).toThrow(/already registered/);
+    expect(() => state.apply(adopt('z', 'x', 0n), T0)).toThrow(RangeError);
+    expect(() => state.apply(adopt('z', 'x', MAX_TOKEN + 1n), T0)).toThrow(RangeError);
+    expect(state.get('k')).toMatchObject({ owner: 'a', token: 42n });
+    expect(state.get('z')).toBeUndefined();
+    expect(state.keyCount).toBe(1);
+    expect(state.lastToken).toBe(42n);
+  });
   test('eager: a keep moves the expiry in the deadline heap; the old deadline fires nothing', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
     const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
@@ -603,20 +622,80 @@ describe('cluster mode: eager expiry, adopt, restartLease', () => {
 
   test('eager: an adopted grant (a new leader) is kept by its token like any other', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
-    state.adopt('k', 'a', 42n, T0);
+    state.apply(adopt('k', 'a', 42n), T0);
     expect(state.apply(keep(5, 'k', 42n), T0 + 300)[0]).toMatchObject({ type: 'kept', expiresAt: T0 + 300 + LEASE });
     expect(state.nextDeadline()).toBe(T0 + 300 + LEASE);
   });
 
-  test('restartLease moves the expiry later for the same token only', () => {
+  test('restart-lease moves the expiry later for the same token only, and says so', () => {
     const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
     const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
-    expect(state.restartLease('k', token + 1n, T0 + 50)).toBe(false);
-    expect(state.restartLease('k', token, T0 + 50)).toBe(true);
+    expect(state.apply(restart('k', token + 1n), T0 + 50)).toEqual([]);
+    expect(state.get('k')!.expiresAt).toBe(T0 + LEASE);
+    expect(state.apply(restart('k', token), T0 + 50)).toEqual([
+      { type: 'lease-restarted', key: 'k', owner: 'a', token, expiresAt: T0 + 50 + LEASE },
+    ]);
     expect(state.get('k')!.expiresAt).toBe(T0 + 50 + LEASE);
     expect(state.nextDeadline()).toBe(T0 + 50 + LEASE);
-    expect(state.restartLease('k', token, T0)).toBe(true); // never earlier
-    expect(state.get('k')!.expiresAt).toBe(T0 + 50 + LEASE);
-    expect(state.restartLease('gone', 1n, T0)).toBe(false);
+    // Never earlier: a restart at an earlier instant reports the expiry it keeps.
+    expect(state.apply(restart('k', token), T0)).toEqual([
+      { type: 'lease-restarted', key: 'k', owner: 'a', token, expiresAt: T0 + 50 + LEASE },
+    ]);
+    expect(state.apply(restart('gone', 1n), T0)).toEqual([]);
+  });
+
+  test('restart-lease counts the lease from now + slackMs; a bad slack throws and changes nothing', () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager' });
+    const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    expect(state.apply(restart('k', token, 100), T0 + 10)).toEqual([
+      { type: 'lease-restarted', key: 'k', owner: 'a', token, expiresAt: T0 + 110 + LEASE },
+    ]);
+    for (const slackMs of [-1, Number.NaN, Infinity, 2 ** 31]) {
+      expect(() => state.apply(restart('k', token, slackMs), T0 + 20)).toThrow(RangeError);
+    }
+    expect(() => state.apply(restart('k', token, '5' as unknown as number), T0 + 20)).toThrow(TypeError);
+    expect(state.get('k')!.expiresAt).toBe(T0 + 110 + LEASE);
+  });
+
+  test('lazy expiry: restarting the lease of a key with waiters moves the hand-off to the new expiry', () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    const { token } = granted(state.apply(acquire(1, 'k', 'a'), T0));
+    state.apply(acquire(2, 'k', 'b', 10 * LEASE), T0);
+    expect(state.nextDeadline()).toBe(T0 + LEASE);
+    state.apply(restart('k', token), T0 + 300);
+    expect(state.nextDeadline()).toBe(T0 + 300 + LEASE);
+    expect(state.nextDue(T0 + LEASE)).toBeUndefined();
+    const due = state.nextDue(T0 + 300 + LEASE)!;
+    expect(granted(state.apply(due, T0 + 300 + LEASE))).toMatchObject({ session: 2, owner: 'b', path: 'expiry' });
+  });
+
+  test('a new leader: the same adopts and restarts at the same instants give the same effects and state', () => {
+    const run = (): unknown[] => {
+      const state = new TicketState({ leaseMs: LEASE, expiry: 'eager', lastToken: 10n });
+      const log: unknown[] = [];
+      for (let i = 0; i < 20; i++) log.push(state.apply(adopt(`k${i}`, `o${i}`, BigInt(100 + i * 7)), T0));
+      for (let step = 0; step < 200; step++) {
+        const now = T0 + step * 13;
+        // Acquires over every key; restarts of the first ten only, so the others run out.
+        const key = step % 3 === 0 ? `k${step % 25}` : `k${step % 10}`;
+        const command =
+          step % 3 === 0
+            ? acquire(step % 4, key, `p${step}`, (step % 2) * 500)
+            : restart(key, state.get(key)?.token ?? 1n, step % 5 === 0 ? 100 : undefined);
+        const effects = state.apply(command, now);
+        for (let due = state.nextDue(now); due !== undefined; due = state.nextDue(now))
+          effects.push(...state.apply(due, now));
+        log.push(effects);
+      }
+      log.push(
+        Array.from({ length: 25 }, (_, i) => state.get(`k${i}`)),
+        state.lastToken,
+      );
+      return log;
+    };
+    const first = run();
+    expect(first).toEqual(run());
+    const types = new Set((first.slice(0, -2) as Effect[][]).flat().map((e) => e.type));
+    for (const type of ['adopted', 'lease-restarted', 'granted', 'expired']) expect(types).toContain(type);
   });
 });

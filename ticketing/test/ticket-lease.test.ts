@@ -1,6 +1,6 @@
 /** TicketLease against flocklease's exported conformance suite, over a real server (short lease,
  * real clock). The cases this protocol cannot meet are skipped by name, each for the reason
- * docs/ticketing.md "TicketLease" gives. */
+ * docs/ticketing-client.md "TicketLease" gives. */
 import { afterAll, beforeAll, describe, test } from 'vitest';
 import { conformanceCases } from '../../src/conformance/index.js';
 import type { SessionLease } from '../../src/port/types.js';

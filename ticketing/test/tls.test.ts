@@ -210,8 +210,8 @@ describe('ticketing serve with TLS', () => {
     copyFileSync(pki.server2.key, key);
     writeFileSync(secretFile, 'second-secret\n');
     served.child.kill('SIGHUP');
-    await until(() => served.stderr().includes('"msg":"TLS reloaded"'), 5_000, 'the reload');
-    await until(() => served.stderr().includes('"msg":"secret reloaded"'), 5_000, 'the secret reload');
+    await until(() => served.stderr().includes('"msg":"TLS reloaded"'), 'the reload', 5_000);
+    await until(() => served.stderr().includes('"msg":"secret reloaded"'), 'the secret reload', 5_000);
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
     expect((await open.acquire('b', { waitMs: 0 })).status).toBe('acquired');
     // New connections need the new secret; the old one is refused.
@@ -224,8 +224,8 @@ describe('ticketing serve with TLS', () => {
     served.child.kill('SIGHUP');
     await until(
       () => served.stderr().includes('TLS reload failed: keeping the previous material'),
-      5_000,
       'the failed reload',
+      5_000,
     );
     expect(served.stderr()).toMatch(/TLS key .*live\.key/);
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
@@ -235,8 +235,8 @@ describe('ticketing serve with TLS', () => {
     served.child.kill('SIGHUP');
     await until(
       () => served.stderr().includes('secret reload failed: keeping the previous secret'),
-      5_000,
       'the failed secret reload',
+      5_000,
     );
     expect((await client(served.port, clientTls(pki), 'second-secret').acquire('u', { waitMs: 0 })).status).toBe(
       'acquired',

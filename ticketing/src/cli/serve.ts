@@ -16,9 +16,9 @@ import { createLogger, LOG_LEVELS, logProcessWarnings, ServerLog, type Logger, t
 import { TicketMetrics } from '../observe/metrics.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from '../server/server.js';
 import { TlsMaterial } from '../server/tls-material.js';
+import { durationOption, packageVersion } from '#kernel/flags';
 import {
   advertiseAddress,
-  durationOption,
   etcdPrefix,
   etcdUrls,
   etcdUserName,
@@ -27,7 +27,6 @@ import {
   listenAddress,
   readNamedFile,
   readSecretFile,
-  version,
 } from './flags.js';
 
 /** The etcd flags that only make sense together, checked before any file is read. */
@@ -278,7 +277,7 @@ export function addServeCommand(program: Command): void {
       const logger = createLogger(flags.logLevel as LogLevel);
       logProcessWarnings(logger);
       // The flags hold file names, never a secret or a password.
-      logger.info({ version: version(), config: flags }, 'starting');
+      logger.info({ version: packageVersion(), config: flags }, 'starting');
       const options: TicketServerOptions = {
         host: flags.host as string,
         port: flags.port as number,

@@ -1,14 +1,14 @@
 /**
- * `client.hold()`: acquire, keep alive, and know in time when the lock is lost (docs/ticketing.md
+ * `client.hold()`: acquire, keep alive, and know in time when the lock is lost (docs/ticketing-client.md
  * "Keeping a lock"). The first keep goes out at once after the grant, and `hold()` resolves on its
  * answer, so every deadline rests on the lease the server applied, never on the client's guess.
  * From then on a timer enforces the local deadline (clock.ts): the signal aborts by then unless a
  * newer keep moved it, whether or not any reply comes, and at once on `G`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { checkNumber, timerDelay } from '#kernel';
+import { checkNumber, RETRY_FIRST_MS, timerDelay } from '#kernel';
 import { ClientClosedError, IndeterminateError, LockLostError, NotAcquiredError, ServerError } from '../errors.js';
-import { DEFAULT_MARGIN, localDeadline, now, type DeadlineMargin } from './clock.js';
+import { DEFAULT_MARGIN, leaseEnd, now, type DeadlineMargin } from './clock.js';
 import type { KeepResult } from './keep.js';
 import type { AcquireOptions, AcquireResult, ReleaseResult } from './options.js';
 
@@ -74,9 +74,6 @@ async function acquireAtLeader(host: HoldHost, key: string, options: HoldOptions
     }
   }
 }
-
-/** First delay before retrying a keep that got no answer (doubling, bounded by what is left). */
-const RETRY_FIRST_MS = 25;
 
 export async function startHold(host: HoldHost, key: string, options: HoldOptions): Promise<TicketHold> {
   if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -241,7 +238,7 @@ class Hold implements TicketHold {
   #kept(result: KeepResult): void {
     if (this.#done) return;
     this.#leaseMs = result.leaseMs;
-    const deadline = localDeadline(result.sentAt, result.leaseMs, this.#margin);
+    const deadline = leaseEnd(result.sentAt, result.leaseMs, this.#margin);
     if (deadline > this.#deadline) {
       this.#deadline = deadline;
       clearTimeout(this.#deadlineTimer);

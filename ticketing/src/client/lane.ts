@@ -9,7 +9,7 @@
  */
 import type net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { freshNow, now } from './clock.js';
+import { freshNow, leaseEnd, now, wallClock } from './clock.js';
 import type { Endpoint, ResolvedClientOptions } from './options.js';
 import {
   CertificateError,
@@ -337,7 +337,7 @@ export class Lane {
     // a grant that waited) not before a recent round trip ago.
     const rtt = p.waitMs === 0 ? undefined : this.recentRtt;
     const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
-    const expiresAt = new Date(Date.now() + (grantedNotBefore + this.options.leaseMs - receivedAt));
+    const expiresAt = wallClock(leaseEnd(grantedNotBefore, this.options.leaseMs), receivedAt);
     this.#settle(p);
     p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt });
   }

@@ -1,5 +1,5 @@
 /**
- * A release whose answer was lost is sent again (docs/ticketing.md "A release that survives a
+ * A release whose answer was lost is sent again (docs/ticketing-client.md "A release that survives a
  * failover"). An exact-token `R` is safe to repeat: a token is never reused, so a repeat can only
  * release that grant or say `N`. It goes out again, on the release lane, to whichever node leads,
  * until it is answered or the grant's lease has surely run out; without this, a leader that dies
@@ -7,12 +7,11 @@
  * lease although every holder had let go.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { timerDelay } from '#kernel';
+import { RETRY_FIRST_MS, timerDelay } from '#kernel';
 import { IndeterminateError } from '../errors.js';
 import { now } from './clock.js';
 import type { ReleaseResult } from './options.js';
 
-const RETRY_FIRST_MS = 25;
 const RETRY_MAX_MS = 500;
 
 /**

@@ -26,7 +26,8 @@ import type { Etcd3, IKeyValue, IRequestOp, Lease, Watcher } from 'etcd3';
 import { channels, publish } from '../events.js';
 import { formatError, formatLeader, formatMoved } from '../protocol.js';
 import type { GateHost, ServerGate } from '../server/cluster-host.js';
-import { TicketState, type Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
+import { TicketState } from '../state.js';
 import {
   asAccessError,
   checkEtcdAccess,
@@ -407,7 +408,7 @@ export class ClusterNode implements ServerGate {
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
-      for (const grant of grants) state.adopt(grant.key, grant.owner, grant.token, now);
+      for (const { key, owner, token } of grants) state.apply({ type: 'adopt', key, owner, token }, now);
       this.#state = state;
       this.#window = new CommitWindow(this.#commitWindow, hwm);
       this.#role = 'leader';
@@ -581,8 +582,8 @@ export class ClusterNode implements ServerGate {
     // short, and the expiry is still committed well within 1 s of the holder's deadline.
     for (const ready of window.committed(batch)) {
       this.#host!.deliver(ready.replies);
-      const start = this.#host!.now() + DELIVERY_SLACK_MS;
-      for (const grant of ready.grants) state.restartLease(grant.key, grant.token, start);
+      for (const { key, token } of ready.grants)
+        this.#host!.apply({ type: 'restart-lease', key, token, slackMs: DELIVERY_SLACK_MS });
     }
     this.#sendReady();
   }

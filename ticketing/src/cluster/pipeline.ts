@@ -23,7 +23,7 @@
 import type { HeldReply } from '../server/cluster-host.js';
 import { markAhead, reservationLow } from '../token-store.js';
 
-/** Batches in flight by default: see docs/ticketing-cluster.md, "Benchmark", for the measurement. */
+/** Batches in flight by default: see docs/ticketing-bench.md, "Levers tried", for the measurement. */
 export const DEFAULT_COMMIT_WINDOW = 4;
 /** The most a node lets be in flight. */
 export const MAX_COMMIT_WINDOW = 64;

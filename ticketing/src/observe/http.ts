@@ -13,6 +13,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
+import { DEFAULT_LOCKS_LIMIT } from '../server/server.js';
 
 /** What the endpoint asks of the server. */
 interface EndpointServer {
@@ -51,7 +52,6 @@ export interface HttpEndpointOptions {
 }
 
 /** `GET /v1/locks`: `limit` when none is given, and the largest one accepted. */
-const DEFAULT_LIMIT = 1000;
 export const MAX_LIMIT = 10_000;
 const MAX_PREFIX_BYTES = 256;
 
@@ -209,7 +209,7 @@ function bearer(header: string | undefined): string | undefined {
   return match?.[1];
 }
 
-/** `prefix` (default empty) and `limit` (1..MAX_LIMIT, default DEFAULT_LIMIT); nothing else. */
+/** `prefix` (default empty) and `limit` (1..MAX_LIMIT, default DEFAULT_LOCKS_LIMIT); nothing else. */
 function lockQuery(params: URLSearchParams): { prefix: string; limit: number } {
   for (const name of params.keys()) {
     if (name !== 'prefix' && name !== 'limit') throw new Error(`unknown parameter ${JSON.stringify(name)}`);
@@ -218,7 +218,7 @@ function lockQuery(params: URLSearchParams): { prefix: string; limit: number } {
   const prefix = params.get('prefix') ?? '';
   if (Buffer.byteLength(prefix) > MAX_PREFIX_BYTES) throw new Error(`prefix exceeds ${MAX_PREFIX_BYTES} bytes`);
   const limitText = params.get('limit');
-  if (limitText === null) return { prefix, limit: DEFAULT_LIMIT };
+  if (limitText === null) return { prefix, limit: DEFAULT_LOCKS_LIMIT };
   const limit = /^\d{1,6}$/.test(limitText) ? Number(limitText) : NaN;
   if (!(limit >= 1 && limit <= MAX_LIMIT)) throw new Error(`limit must be an integer in 1..${MAX_LIMIT}`);
   return { prefix, limit };

@@ -1,7 +1,7 @@
 /**
  * The server's log: one JSON object per line on stderr (pino), written by a subscriber to the
  * diagnostics_channel events of events.ts, so the library itself logs nothing. What is logged at
- * `info` and above, and the fields of each line, are listed in docs/ticketing.md "Logs".
+ * `info` and above, and the fields of each line, are listed in docs/ticketing-production.md "Logs".
  *
  * Connection-level errors (bad requests, failed auth, write timeouts, refusals at capacity, failed
  * accepts) are rate-limited: at most `burst` lines per `windowMs`, then one line with how many
@@ -10,6 +10,7 @@
 import diagnostics from 'node:diagnostics_channel';
 import { pino, type DestinationStream, type Logger } from 'pino';
 import { channels } from '../events.js';
+import type { Effect } from '../state-types.js';
 
 export type { Logger } from 'pino';
 
@@ -95,6 +96,10 @@ export class ServerLog {
     this.#on(channels.serverExpired, ({ key, owner, token }) =>
       logger.info({ key, owner, token: String(token) }, 'lease expired: the holder never released'),
     );
+    // One line per committed grant: subscribed only at debug, so that the effects are not even
+    // published for a log that would drop them.
+    if (logger.isLevelEnabled('debug'))
+      this.#on(channels.serverEffect, ({ effect }) => this.#onEffect(effect as Effect));
     this.#on(channels.serverConnection, ({ connection, remoteAddress, remotePort }) =>
       this.#remotes.set(connection, `${String(remoteAddress)}:${String(remotePort)}`),
     );
@@ -143,6 +148,13 @@ export class ServerLog {
     else if (role === 'follower' && before !== 'follower') logger.warn({ reason, err: error }, 'stepped down');
     else if (reason === 'lease lost') logger.warn({ err: error }, 'etcd lease lost');
     else if (reason === 'campaign failed' && this.#limit.allow()) logger.warn({ err: error }, 'campaign failed');
+  }
+
+  #onEffect(effect: Effect): void {
+    if (effect.type !== 'lease-restarted') return;
+    const { key, owner, token, expiresAt } = effect;
+    const expires = new Date(expiresAt).toISOString();
+    this.#logger.debug({ key, owner, token: String(token), expiresAt: expires }, 'lease restarted at commit');
   }
 
   #onTlsReload(material: object): void {

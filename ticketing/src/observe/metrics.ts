@@ -4,12 +4,12 @@
  * state machine's effects, the cluster node's role, leader and commits) and, at scrape time, by the
  * server's and the node's read-only queries: nothing is called from the request path.
  *
- * The names are part of the interface (docs/ticketing.md "Metrics").
+ * The names are part of the interface (docs/ticketing-production.md "Metrics").
  */
 import diagnostics from 'node:diagnostics_channel';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { channels } from '../events.js';
-import type { Effect } from '../state.js';
+import type { Effect } from '../state-types.js';
 
 /** What the metrics read from the server at scrape time. */
 export interface MetricsServer {
@@ -44,6 +44,7 @@ export class TicketMetrics {
   readonly #requests: Counter<'op' | 'result'>;
   readonly #wait: Histogram;
   readonly #expirations: Counter;
+  readonly #leaseRestarts: Counter;
   readonly #leaderChanges: Counter;
   readonly #commit: Histogram;
   readonly #commitsInFlight: Histogram;
@@ -79,6 +80,11 @@ export class TicketMetrics {
     this.#expirations = new Counter({
       name: 'ticketing_expirations_total',
       help: 'Grants that ended by expiry: the holder never released (it died or hung).',
+      registers,
+    });
+    this.#leaseRestarts = new Counter({
+      name: 'ticketing_lease_restarts_total',
+      help: "Cluster mode: grant leases restarted at their commit (a grant's lease counts from when its reply can leave).",
       registers,
     });
     const gauge = (name: string, help: string, read: () => number): void => {
@@ -186,6 +192,9 @@ export class TicketMetrics {
         return;
       case 'expired':
         this.#expirations.inc();
+        return;
+      case 'lease-restarted':
+        this.#leaseRestarts.inc();
         return;
       default:
         return;

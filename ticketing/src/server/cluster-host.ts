@@ -1,9 +1,9 @@
 /**
  * The seam between the server and cluster mode (cluster/node.ts): the gate the server consults,
- * and the host through which the gate drives the server.
+ * and the host through which the gate drives the server (gate-host.ts builds it).
  */
-import type { Effect, TicketState } from '../state.js';
-import type { ServerCore } from './core.js';
+import type { Command, Effect } from '../state-types.js';
+import type { TicketState } from '../state.js';
 
 /**
  * Without a gate the server owns its state and answers at once (single mode). With one, the gate
@@ -34,6 +34,9 @@ export interface GateHost {
   setState(state: TicketState | undefined, detail?: string): void;
   /** Writes committed replies, in order. A grant whose connection is gone is released. */
   deliver(replies: ReadonlyArray<HeldReply>): void;
+  /** Applies a command of the gate's own (a lease restart) to the state served from, as requests
+   * are applied: its effects are published and reach `ServerGate.effect`. */
+  apply(command: Command): void;
   /** Sends an unsolicited line (`L …`) to every open connection. */
   broadcast(line: string): void;
   /** The gate cannot go on (etcd refused this node): close the server and emit `error`. */
@@ -44,38 +47,4 @@ export interface HeldReply {
   readonly session: number;
   readonly line: string;
   readonly grant: { readonly key: string; readonly token: bigint } | undefined;
-}
-
-export function createGateHost(core: ServerCore): GateHost {
-  return {
-    now: core.config.clock,
-    fail: (error) => core.fatal(error),
-    setState: (state, detail = 'leadership lost') => {
-      const previous = core.state;
-      core.state = state;
-      core.timers.clearDeadline();
-      if (previous !== undefined) {
-        // What was queued or held there is lost: close those connections (their clients see
-        // Indeterminate) rather than leave them waiting for replies that will never come.
-        for (const conn of core.connections.values()) {
-          if (!conn.fresh) core.conns.fail(conn, 'not_active', detail, 'not_active');
-        }
-      }
-      core.outbox.flush();
-      core.timers.schedule();
-    },
-    deliver: (replies) => {
-      for (const { session, line, grant } of replies) {
-        const conn = core.connections.get(session);
-        if (conn !== undefined && !conn.closing && conn.socket.writable) core.outbox.send(conn, line);
-        else if (grant !== undefined) core.delivery.run(core.delivery.undeliverable(session, grant.key, grant.token));
-      }
-      core.outbox.flush();
-      core.timers.schedule();
-    },
-    broadcast: (line) => {
-      for (const conn of core.connections.values()) if (!conn.closing) core.outbox.send(conn, line);
-      core.outbox.flush();
-    },
-  };
 }

@@ -3,6 +3,9 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
 
+/** Every open connection, by its id (its session in the state machine). */
+export type OpenConnections = Map<number, Connection>;
+
 export class Connection {
   readonly framer: LineFramer;
   /** Replies not yet written (coalesced, written once per incoming chunk or timer tick);
@@ -58,7 +61,7 @@ export class Connection {
  * The connection's socket, reading into `buffer`, a receive buffer shared by every connection:
  * the accepted socket's handle re-wrapped in a socket with `onread` (as `net.connect` offers;
  * `net.Server` does not), so a read costs no Buffer of its own and no pass through the readable
- * stream, whose share of a one-request read is measurable (docs/ticketing.md "Benchmark"). What
+ * stream, whose share of a one-request read is measurable (docs/ticketing-bench.md "Levers tried"). What
  * is received is handed to `onChunk` during the read: the line framer copies whatever it keeps
  * beyond it. Should the handle not be where this expects it (another Node, or a TLS socket, whose
  * handle carries ciphertext), the accepted socket is used as it is, with `'data'` events.

@@ -2,7 +2,7 @@
  * Replies: one sink for the replies to requests, and the outbox that writes every connection's
  * coalesced replies. Single mode's sink encodes a reply straight into its connection's buffer;
  * cluster mode's holds it as text until the batch behind it commits (the codec test pins the two
- * to the same bytes). Delivery (delivery.ts) calls the sink the same way in both modes.
+ * to the same bytes). The command applier (applier.ts) calls the sink the same way in both modes.
  */
 import {
   ReplyBuffer,
@@ -15,8 +15,7 @@ import {
   formatTimedOut,
 } from '../protocol.js';
 import type { ServerGate } from './cluster-host.js';
-import type { Connection } from './connection.js';
-import type { ServerCore } from './core.js';
+import type { Connection, OpenConnections } from './connection.js';
 
 export const T = 0x54;
 export const B = 0x42;
@@ -37,13 +36,13 @@ export interface ReplySink {
 }
 
 /** Single mode: encoded at once into the connection's reply buffer (unless it is closing). */
-export function directReplies(core: ServerCore): ReplySink {
+export function directReplies(outbox: Outbox, open: OpenConnections): ReplySink {
   const replyTo = (session: number): ReplyBuffer | undefined => {
-    const conn = core.connections.get(session);
-    return conn === undefined || conn.closing ? undefined : core.outbox.output(conn);
+    const conn = open.get(session);
+    return conn === undefined || conn.closing ? undefined : outbox.output(conn);
   };
   return {
-    acquired: (conn, token, owner, key) => core.outbox.output(conn).acquired(token, owner, key),
+    acquired: (conn, token, owner, key) => outbox.output(conn).acquired(token, owner, key),
     refused: (session, op, owner, key) => replyTo(session)?.refused(op, owner, key),
     releaseReply: (session, op, token, key) => replyTo(session)?.releaseReply(op, token, key),
     kept: (session, token, key, leaseMs) => replyTo(session)?.kept(token, key, leaseMs),
@@ -73,11 +72,25 @@ export function gatedReplies(gate: ServerGate): ReplySink {
 const REPLY_BUFFER_BYTES = 2048;
 const REPLY_BUFFER_KEEP_BYTES = 64 * 1024;
 
+/** What the outbox asks of the connections' reading (connections.ts): a connection whose replies
+ * back up stops being read, and is read again once they are written. */
+export interface ReadControl {
+  pause(conn: Connection): void;
+  resume(conn: Connection): void;
+}
+
 /** Every connection's unwritten replies, written together by `flush`. */
 export class Outbox {
   #dirty: Connection[] = [];
 
-  constructor(private readonly core: ServerCore) {}
+  constructor(
+    /** Replies buffered for one connection beyond which it stops being read. */
+    private readonly highWater: number,
+    /** Whether the tokens in the replies may leave (the state file covers them); false: nothing is
+     * written (the server failed). */
+    private readonly tokensCovered: () => boolean,
+    private readonly reading: ReadControl,
+  ) {}
 
   /** The connection's reply buffer, marking it for the next flush. */
   output(conn: Connection): ReplyBuffer {
@@ -106,18 +119,8 @@ export class Outbox {
   /** Writes every connection's coalesced replies: one write per connection per chunk or tick. */
   flush(): void {
     if (this.#dirty.length === 0) return;
-    const { core } = this;
-    const store = core.store;
-    if (store !== undefined && core.state!.lastToken > store.durable) {
-      // Never let a token leave before the state file covers it.
-      try {
-        store.cover(core.state!.lastToken);
-      } catch (error) {
-        core.fatal(error);
-        return;
-      }
-    }
-    const highWater = core.config.highWater;
+    if (!this.tokensCovered()) return;
+    const { highWater, reading } = this;
     const dirty = this.#dirty;
     this.#dirty = [];
     for (const conn of dirty) {
@@ -137,9 +140,9 @@ export class Outbox {
       } else if (conn.paused && !conn.resumeScheduled && !socket.writableNeedDrain) {
         // The kernel took it all: no 'drain' will come, so continue on the next turn.
         conn.resumeScheduled = true;
-        setImmediate(() => core.conns.resume(conn));
+        setImmediate(() => reading.resume(conn));
       } else if (!conn.paused && socket.writableLength > highWater) {
-        core.conns.pause(conn);
+        reading.pause(conn);
       }
     }
   }

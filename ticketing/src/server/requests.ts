@@ -4,9 +4,12 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { RequestReader, SERVING_LINE } from '../protocol.js';
-import type { Command } from '../state.js';
+import type { Command } from '../state-types.js';
+import type { CommandApplier } from './applier.js';
+import type { Closer } from './closer.js';
+import type { ServerGate } from './cluster-host.js';
 import type { Connection } from './connection.js';
-import type { ServerCore } from './core.js';
+import type { Outbox } from './replies.js';
 
 export class RequestHandler {
   #secretDigest: Buffer | undefined;
@@ -26,8 +29,13 @@ export class RequestHandler {
   };
 
   constructor(
-    private readonly core: ServerCore,
     secret: string | undefined,
+    private readonly applier: CommandApplier,
+    private readonly closer: Closer,
+    /** Cluster mode: may refuse requests (this node does not lead). */
+    private readonly gate: Pick<ServerGate, 'refusal'> | undefined,
+    /** Where the leader probe's answer goes. */
+    private readonly outbox: Pick<Outbox, 'send'>,
   ) {
     this.setSecret(secret);
   }
@@ -49,21 +57,21 @@ export class RequestHandler {
     return this.#secretDigest !== undefined;
   }
 
-  /** One request line. Returns false to stop reading this connection's buffered lines. */
+  /** One request line. Returns false to stop reading this connection's buffered lines (it is
+   * closing). */
   readonly handleLine = (conn: Connection, buf: Buffer, start: number, end: number): boolean => {
     if (conn.closing) return false;
-    const { core } = this;
-    const conns = core.conns;
+    const { applier, closer } = this;
     const request = this.#request.read(buf, start, end);
     const fresh = conn.fresh;
     conn.fresh = false;
     if (request.op === 'error') {
-      conns.fail(conn, 'bad_request', request.detail, 'bad_request');
+      closer.fail(conn, 'bad_request', request.detail, 'bad_request');
       return false;
     }
     if (!conn.authed) {
       if (request.op !== 'H' || !this.authorizes(request.secret)) {
-        conns.fail(conn, 'auth_failed', undefined, 'auth_failed');
+        closer.fail(conn, 'auth_failed', undefined, 'auth_failed');
         return false;
       }
       conn.authed = true;
@@ -71,11 +79,11 @@ export class RequestHandler {
       conn.authTimer = undefined;
       return true;
     }
-    const gate = core.config.gate;
+    const gate = this.gate;
     if (gate !== undefined && request.op !== 'H') {
       const refusal = gate.refusal();
       if (refusal !== undefined) {
-        conns.closeWith(conn, refusal, 'refused');
+        closer.closeWith(conn, refusal, 'refused');
         return false;
       }
     }
@@ -87,37 +95,33 @@ export class RequestHandler {
         command.key = request.key;
         command.owner = request.owner;
         command.waitMs = request.waitMs;
-        core.delivery.run(command);
+        applier.apply(command);
         break;
       }
       case 'K':
-        core.delivery.run({ type: 'keep', session: conn.id, key: request.key, token: request.token });
+        applier.apply({ type: 'keep', session: conn.id, key: request.key, token: request.token });
         break;
       case 'R': {
         const command = this.#releaseCommand;
         command.session = conn.id;
         command.key = request.key;
         command.token = request.token;
-        core.delivery.run(command);
+        applier.apply(command);
         break;
       }
       case 'W':
         // The leader probe: it passed the gate, so this node applies requests (in cluster mode: it
         // leads, has caught up, and its lease was confirmed just now). Nothing to hold for a commit.
-        core.outbox.send(conn, SERVING_LINE);
+        this.outbox.send(conn, SERVING_LINE);
         break;
       case 'H':
         // A secretless server accepts (and ignores) H as the first line, so a client configured
         // with a secret still works; anywhere else H is out of place.
         if (!fresh || this.#secretDigest !== undefined) {
-          conns.fail(conn, 'bad_request', 'H must be the first line', 'bad_request');
+          closer.fail(conn, 'bad_request', 'H must be the first line', 'bad_request');
           return false;
         }
         break;
-    }
-    if (conn.outBytes + conn.socket.writableLength > core.config.highWater) {
-      conns.pause(conn);
-      return false;
     }
     return true;
   };

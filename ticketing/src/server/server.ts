@@ -1,8 +1,9 @@
 /**
  * The lock server: TCP connections in, commands to the state machine (state.ts), effects out as
- * reply lines. This file is its public face and its lifecycle (listen, close and drain); each of
- * the other jobs has a file of its own in this folder: options, connection(s), requests (framing
- * and auth), delivery and replies, timers, and the cluster host.
+ * reply lines. This file is its public face, its lifecycle (listen, close and drain), and where
+ * its parts are put together; each of the other jobs has a file of its own in this folder:
+ * options, connection(s), requests (framing and auth), the command applier, replies, closing a
+ * connection, the deadline timer, housekeeping, and the cluster gate's host.
  *
  * Hostile or broken clients hurt only themselves, apart from the shared capacity (docs/ticketing.md
  * "Hostile clients"): a malformed, binary or oversized line gets `E bad_request`/`E too_long` and that
@@ -19,22 +20,26 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import tls from 'node:tls';
 import { channels, publish } from '../events.js';
-import { TicketState, type KeyView } from '../state.js';
+import type { KeyView } from '../state-types.js';
+import { TicketState } from '../state.js';
 import { TokenStore } from '../token-store.js';
-import { createGateHost } from './cluster-host.js';
+import { CommandApplier } from './applier.js';
+import { Closer } from './closer.js';
+import type { OpenConnections } from './connection.js';
 import { Connections } from './connections.js';
-import { ServerCore } from './core.js';
-import { Delivery } from './delivery.js';
+import { DeadlineTimer } from './deadline-timer.js';
+import { createGateHost } from './gate-host.js';
+import { Housekeeping } from './housekeeping.js';
 import {
   checkSecret,
   resolveOptions,
   type ServerAddress,
+  type ServerConfig,
   type ServerStats,
   type TicketServerOptions,
 } from './options.js';
 import { directReplies, gatedReplies, Outbox } from './replies.js';
 import { RequestHandler } from './requests.js';
-import { Timers } from './timers.js';
 
 export { SERVER_DEFAULTS, type ServerAddress, type ServerStats, type TicketServerOptions } from './options.js';
 
@@ -57,6 +62,9 @@ export interface Readiness {
   readonly leader?: string;
 }
 
+/** How many keys `locks()` lists when not told (and `/v1/locks`, and `ticketing inspect`). */
+export const DEFAULT_LOCKS_LIMIT = 1000;
+
 /**
  * The lock server. `await server.listen()` → `{ host, port }`; `await server.close()` drains.
  * Emits `'error'` only for a failure that makes serving unsafe (the state file cannot be written),
@@ -69,8 +77,17 @@ export class TicketServer extends EventEmitter {
   readonly maxConnections: number;
   readonly maxLineBytes: number;
   readonly stateFile: string | undefined;
-  readonly #core: ServerCore;
+  readonly #config: ServerConfig;
+  readonly #open: OpenConnections = new Map();
+  readonly #outbox: Outbox;
+  readonly #applier: CommandApplier;
+  readonly #deadlines: DeadlineTimer;
+  readonly #closer: Closer;
   readonly #requests: RequestHandler;
+  readonly #connections: Connections;
+  readonly #housekeeping: Housekeeping;
+  /** The state file (single mode, with `stateFile`), once listening. */
+  #store: TokenStore | undefined;
   #server: net.Server | undefined;
   #address: ServerAddress | undefined;
   #closing: Promise<void> | undefined;
@@ -84,12 +101,22 @@ export class TicketServer extends EventEmitter {
     this.maxConnections = config.maxConnections;
     this.maxLineBytes = config.maxLineBytes;
     this.stateFile = config.stateFile;
-    const core = (this.#core = new ServerCore(this, config, (error) => this.#fatal(error)));
-    this.#requests = new RequestHandler(core, config.secret);
-    core.outbox = new Outbox(core);
-    core.delivery = new Delivery(core, config.gate === undefined ? directReplies(core) : gatedReplies(config.gate));
-    core.conns = new Connections(core, this.#requests);
-    core.timers = new Timers(core);
+    this.#config = config;
+    const { gate, clock } = config;
+    const open = this.#open;
+    // Replies that back up stop a connection's reading, which resumes once they are written: the
+    // one loop between the parts, closed through this.#connections.
+    const outbox = (this.#outbox = new Outbox(config.highWater, () => this.#tokensCovered(), {
+      pause: (conn) => this.#connections.pause(conn),
+      resume: (conn) => this.#connections.resume(conn),
+    }));
+    const sink = gate === undefined ? directReplies(outbox, open) : gatedReplies(gate);
+    const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open));
+    const deadlines = (this.#deadlines = new DeadlineTimer(applier, clock, outbox));
+    const closer = (this.#closer = new Closer(outbox, applier, config.writeTimeoutMs));
+    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox));
+    this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines);
+    this.#housekeeping = new Housekeeping(this, config, applier, open, closer, outbox);
   }
 
   /** Where the server listens, once `listen()` resolved. */
@@ -98,9 +125,9 @@ export class TicketServer extends EventEmitter {
   }
 
   stats(): ServerStats {
-    const state = this.#core.state;
+    const state = this.#applier.state;
     return {
-      connections: this.#core.connections.size,
+      connections: this.#open.size,
       keys: state?.keyCount ?? 0,
       waiters: state?.waiterCount ?? 0,
       lastToken: state?.lastToken ?? 0n,
@@ -109,7 +136,7 @@ export class TicketServer extends EventEmitter {
 
   /** The key's holder and queue, or `undefined` when it is not registered. */
   inspect(key: string): KeyView | undefined {
-    return this.#core.state?.get(key);
+    return this.#applier.state?.get(key);
   }
 
   /**
@@ -117,12 +144,12 @@ export class TicketServer extends EventEmitter {
    * (empty while a cluster node does not lead). Walks the table: meant for an operator's view.
    */
   locks(options: { readonly prefix?: string; readonly limit?: number } = {}): LockView[] {
-    const { prefix = '', limit = 1000 } = options;
+    const { prefix = '', limit = DEFAULT_LOCKS_LIMIT } = options;
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
     if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
-    const state = this.#core.state;
+    const state = this.#applier.state;
     if (state === undefined) return [];
-    const now = this.#core.config.clock();
+    const now = this.#config.clock();
     return state.held(now, prefix, limit).map((held) => ({
       key: held.key,
       owner: held.owner,
@@ -137,7 +164,7 @@ export class TicketServer extends EventEmitter {
   readiness(): Readiness {
     if (this.#address === undefined) return { ready: false, reason: 'not listening' };
     if (this.#closing !== undefined) return { ready: false, reason: 'shutting down' };
-    const refusal = this.#core.config.gate?.refusal();
+    const refusal = this.#config.gate?.refusal();
     if (refusal === undefined) return { ready: true };
     if (refusal.startsWith('M ')) return { ready: true, leader: refusal.slice(2).trimEnd() };
     return { ready: false, reason: refusal.trimEnd() };
@@ -157,13 +184,23 @@ export class TicketServer extends EventEmitter {
   /** Starts listening. Reads (and reserves ahead in) the state file first, if there is one. */
   async listen(): Promise<ServerAddress> {
     if (this.#server !== undefined || this.#closing !== undefined) throw new Error('listen() may be called once');
-    const core = this.#core;
-    const config = core.config;
-    if (config.stateFile !== undefined) core.store = TokenStore.open(config.stateFile, { clock: config.clock });
+    const config = this.#config;
+    if (config.stateFile !== undefined) this.#store = TokenStore.open(config.stateFile, { clock: config.clock });
     if (config.gate === undefined) {
-      core.state = new TicketState({ leaseMs: config.leaseMs, lastToken: core.store?.floor ?? 0n, ...config.limits });
+      const lastToken = this.#store?.floor ?? 0n;
+      this.#applier.state = new TicketState({ leaseMs: config.leaseMs, lastToken, ...config.limits });
     } else {
-      config.gate.attach(createGateHost(core));
+      config.gate.attach(
+        createGateHost({
+          clock: config.clock,
+          fatal: (error) => this.#fatal(error),
+          applier: this.#applier,
+          open: this.#open,
+          closer: this.#closer,
+          outbox: this.#outbox,
+          deadlines: this.#deadlines,
+        }),
+      );
     }
     const server = this.#createServer();
     this.#server = server;
@@ -179,18 +216,18 @@ export class TicketServer extends EventEmitter {
     server.on('error', (error) => publish(channels.serverAcceptError, () => ({ server: this, error })));
     const bound = server.address() as net.AddressInfo;
     this.#address = { host: bound.address, port: bound.port };
-    core.timers.start();
+    this.#housekeeping.start(this.#store);
     publish(channels.serverListening, () => ({ server: this, ...this.#address }));
     return this.#address;
   }
 
   #createServer(): net.Server {
-    const core = this.#core;
+    const connections = this.#connections;
     const socketOptions = { noDelay: true, allowHalfOpen: false, keepAlive: true, keepAliveInitialDelay: 30_000 };
-    const material = core.config.tls;
+    const material = this.#config.tls;
     if (material === undefined) {
       // Paused, so that adoptSocket can take the handle over before the first read.
-      return net.createServer({ ...socketOptions, pauseOnConnect: true }, (socket) => core.conns.accept(socket));
+      return net.createServer({ ...socketOptions, pauseOnConnect: true }, (socket) => connections.accept(socket));
     }
     const server = tls.createServer(
       // A handshake gets as long as an H line would.
@@ -201,11 +238,11 @@ export class TicketServer extends EventEmitter {
         ...socketOptions,
         ...material.serverOptions(),
         rejectUnauthorized: false,
-        handshakeTimeout: core.config.authTimeoutMs,
+        handshakeTimeout: this.#config.authTimeoutMs,
       },
       (socket) => {
         const refused = material.mutual && !socket.authorized;
-        core.conns.accept(socket, refused ? certificateRefusal(socket) : undefined);
+        connections.accept(socket, refused ? certificateRefusal(socket) : undefined);
       },
     );
     server.on('tlsClientError', (error, socket) =>
@@ -232,36 +269,51 @@ export class TicketServer extends EventEmitter {
   }
 
   async #drain(): Promise<void> {
-    const core = this.#core;
-    core.closing = true;
-    core.timers.stop();
+    const open = this.#open;
+    this.#connections.close();
+    this.#deadlines.stop();
+    this.#housekeeping.stop();
     const server = this.#server;
     if (server === undefined) return;
+    const config = this.#config;
     // Cluster mode: from here on the gate refuses requests; it commits what is pending (the T
     // answers below included) before it steps down.
-    const gateClosed = core.config.gate?.close();
+    const gateClosed = config.gate?.close();
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const conn of core.connections.values())
-      core.delivery.run({ type: 'disconnect', session: conn.id, notify: true });
+    for (const conn of open.values()) this.#applier.apply({ type: 'disconnect', session: conn.id, notify: true });
     await gateClosed;
-    for (const conn of core.connections.values()) core.conns.fail(conn, 'not_active', 'shutting down', 'shutdown');
-    core.outbox.flush();
-    if (core.connections.size > 0) {
-      const allClosed = new Promise<void>((resolve) => (core.conns.onAllClosed = resolve));
+    for (const conn of open.values()) this.#closer.fail(conn, 'not_active', 'shutting down', 'shutdown');
+    this.#outbox.flush();
+    if (open.size > 0) {
       const timer = setTimeout(() => {
-        for (const conn of core.connections.values()) conn.socket.destroy();
-      }, core.config.drainTimeoutMs);
-      await allClosed;
+        for (const conn of open.values()) conn.socket.destroy();
+      }, config.drainTimeoutMs);
+      await this.#connections.allClosed();
       clearTimeout(timer);
     }
     await closed;
-    await core.store?.settle();
+    await this.#store?.settle();
+  }
+
+  /** Whether the tokens in the replies about to be written may leave: never before the state file
+   * covers them. A state file that cannot be written is fatal. */
+  #tokensCovered(): boolean {
+    const store = this.#store;
+    const lastToken = this.#applier.state?.lastToken;
+    if (store === undefined || lastToken === undefined || lastToken <= store.durable) return true;
+    try {
+      store.cover(lastToken);
+      return true;
+    } catch (error) {
+      this.#fatal(error);
+      return false;
+    }
   }
 
   /** The state file could not be written: no token may leave. Close everything, then report. */
   #fatal(error: unknown): void {
-    this.#core.outbox.drop();
-    for (const conn of this.#core.connections.values()) conn.socket.destroy();
+    this.#outbox.drop();
+    for (const conn of this.#open.values()) conn.socket.destroy();
     void this.close();
     this.emit('error', error);
   }

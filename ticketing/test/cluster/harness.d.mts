@@ -14,9 +14,10 @@ export declare const SECURE_PREFIX: string;
 /** Sends `signal` and waits for the exit (SIGKILL after `graceMs`); SIGSTOP returns at once. */
 export declare function killChild(child: ChildProcess, signal?: NodeJS.Signals, graceMs?: number): Promise<void>;
 
-/** `{ binary }`, or `{ reason }` saying why etcd cannot be had (for a one-line skip message). */
-export type EnsureEtcdResult = { binary: string; reason?: undefined } | { binary?: undefined; reason: string };
-export declare function ensureEtcd(options?: { install?: boolean; timeoutMs?: number }): Promise<EnsureEtcdResult>;
+/** `{ binary }`, or `{ reason }` saying why etcd cannot be had (for a one-line skip message).
+ * Installs nothing: `sh scripts/setup.sh etcd` does. */
+export type FindEtcdResult = { binary: string; reason?: undefined } | { binary?: undefined; reason: string };
+export declare function findEtcd(): Promise<FindEtcdResult>;
 
 export declare function freePorts(count: number, host?: string): Promise<number[]>;
 

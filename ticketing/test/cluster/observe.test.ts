@@ -1,10 +1,11 @@
 /** Metrics, readiness and logs of cluster nodes on a real 3-member etcd: exactly one node reports
  * ticketing_is_leader 1 before and after a leader SIGKILL, leader changes are counted, commits are
- * timed, and a follower's /readyz and /v1/locks say where the leader is. */
+ * timed, a grant's lease restart at its commit is counted and logged, and a follower's /readyz and
+ * /v1/locks say where the leader is. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request, sample, type Answer } from '../observe/support.js';
 import {
-  ensureEtcd,
+  findEtcd,
   freePorts,
   startEtcdCluster,
   startTicketingNodes,
@@ -13,7 +14,7 @@ import {
 } from './harness.mjs';
 import { ask, sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster observe tests skipped: ${etcd.reason}`);
 
 describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () => {
@@ -27,7 +28,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () 
     nodes = await startTicketingNodes({
       count: 3,
       etcdEndpoints: cluster.endpoints,
-      nodeArgs: httpPorts.map((port) => ['--http', `127.0.0.1:${port}`]),
+      nodeArgs: httpPorts.map((port) => ['--http', `127.0.0.1:${port}`, '--log-level', 'debug']),
     });
   }, 60_000);
 
@@ -53,7 +54,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () 
     }
   }
 
-  it('is_leader sums to 1 before and after a leader failover; leader changes and commits are counted', async () => {
+  it('is_leader sums to 1 before and after a leader failover; leader changes, commits and lease restarts are counted', async () => {
     const leader = await nodes.waitForLeader();
     const all = [0, 1, 2];
     expect(await leaderSum(all)).toBe(1);
@@ -61,6 +62,12 @@ describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () 
     expect(/^A /.test(await ask(leader.address, 'A metrics-key o 0'))).toBe(true);
     const leaderText = (await request(httpPorts[leader.index]!, '/metrics')).body;
     expect(sample(leaderText, 'ticketing_etcd_commit_seconds_count')).toBeGreaterThan(0);
+    // The grant's lease restarted once its commit let the A leave: counted, and logged at debug.
+    expect(sample(leaderText, 'ticketing_lease_restarts_total')).toBe(1);
+    const restarted = (): boolean => /"msg":"lease restarted at commit"/.test(leader.stderr);
+    for (const deadline = Date.now() + 5_000; !restarted() && Date.now() < deadline;) await sleep(20);
+    const restartLine = leader.stderr.split('\n').find((line) => line.includes('lease restarted at commit'));
+    expect(JSON.parse(restartLine ?? '{}')).toMatchObject({ level: 'debug', key: 'metrics-key', owner: 'o' });
     const follower = all.find((i) => i !== leader.index)!;
     const readyz = await readyzWhenReady(httpPorts[follower]!);
     expect(readyz).toMatchObject({ status: 200, body: 'ok\n' });

@@ -1,5 +1,5 @@
 /**
- * A release that survives a failover (docs/ticketing.md): 8 loops of acquire → hold 5 ms → release
+ * A release that survives a failover (docs/ticketing-client.md): 8 loops of acquire → hold 5 ms → release
  * on 4 keys through TicketClient({ addresses }), the leader SIGKILLed (lease 5 s). Releases whose
  * answer died with the leader are sent again to the new one, so the keys do not stay held for a
  * re-armed lease. Asserted: no key held twice, and a grant after the new leader serves. The time
@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -16,7 +16,7 @@ import {
 } from './harness.mjs';
 import { checkHistory, sleep, startLoad } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 
 describe.skipIf(etcd.reason !== undefined)('release re-sent across a leader SIGKILL', () => {
   let cluster: EtcdCluster;

@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { IndeterminateError } from '../../src/errors.js';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -17,7 +17,7 @@ import {
 } from './harness.mjs';
 import { ask, askUntil, connect, sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 
 describe.skipIf(etcd.reason !== undefined)('the leader probe and a client that rides through a failover', () => {
   let cluster: EtcdCluster;

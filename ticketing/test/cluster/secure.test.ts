@@ -13,7 +13,7 @@ import type { CertificateAuthority } from '../certs.mjs';
 import { createCa } from '../certs.mjs';
 import { TicketClient } from '../../src/client.js';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -22,7 +22,7 @@ import {
 } from './harness.mjs';
 import { ask, checkHistory, lostGrants, sleep, startLoad } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`secure cluster tests skipped: ${etcd.reason}`);
 
 /** How long a refused node may take to exit: one access check, bounded by the call deadline. */

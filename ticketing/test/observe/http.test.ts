@@ -140,7 +140,7 @@ async function serveHttp(args: string[]): Promise<{ child: ChildProcess; port: n
   let stderr = '';
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
-  await until(() => stdout.includes('\n') || child.exitCode !== null, 10_000, 'the listening line');
+  await until(() => stdout.includes('\n') || child.exitCode !== null, 'the listening line', 10_000);
   const port = Number(/^listening 127\.0\.0\.1:(\d+)$/m.exec(stdout)?.[1]);
   const line = stderr.split('\n').find((l) => l.includes('"http listening"'));
   const httpPort = (JSON.parse(line ?? '{}') as { port?: number }).port;
@@ -160,7 +160,8 @@ describe('ticketing serve --http and ticketing inspect', () => {
     expect(table.code).toBe(0);
     const lines = table.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^KEY +OWNER +TOKEN +EXPIRES +WAITERS$/);
-    expect(lines[1]).toMatch(new RegExp(`^orders +back\\\\\\\\slash +${token} +in (59s|1m00s) +0$`));
+    // A 60 s lease, some of it gone by the time inspect asks (seconds on a loaded machine).
+    expect(lines[1]).toMatch(new RegExp(`^orders +back\\\\\\\\slash +${token} +in (1m00s|[1-5]?\\ds) +0$`));
     expect(lines).toHaveLength(3);
     const json = await runCli(['inspect', '--http', address, '--json', '--prefix', 'ord']);
     expect(json.code).toBe(0);

@@ -38,7 +38,7 @@ async function serve(args: string[], execArgv: string[] = []): Promise<Serve> {
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
   const exit = once(child, 'exit').then(([code]) => code as number | null);
-  await until(() => stdout.includes('\n') || child.exitCode !== null, 10_000, 'the listening line');
+  await until(() => stdout.includes('\n') || child.exitCode !== null, 'the listening line', 10_000);
   const port = Number(/^listening 127\.0\.0\.1:(\d+)\n/.exec(stdout)?.[1]);
   if (!(port > 0)) throw new Error(`no listening line: ${stdout} ${stderr}`);
   const lines = (): Array<Record<string, unknown>> =>
@@ -139,7 +139,7 @@ describe('ticketing serve logs', () => {
       ['--import', `data:text/javascript,process.on('SIGUSR2', () => ${encodeURIComponent(warn)})`],
     );
     s.child.kill('SIGUSR2'); // once it serves: where grpc's warning comes, after the log started
-    await until(() => s.stderr().includes('DEP0123'), 5_000, 'the warning');
+    await until(() => s.stderr().includes('DEP0123'), 'the warning', 5_000);
     const warning = s.lines().find((l) => String(l.msg).startsWith('process warning'));
     expect(warning).toMatchObject({
       level: 'warn',
@@ -149,7 +149,7 @@ describe('ticketing serve logs', () => {
     // A secret file that went away: the reload fails, said once (no cause's text appended).
     rmSync(secretFile);
     s.child.kill('SIGHUP');
-    await until(() => s.stderr().includes('secret reload failed'), 5_000, 'the reload failure');
+    await until(() => s.stderr().includes('secret reload failed'), 'the reload failure', 5_000);
     const failed = s.lines().find((l) => l.msg === 'secret reload failed: keeping the previous secret');
     const message = (failed?.err as { message: string }).message;
     expect(message).toBe(`secret file ${secretFile}: ENOENT: no such file or directory`);

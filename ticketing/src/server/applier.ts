@@ -5,70 +5,77 @@
  */
 import { performance } from 'node:perf_hooks';
 import { channels, publish } from '../events.js';
-import type { Command, Effect } from '../state.js';
-import type { ServerCore } from './core.js';
+import type { Command, Effect } from '../state-types.js';
+import type { TicketState } from '../state.js';
+import type { ServerGate } from './cluster-host.js';
+import type { Connection, OpenConnections } from './connection.js';
 import { B, G, N, R, T, type ReplySink } from './replies.js';
 
 /** Sessions for grants made by the server itself (an undeliverable grant's release). */
 const INTERNAL_SESSION = -1;
 
-export class Delivery {
+export class CommandApplier {
+  /** The state commands are applied to; undefined in cluster mode while this node does not lead. */
+  state: TicketState | undefined;
   /** While a chunk is handled: the clock and performance.now() read once for all its requests
    * (-1: none, read them per command). */
   chunkNow = -1;
   chunkPerfNow = 0;
 
   constructor(
-    private readonly core: ServerCore,
+    /** The `server` of every diagnostics_channel message. */
+    private readonly owner: object,
+    private readonly clock: () => number,
+    /** Cluster mode: sees every effect. */
+    private readonly gate: Pick<ServerGate, 'effect'> | undefined,
     private readonly sink: ReplySink,
+    /** Where a grant's connection is looked up (a grant to one that is gone is released). */
+    private readonly open: OpenConnections,
   ) {}
 
-  run(command: Command): void {
-    const { core } = this;
-    const state = core.state;
+  apply(command: Command): void {
+    const state = this.state;
     if (state === undefined) return; // cluster mode, not leading: nothing to apply to
-    const now = this.chunkNow >= 0 ? this.chunkNow : core.config.clock();
+    const now = this.chunkNow >= 0 ? this.chunkNow : this.clock();
     const effects = state.apply(command, now);
-    const gate = core.config.gate;
+    const gate = this.gate;
     // Index loop: an undeliverable grant appends the effects of its release.
     for (let i = 0; i < effects.length; i++) {
       const effect = effects[i]!;
       this.publish(effect);
       gate?.effect(effect);
-      this.#deliver(effect, effects, now);
+      this.#deliver(state, effect, effects, now);
     }
   }
 
   /** The effect's diagnostics_channel messages (built only when someone listens). */
   publish(effect: Effect): void {
-    if (channels.serverEffect.hasSubscribers) channels.serverEffect.publish({ server: this.core.owner, effect });
+    if (channels.serverEffect.hasSubscribers) channels.serverEffect.publish({ server: this.owner, effect });
     if (effect.type === 'expired' && channels.serverExpired.hasSubscribers) {
       const { key, owner, token } = effect;
-      channels.serverExpired.publish({ server: this.core.owner, key, owner, token });
+      channels.serverExpired.publish({ server: this.owner, key, owner, token });
     }
   }
 
   /** A grant whose connection is gone: reported, and released at once so that the next waiter
    * gets the key instead of everyone waiting out a lease no one holds. Returns the release. */
   undeliverable(session: number, key: string, token: bigint): Command {
-    publish(channels.serverUndeliverable, () => ({ server: this.core.owner, connection: session, key, token }));
+    publish(channels.serverUndeliverable, () => ({ server: this.owner, connection: session, key, token }));
     return { type: 'release', session: INTERNAL_SESSION, key, token };
   }
 
-  #deliver(effect: Effect, effects: Effect[], now: number): void {
+  #deliver(state: TicketState, effect: Effect, effects: Effect[], now: number): void {
     const sink = this.sink;
     switch (effect.type) {
       case 'granted': {
-        const conn = this.core.connections.get(effect.session);
+        const conn = this.open.get(effect.session);
         if (conn === undefined || conn.closing || !conn.socket.writable) {
           const release = this.undeliverable(effect.session, effect.key, effect.token);
-          for (const more of this.core.state!.apply(release, now)) effects.push(more);
+          for (const more of state.apply(release, now)) effects.push(more);
           return;
         }
         sink.acquired(conn, effect.token, effect.owner, effect.key);
-        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
-        const holdsUntil = perfNow + (effect.expiresAt - now);
-        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        this.#holds(conn, effect.expiresAt, now);
         return;
       }
       case 'timed-out':
@@ -82,17 +89,21 @@ export class Delivery {
       case 'kept': {
         sink.kept(effect.session, effect.token, effect.key, effect.leaseMs);
         // The connection that kept a grant holds it as long as a grant made on it.
-        const conn = this.core.connections.get(effect.session);
-        if (conn === undefined) return;
-        const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
-        const holdsUntil = perfNow + (effect.expiresAt - now);
-        if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
+        const conn = this.open.get(effect.session);
+        if (conn !== undefined) this.#holds(conn, effect.expiresAt, now);
         return;
       }
       case 'gone':
         return sink.releaseReply(effect.session, G, effect.token, effect.key);
       default:
-        return; // queued, expired, abandoned, swept: state only
+        return; // queued, expired, abandoned, swept, adopted, lease-restarted: state only
     }
+  }
+
+  /** The connection holds a lease until `expiresAt` (for its idle timeout, on the monotonic clock). */
+  #holds(conn: Connection, expiresAt: number, now: number): void {
+    const perfNow = this.chunkNow >= 0 ? this.chunkPerfNow : performance.now();
+    const holdsUntil = perfNow + (expiresAt - now);
+    if (holdsUntil > conn.holdsUntil) conn.holdsUntil = holdsUntil;
   }
 }

@@ -1,0 +1,171 @@
+/**
+ * What goes into the state machine (state.ts) and what comes out: its commands, its effects, and
+ * its read-only views. The server, the cluster node and the observers speak in these; the rules
+ * that turn one into the other live in state.ts alone.
+ */
+
+/** Identifies a requester (the server uses its connection id). Opaque to the state machine. */
+export type SessionId = number;
+
+export type Command =
+  | {
+      readonly type: 'acquire';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      /** 0 = do not wait. */
+      readonly waitMs: number;
+    }
+  | { readonly type: 'release'; readonly session: SessionId; readonly key: string; readonly token: bigint }
+  | { readonly type: 'keep'; readonly session: SessionId; readonly key: string; readonly token: bigint }
+  /** The key's lease ran out: takes effect only if the key still has that token and is past its
+   * expiry (so a stale or early expire is a no-op). */
+  | { readonly type: 'expire'; readonly key: string; readonly token: bigint }
+  /** A queued request's wait ran out: takes effect only if that waiter is still queued and due. */
+  | { readonly type: 'wait-timeout'; readonly key: string; readonly waiter: number }
+  /** The session is gone: its queued requests leave their queues. With `notify` they are answered
+   * `timed-out` (a draining server), without it they are dropped (a closed connection). Grants
+   * are leases, not connections: what the session holds stays held until release or expiry. */
+  | { readonly type: 'disconnect'; readonly session: SessionId; readonly notify?: boolean }
+  /** Removes expired keys that have no waiters, visiting at most `limit` keys per command
+   * (a full pass over a large table is spread over several commands). */
+  | { readonly type: 'sweep'; readonly limit?: number }
+  /** Cluster mode: registers a grant made elsewhere (a new leader rebuilding the table from etcd),
+   * its lease counted from `now`, never from another node's clock. Later tokens are greater than
+   * `token`. Throws if the key is already registered. */
+  | { readonly type: 'adopt'; readonly key: string; readonly owner: string; readonly token: bigint }
+  /** Cluster mode: the lease of the key's grant under `token` counts again from `now + slackMs`
+   * (default 0), never ending earlier than it did: a grant's lease counts from when its commit let
+   * the reply leave. Takes effect only if the key still carries that token. */
+  | { readonly type: 'restart-lease'; readonly key: string; readonly token: bigint; readonly slackMs?: number };
+
+export type GrantPath =
+  /** The key was not registered. */
+  | 'free'
+  /** The key had expired; this acquire took it over on the spot. */
+  | 'takeover'
+  /** The holder released; the front waiter got it. */
+  | 'handoff'
+  /** The key expired with waiters; the front waiter got it at the expiry. */
+  | 'expiry';
+
+export type BusyLimit = 'waiters-per-key' | 'waiters' | 'keys' | 'tokens';
+
+export type Effect =
+  | {
+      readonly type: 'granted';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      readonly expiresAt: number;
+      readonly path: GrantPath;
+      /** When the acquire was applied (`now`; for a queued one, when it was queued): the wait
+       * from a request's arrival to its grant is `now - requestedAt`. */
+      readonly requestedAt: number;
+    }
+  | {
+      readonly type: 'queued';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly waiter: number;
+      readonly deadline: number;
+      /** 1 = front of the queue. */
+      readonly position: number;
+    }
+  | {
+      readonly type: 'timed-out';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      /** held: wait 0 on a held key; waited: the wait ran out; cancelled: `disconnect` with notify. */
+      readonly reason: 'held' | 'waited' | 'cancelled';
+    }
+  | {
+      readonly type: 'busy';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly limit: BusyLimit;
+    }
+  | { readonly type: 'released'; readonly session: SessionId; readonly key: string; readonly token: bigint }
+  | {
+      readonly type: 'not-released';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly token: bigint;
+      readonly reason: 'not-registered' | 'token-mismatch';
+    }
+  /** A keep's results (request op `keep`): the grant's expiry moved to `expiresAt`, at least
+   * `leaseMs` (whole ms) after the keep was applied… */
+  | {
+      readonly type: 'kept';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      readonly expiresAt: number;
+      readonly leaseMs: number;
+    }
+  /** …or the key is not held under that token, and nothing changed. */
+  | {
+      readonly type: 'gone';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly token: bigint;
+      readonly reason: 'not-registered' | 'token-mismatch' | 'expired';
+    }
+  /** A lease ran out and its generation ended (taken over, handed to a waiter, or swept). */
+  | { readonly type: 'expired'; readonly key: string; readonly owner: string; readonly token: bigint }
+  /** A queued request left its queue without a reply (its session is gone). */
+  | {
+      readonly type: 'abandoned';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly owner: string;
+      readonly waiter: number;
+    }
+  /** Progress of a sweep pass. */
+  | { readonly type: 'swept'; readonly visited: number; readonly removed: number; readonly done: boolean }
+  /** An `adopt`: the grant is registered here, expiring at `expiresAt`. */
+  | {
+      readonly type: 'adopted';
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      readonly expiresAt: number;
+    }
+  /** A `restart-lease` of the grant the key still carries: it now expires at `expiresAt`. */
+  | {
+      readonly type: 'lease-restarted';
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      readonly expiresAt: number;
+    };
+
+/** A read-only view of one key, for inspection and tests. */
+export interface KeyView {
+  readonly key: string;
+  readonly owner: string;
+  readonly token: bigint;
+  readonly grantedAt: number;
+  readonly expiresAt: number;
+  readonly waiters: ReadonlyArray<{
+    readonly id: number;
+    readonly session: SessionId;
+    readonly owner: string;
+    readonly deadline: number;
+  }>;
+}
+
+/** A held key, in brief (`held`). */
+export interface HeldKey {
+  readonly key: string;
+  readonly owner: string;
+  readonly token: bigint;
+  readonly expiresAt: number;
+  /** Requests queued for it. */
+  readonly waiters: number;
+}
