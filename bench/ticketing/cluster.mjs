@@ -65,6 +65,7 @@ import {
   runFloor,
   runSingle,
 } from './cluster-figures.mjs';
+import { countErrorsPerKill } from './failover-errors.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const WORKLOADS = ['distinct', 'hot'];
@@ -404,27 +405,10 @@ async function measureFailover(etcd, nodes, options) {
     await Promise.race([once(child, 'exit'), timeLimit(15_000)]);
     const tail = out ? JSON.parse(out) : {};
     countErrorsPerKill(kills, tail.errorLog ?? []);
-    for (const [k, kill] of kills.entries()) {
-      console.error(
-        `failover ${k + 1}: ${kill.indeterminate} Indeterminate (${kill.inFlight} requests in flight at the kill), ` +
-          `${kill.otherErrors} other errors`,
-      );
-    }
     return { kills, errorsDuringFailover: tail.errors, failures: tail.failures };
   } finally {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   }
-}
-
-/** Each kill's errors: those from its kill to the next kill (the last: to the end of the run).
- * Indeterminate ones apart: only requests in flight to the killed leader should be among them. */
-function countErrorsPerKill(kills, errorLog) {
-  kills.forEach((kill, k) => {
-    const end = kills[k + 1]?.killedAt ?? Infinity;
-    const mine = errorLog.filter(([at]) => at >= kill.killedAt && at < end);
-    kill.indeterminate = mine.filter(([, code]) => code === 'ETICKETINDETERMINATE').length;
-    kill.otherErrors = mine.length - kill.indeterminate;
-  });
 }
 
 export async function main(argv) {
