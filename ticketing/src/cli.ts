@@ -32,7 +32,7 @@ export function main(argv: readonly string[]): void {
     .description("list the keys a server holds, from its HTTP endpoint's /v1/locks")
     .requiredOption('--http <host:port>', "the server's --http address", advertiseAddress)
     .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
-    .option('--tls-ca <path>', 'ask over HTTPS, trusting this CA certificate (PEM)')
+    .option('--tls-ca <path>', "ask over HTTPS, trusting this CA certificate (PEM), or 'system': Node's default CAs")
     .option('--prefix <prefix>', 'only keys that start with this')
     .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), DEFAULT_LOCKS_LIMIT)
     .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
@@ -46,7 +46,7 @@ export function main(argv: readonly string[]): void {
       const result = await fetchLocks({
         address: flags.http as string,
         secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
-        ca: flags.tlsCa === undefined ? undefined : readFileSync(flags.tlsCa as string),
+        ca: flags.tlsCa === undefined || flags.tlsCa === 'system' ? flags.tlsCa : readFileSync(flags.tlsCa as string),
         prefix: flags.prefix as string | undefined,
         limit: flags.limit as number,
         timeoutMs: flags.timeout as number,
@@ -71,7 +71,10 @@ export function main(argv: readonly string[]): void {
         .default(0, '0s'),
     )
     .option('--secret-file <path>', 'file holding the shared secret')
-    .option('--tls-ca <path>', 'connect with TLS, trusting this PEM CA for the servers')
+    .option(
+      '--tls-ca <path>',
+      "connect with TLS, trusting this PEM CA for the servers, or 'system': Node's default CAs",
+    )
     .option('--tls-cert <path>', 'PEM client certificate, for servers that require one (needs --tls-key)')
     .option('--tls-key <path>', 'PEM private key of --tls-cert')
     .addOption(
@@ -97,7 +100,7 @@ export function main(argv: readonly string[]): void {
         flags.tlsCa === undefined
           ? undefined
           : {
-              ca: pem('tlsCa', 'TLS CA file'),
+              ca: flags.tlsCa === 'system' ? undefined : pem('tlsCa', 'TLS CA file'),
               cert: pem('tlsCert', 'TLS certificate file'),
               key: pem('tlsKey', 'TLS key file'),
             };

@@ -38,6 +38,31 @@ function subscribeDisconnects(): Array<{ reason: string }> {
   return seen;
 }
 
+describe('W: the leader probe', () => {
+  test('a single-mode server answers W at once and changes nothing; the connection stays open', async () => {
+    const { port, server: s } = await server();
+    const c = await connect(port);
+    c.write('W\nW\n');
+    expect(await c.readLines(2)).toEqual(['W', 'W']);
+    c.write('A k o 0\n');
+    expect(await c.readLine()).toMatch(/^A [1-9][0-9]* o k$/);
+    expect(s.inspect('k')).toMatchObject({ owner: 'o' });
+    c.write('W extra\n');
+    expect(await c.readLine()).toBe('E bad_request W takes no fields');
+    await c.waitClosed();
+  });
+
+  test('with a secret, W is answered only after H', async () => {
+    const { port } = await server({ secret: 's3cret' });
+    const refused = await connect(port);
+    refused.write('W\n');
+    expect(await refused.readLine()).toBe('E auth_failed');
+    const c = await connect(port);
+    c.write('H s3cret\nW\n');
+    expect(await c.readLine()).toBe('W');
+  });
+});
+
 describe('A: the acquire table', () => {
   test('not registered: "A <token> <owner> <key>" at once, token about the wall clock in µs', async () => {
     const { port, server: s } = await server();

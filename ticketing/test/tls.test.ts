@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import tls from 'node:tls';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
-import { CertificateError } from '../src/errors.js';
+import { CertificateError, TlsMismatchError } from '../src/errors.js';
 import { parseReply } from '../src/protocol.js';
 import { TicketServer } from '../src/server/server.js';
 import { TlsMaterial, TlsMaterialError } from '../src/server/tls-material.js';
@@ -95,9 +95,33 @@ describe('TLS between TicketClient and TicketServer', () => {
         const error = (await c.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as CertificateError;
         expect(error).toBeInstanceOf(CertificateError);
         expect(error.code).toBe('ETICKETCERT');
+        if (cert === undefined) expect(error.message).toContain('no client certificate');
+        else expect(error.message).not.toContain('no client certificate');
         expect(server.inspect('k')).toBeUndefined();
       });
     }
+  });
+
+  test('TicketClient without tls on a TLS port: TlsMismatchError saying to pass tls, not "no definitive reply"', async () => {
+    const { server, port } = await tlsServer(false);
+    const plain = new TicketClient({ port, connectTimeoutMs: 10_000 });
+    cleanups.push(() => plain.destroy());
+    const error = (await plain.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as TlsMismatchError;
+    expect(error).toBeInstanceOf(TlsMismatchError);
+    expect(error).toMatchObject({ code: 'ETICKETTLSMISMATCH', op: 'acquire', key: 'k' });
+    expect(error.message).toMatch(/speaks TLS and this client has no tls option: pass tls/);
+    expect(server.inspect('k')).toBeUndefined();
+  });
+
+  test('TicketClient with tls on a plain port: TlsMismatchError saying the server does not speak TLS', async () => {
+    const server = new TicketServer({ port: 0 });
+    const { port } = await server.listen();
+    cleanups.push(() => server.close());
+    const c = client(port, clientTls(pki));
+    const error = (await c.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as TlsMismatchError;
+    expect(error).toMatchObject({ code: 'ETICKETTLSMISMATCH' });
+    expect(error.message).toMatch(/does not speak TLS \(it answered in plain text\): drop the tls option/);
+    expect(server.inspect('k')).toBeUndefined();
   });
 
   test('a plain-TCP client on a TLS port gets nothing that parses as the protocol, and no lock', async () => {

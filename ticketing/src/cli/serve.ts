@@ -12,7 +12,7 @@ import { Option, type Command } from 'commander';
 import type { ClusterNode } from '../cluster/node.js';
 import { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW, type ClusterNodeOptions } from '../cluster/options.js';
 import { HttpEndpoint } from '../observe/http.js';
-import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
+import { createLogger, LOG_LEVELS, logProcessWarnings, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
 import { TicketMetrics } from '../observe/metrics.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from '../server/server.js';
 import { TlsMaterial } from '../server/tls-material.js';
@@ -275,6 +275,7 @@ export function addServeCommand(program: Command): void {
       const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
       const etcdAccess = cluster ? readEtcdAccess(flags) : {};
       const logger = createLogger(flags.logLevel as LogLevel);
+      logProcessWarnings(logger);
       // The flags hold file names, never a secret or a password.
       logger.info({ version: packageVersion(), config: flags }, 'starting');
       const options: TicketServerOptions = {
@@ -361,7 +362,11 @@ export function addServeCommand(program: Command): void {
           logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
         process.stdout.write(`listening ${formatListening(host, port)}\n`);
       } catch (error) {
-        logger.fatal({ err: error }, (error as Error).message ?? String(error));
+        const message = (error as Error).message ?? String(error);
+        logger.fatal({ err: error }, message);
+        // A person at a terminal gets the plain line too; a log collector (a pipe, a file) gets
+        // JSON lines only.
+        if (process.stderr.isTTY) process.stderr.write(`ticketing: ${message}\n`);
         process.exit(1);
       }
     });

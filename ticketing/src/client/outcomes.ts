@@ -10,20 +10,30 @@ import {
   type IndeterminateReason,
   LockLostError,
   type TicketError,
+  TlsMismatchError,
+  UnlistedLeaderError,
 } from '../errors.js';
-import type { Pending } from './pending.js';
+import type { Pending, PendingAcquire } from './pending.js';
+import { parsePartialGrant } from '../protocol.js';
 
 export type ConnectionEnd =
   /** The server refused the connection before processing any request of it. */
   | {
       readonly kind: 'refused';
-      readonly error: typeof AuthFailedError | typeof CapacityError | typeof CertificateError;
+      readonly error: RefusalClass;
       readonly cause: unknown;
     }
   /** The caller aborted this request after it was sent (the connection was closed for it). */
   | { readonly kind: 'aborted'; readonly cause: unknown }
   /** Anything else: the request may have taken effect. */
   | { readonly kind: 'lost'; readonly reason: IndeterminateReason; readonly cause: unknown };
+
+export type RefusalClass =
+  | typeof AuthFailedError
+  | typeof CapacityError
+  | typeof CertificateError
+  | typeof TlsMismatchError
+  | typeof UnlistedLeaderError;
 
 /** `token`: a grant's token salvaged from a half-received reply (acquires only). */
 export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint): TicketError {
@@ -33,7 +43,9 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
   switch (end.kind) {
     case 'refused':
       return new end.error(
-        `${what} was refused (${describe(end.cause)}): it did not take effect`,
+        end.error === TlsMismatchError || end.error === UnlistedLeaderError
+          ? `${what} was not sent: ${describe(end.cause)}`
+          : `${what} was refused (${describe(end.cause)}): it did not take effect`,
         p.kind,
         p.key,
         owner,
@@ -79,4 +91,20 @@ export function lockGone(key: string, token: bigint): LockLostError {
 
 function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
+}
+
+/** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`): if it
+ * names one of the `sent` acquires, the token is known and can be handed back. */
+export function salvageGrant(
+  partial: string,
+  sent: readonly Pending[],
+): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
+  const grant = parsePartialGrant(partial);
+  if (grant === undefined) return undefined;
+  for (const p of sent) {
+    if (p.kind === 'acquire' && p.owner === grant.owner && p.key.startsWith(grant.keyPrefix)) {
+      return { p, token: BigInt(grant.token), tokenText: grant.token };
+    }
+  }
+  return undefined;
 }

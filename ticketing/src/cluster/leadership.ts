@@ -340,7 +340,8 @@ export class Leadership {
    * error and closes. Retrying would only hide a wrong configuration behind `E no_leader`.
    */
   #refused(error: unknown): boolean {
-    const accessError = asAccessError(error, this.#options.etcdUser?.name, this.#options.prefix);
+    const { etcdUser, etcdTls, prefix } = this.#options;
+    const accessError = asAccessError(error, etcdUser?.name, prefix, etcdTls?.cert);
     if (accessError === undefined || this.#closing) return accessError !== undefined;
     if (this.#accessError !== undefined) return true;
     this.#accessError = accessError;

@@ -195,7 +195,10 @@ export class HttpEndpoint {
   /** 401 unless the request's bearer secret is the server's (or it has none). */
   #unauthorized(request: http.IncomingMessage): Reply | undefined {
     if (this.#authorized(request)) return undefined;
-    return { ...json(401, { error: 'unauthorized' }), headers: { 'www-authenticate': 'Bearer' } };
+    return {
+      ...json(401, { error: 'unauthorized' }),
+      headers: { 'content-type': JSON_TYPE, 'www-authenticate': 'Bearer' },
+    };
   }
 
   #locks(url: URL, request: http.IncomingMessage): Reply {

@@ -114,7 +114,7 @@ export class TicketServer extends EventEmitter {
     const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open));
     const deadlines = (this.#deadlines = new DeadlineTimer(applier, clock, outbox));
     const closer = (this.#closer = new Closer(outbox, applier, config.writeTimeoutMs));
-    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate));
+    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox));
     this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines);
     this.#housekeeping = new Housekeeping(this, config, applier, open, closer, outbox);
   }
@@ -252,7 +252,7 @@ export class TicketServer extends EventEmitter {
       },
       (socket) => {
         const refused = material.mutual && !socket.authorized;
-        connections.accept(socket, refused ? String(socket.authorizationError ?? 'no certificate') : undefined);
+        connections.accept(socket, refused ? certificateRefusal(socket) : undefined);
       },
     );
     server.on('tlsClientError', (error, socket) =>
@@ -327,4 +327,11 @@ export class TicketServer extends EventEmitter {
     void this.close();
     this.emit('error', error);
   }
+}
+
+/** Why a client's certificate was refused. Node sets `authorizationError` even when the client sent
+ * none (UNABLE_TO_GET_ISSUER_CERT): an empty peer certificate is what says so. */
+function certificateRefusal(socket: tls.TLSSocket): string {
+  if (Object.keys(socket.getPeerCertificate()).length === 0) return 'no client certificate: pass one (cert, key)';
+  return String(socket.authorizationError);
 }

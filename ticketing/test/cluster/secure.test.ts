@@ -176,9 +176,14 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     expect(fatal(systemCas.stderr)).toMatch(/TLS: unable to verify the first certificate/);
   }, 30_000);
 
-  it('no user on an etcd with auth on: exit 1, saying a user is needed', async () => {
+  it('no user on an etcd with auth on, but a client certificate: exit 1, naming its CN as the user', async () => {
     const result = await serveRefused({ '--etcd-user': null, '--etcd-password-file': null });
     expect(result.code).toBe(1);
-    expect(fatal(result.stderr)).toMatch(/this node \(no user given\) may not read and write/);
+    // Its client certificate names it (etcd takes the CN as the user): a permission, not a login.
+    expect(fatal(result.stderr)).toMatch(/user ".+" \(its client certificate's CN\) may not read and write/);
+    expect(result.stderr).toContain('"code":"ETICKETETCDPERMISSION"');
+    // Every line on stderr is JSON (a pipe is no terminal: no plain line), grpc's warnings included.
+    for (const line of result.stderr.split('\n').filter((l) => l !== ''))
+      expect(() => JSON.parse(line) as unknown).not.toThrow();
   }, 30_000);
 });

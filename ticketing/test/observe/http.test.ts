@@ -92,6 +92,8 @@ describe('HTTP endpoint', () => {
     const none = await request(o.httpPort, '/v1/locks');
     expect(none.status).toBe(401);
     expect(none.headers['www-authenticate']).toBe('Bearer');
+    expect(none.headers['content-type']).toMatch(/^application\/json/);
+    expect(JSON.parse(none.body)).toEqual({ error: 'unauthorized' });
     const wrong = await request(o.httpPort, '/v1/locks', { headers: { authorization: 'Bearer s3cre7' } });
     expect(wrong.status).toBe(401);
     const right = await request(o.httpPort, '/v1/locks', { headers: { authorization: 'Bearer s3cret' } });
@@ -174,6 +176,14 @@ describe('ticketing serve --http and ticketing inspect', () => {
     );
   });
 
+  test('inspect --tls-ca against a plain HTTP endpoint: told to drop --tls-ca', async () => {
+    const s = await serveHttp([]);
+    const [ca] = [await pki()];
+    const r = await runCli(['inspect', '--http', `127.0.0.1:${s.httpPort}`, '--tls-ca', ca.ca]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/the endpoint speaks plain HTTP, not HTTPS: drop --tls-ca\n$/);
+  });
+
   test('inspect with a secret: refused without it (exit 1), served with it', async () => {
     const dir = tmp();
     const secretFile = join(dir, 'secret');
@@ -201,7 +211,20 @@ describe('ticketing serve --http and ticketing inspect', () => {
       stdout: 'No locks held.\n',
       stderr: '',
     });
-    expect((await runCli(['inspect', '--http', address])).code).toBe(1); // plain HTTP to an HTTPS port
+    // Plain HTTP to an HTTPS port: told so, and which flag to pass.
+    const plain = await runCli(['inspect', '--http', address]);
+    expect(plain.code).toBe(1);
+    expect(plain.stderr).toBe(
+      `ticketing: http://${address}: the endpoint speaks HTTPS: pass --tls-ca <the CA certificate file> (or --tls-ca system)\n`,
+    );
+    // --tls-ca system: Node's default CAs (a test CA only through NODE_EXTRA_CA_CERTS, which they include).
+    expect((await runCli(['inspect', '--http', address, '--tls-ca', 'system'])).stderr).toMatch(/certificate/);
+    process.env.NODE_EXTRA_CA_CERTS = first.ca;
+    try {
+      expect((await runCli(['inspect', '--http', address, '--tls-ca', 'system'])).code).toBe(0);
+    } finally {
+      delete process.env.NODE_EXTRA_CA_CERTS;
+    }
     copyFileSync(second.server.cert, cert);
     copyFileSync(second.server.key, key);
     s.child.kill('SIGHUP');
