@@ -6,17 +6,20 @@
 #             (etcdctl makes the secure cluster's users and roles)
 #   redis     redis-server: the Ticketing benchmark's Redis side (its quick run is a test)
 #   prometheus  prometheus, for its promtool: the Ticketing metrics test lints a real /metrics scrape
+#   chromium  chromium: the Ticketing console's browser tests drive it with playwright-core (which
+#             downloads no browser of its own)
 #   bench     stress-ng and strace: `npm run bench:busy` and `node bench/syscalls.mjs` (no test needs
 #             them, so only when asked)
-# `sh scripts/setup.sh` installs the first four; `sh scripts/setup.sh etcd` only that one.
+# `sh scripts/setup.sh` installs the first five; `sh scripts/setup.sh etcd` only that one.
 # Idempotent and quiet when everything is there. Installing needs root and apt-get; without them it
-# says what is missing in one line each and exits 0 (the cluster tests then skip, saying why).
+# says what is missing in one line each and exits 0 (the cluster and browser tests then skip,
+# saying why).
 # No service starts: the install runs under a policy-rc.d that forbids it (redis-server,
 # etcd-server and prometheus ship init scripts), and the previous policy is put back. Every apt
 # step is bounded.
 set -u
 
-components=${*:-prebuild etcd redis prometheus}
+components=${*:-prebuild etcd redis prometheus chromium}
 need=""
 for component in $components; do
   case $component in
@@ -35,11 +38,12 @@ for component in $components; do
       ;;
     redis) command -v redis-server >/dev/null 2>&1 || need="$need redis-server" ;;
     prometheus) command -v promtool >/dev/null 2>&1 || need="$need prometheus" ;;
+    chromium) [ -x /usr/bin/chromium ] || need="$need chromium" ;;
     bench)
       command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
       command -v strace >/dev/null 2>&1 || need="$need strace"
       ;;
-    *) echo "setup: unknown component $component (prebuild, etcd, redis, prometheus, bench)" >&2; exit 64 ;;
+    *) echo "setup: unknown component $component (prebuild, etcd, redis, prometheus, chromium, bench)" >&2; exit 64 ;;
   esac
 done
 [ -z "$need" ] && exit 0

@@ -453,7 +453,9 @@ export function report(context) {
     failover
       ? `Failover (window ${defaultWindow}; leader SIGKILL under the distinct load → first grant by the new leader): ${failoverMs
           .map((ms) => (ms === null ? 'none within 15 s' : `${ms.toFixed(0)} ms`))
-          .join(', ')}; median ${fixed(median(failoverMs), 0)} ms.`
+          .join(', ')}; median ${fixed(median(failoverMs), 0)} ms. Indeterminate outcomes per kill (requests in ` +
+        `flight at the kill): ${failover.kills.map((k) => `${k.indeterminate} (${k.inFlight})`).join(', ')}; other errors ` +
+        `${failover.kills.map((k) => k.otherErrors).join(', ')}.`
       : 'Failover: not measured (--kills 0).',
     `Safety check: ${
       violations === 0

@@ -7,6 +7,7 @@
  *   npm run bench:ticketing -- --cluster [--quick] [--duration 3s] [--warmup 1s] [--rounds 3]
  *                                         [--workers 64] [--connections 4] [--kills 3]
  *                                         [--window 1,4,16] [--out dir]
+ *   (`--rounds 0 --kills n`: the failover alone, printed as JSON)
  *
  * Workloads: `workers` concurrent acquire+release loops over `connections` TCP connections
  * (Ticketing: half as many clients, each has a pipelined connection and a release lane; etcd:
@@ -14,7 +15,7 @@
  * - distinct: every loop has its own key;
  * - hot: every loop wants one key. Ticketing queues waiters at the leader (FIFO hand-off); the
  *   two etcd locks have no queue, so their loops retry at once until they get it (the usual spin).
- * Commit window: `--window n[,n…]` (default: the product's default, DEFAULT_COMMIT_WINDOW) starts
+ * Commit window: `--window n[,n…]` (default: the product's default, CLUSTER_DEFAULTS.commitWindow) starts
  * one group of 3 nodes per size, `serve --cluster --commit-window n`, each under its own prefix on
  * the one etcd; the groups not measured sit idle (their CPU is reported as "other nodes"). The
  * product default is always one of them: the failover and the 1-worker figure are measured on it.
@@ -31,7 +32,10 @@
  * round. The floor, once before the rounds: a raw txn at a time, and etcd's WAL fsync time.
  * Failover: while a child runs the distinct workload, the Ticketing leader is SIGKILLed; the
  * failover time runs from the kill to the first acquire that a client started after the kill and
- * got granted (only a live leader can grant it). The killed node is restarted between kills.
+ * got granted (only a live leader can grant it). The killed node is restarted between kills. Per
+ * kill, the errors the loops met until the next kill are counted, Indeterminate ones apart,
+ * beside the requests that were in flight (sent, unanswered) just before the kill: only those can
+ * honestly come back Indeterminate.
  * Results: a markdown table on stdout, and <out>/cluster-results.json (default bench/ticketing/;
  * a --quick run writes it only with --out, so it never replaces the committed results).
  */
@@ -43,7 +47,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   cpuTimeMs,
-  ensureEtcd,
+  findEtcd,
   ROOT,
   startEtcdCluster,
   startTicketingNodes,
@@ -61,6 +65,7 @@ import {
   runFloor,
   runSingle,
 } from './cluster-figures.mjs';
+import { countErrorsPerKill } from './failover-errors.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const WORKLOADS = ['distinct', 'hot'];
@@ -100,6 +105,8 @@ async function ticketingSystem({ addresses, leader, connections }) {
     async release(i, key, token) {
       return (await clients[i % count].release(key, token)).status === 'released';
     },
+    /** Requests sent and not yet answered, over every client: what a kill now could leave open. */
+    inFlight: () => clients.reduce((sum, c) => sum + c.pending.inFlight, 0),
     close: () => Promise.all(clients.map((c) => c.close())),
   };
 }
@@ -152,6 +159,7 @@ async function runWorker(config) {
   // Every latency, preallocated: writing a sample never allocates, so the GC measures nothing.
   const latencies = new Float64Array(4_000_000);
   const successes = config.failover ? [] : undefined; // [start, end] of every grant, failover only
+  const errorLog = config.failover ? [] : undefined; // [when, code] of every error, failover only
   let cycles = 0;
   let measuring = false;
   let stop = false;
@@ -187,6 +195,7 @@ async function runWorker(config) {
       } catch (error) {
         errors++;
         generation++;
+        errorLog?.push([now(), error.code ?? error.name]);
         if (config.failover === undefined && errors <= 3) console.error(`${system}/${workload}: ${error.message}`);
         await sleep(10);
       }
@@ -213,6 +222,7 @@ async function runWorker(config) {
     await new Promise((resolve) => {
       process.on('message', (message) => {
         if (message.stop) return resolve();
+        if (message.snapshot) return process.send({ inFlight: lock.inFlight() });
         const deadline = Date.now() + 15_000;
         const poll = setInterval(() => {
           for (let k = 0; k < successes.length; k += 2) {
@@ -229,7 +239,7 @@ async function runWorker(config) {
         }, 5);
       });
     });
-    result = { errors, failures };
+    result = { errors, failures, errorLog };
   } else {
     await sleep(warmupMs);
     const before = await sample();
@@ -374,12 +384,14 @@ async function measureFailover(etcd, nodes, options) {
     for (let k = 0; k < options.kills; k++) {
       await sleep(options.quick ? 1_000 : 1_500); // steady load first
       const leader = await nodes.waitForLeader({ timeoutMs: 15_000 });
+      child.send({ snapshot: true });
+      const { inFlight } = await next(5_000); // sent and unanswered just before the kill
       const killedAt = now();
       await leader.kill('SIGKILL');
       child.send({ killedAt });
       const { firstGrantAt } = await next(20_000);
       const ms = firstGrantAt === null ? null : firstGrantAt - killedAt;
-      kills.push({ killed: leader.address, ms });
+      kills.push({ killed: leader.address, killedAt, ms, inFlight });
       console.error(
         `failover ${k + 1}: killed leader ${leader.address}; first grant from the new leader after ${
           ms === null ? 'NONE within 15 s' : `${ms.toFixed(0)} ms`
@@ -392,6 +404,7 @@ async function measureFailover(etcd, nodes, options) {
     child.stdout.on('data', (chunk) => (out += chunk));
     await Promise.race([once(child, 'exit'), timeLimit(15_000)]);
     const tail = out ? JSON.parse(out) : {};
+    countErrorsPerKill(kills, tail.errorLog ?? []);
     return { kills, errorsDuringFailover: tail.errors, failures: tail.failures };
   } finally {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -399,10 +412,12 @@ async function measureFailover(etcd, nodes, options) {
 }
 
 export async function main(argv) {
-  const pipeline = await import(join(ROOT, 'ticketing', 'dist', 'cluster', 'pipeline.js'));
-  const defaultWindow = pipeline.DEFAULT_COMMIT_WINDOW;
-  const options = parseArgs(argv, { defaultWindow, maxWindow: pipeline.MAX_COMMIT_WINDOW });
-  const found = await ensureEtcd();
+  const { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW } = await import(
+    join(ROOT, 'ticketing', 'dist', 'cluster', 'options.js')
+  );
+  const defaultWindow = CLUSTER_DEFAULTS.commitWindow;
+  const options = parseArgs(argv, { defaultWindow, maxWindow: MAX_COMMIT_WINDOW });
+  const found = await findEtcd();
   if (!found.binary) throw new Error(`the cluster benchmark needs etcd: ${found.reason}`);
   try {
     await import('etcd3');
@@ -532,6 +547,11 @@ export async function main(argv) {
     await cleanup();
   }
   console.error(`done ${elapsed()}`);
+  if (options.rounds === 0) {
+    // Only the failover was measured (`--rounds 0 --kills n`): its figures, no table.
+    console.log(JSON.stringify({ failover }, null, 2));
+    return;
+  }
   const context = { options, startedAt, loadAtStart, runs, singles, failover, leaderAtStart };
   const constants = { WORKLOADS, LEADER_TTL, LEASE };
   report({ ...context, systems, defaultWindow, floor, etcdDir: etcd.dir, filesystem, constants });

@@ -2,7 +2,7 @@
  * TLS's cost per request: `npm run bench:ticketing -- --tls [--rounds 5] [--duration 3s] [--warmup 1s]`.
  *
  * The C load generator speaks plain TCP only, so every side is driven by the same Node load
- * generator: bench.mjs's TicketClient worker in 4 processes × 16 loops, distinct keys, acquire +
+ * generator: worker.mjs's TicketClient worker in 4 processes × 16 loops, distinct keys, acquire +
  * release cycles. Each process has one client (a pipelined connection and a release lane), so 4
  * connections with 16 cycles in flight on each: "distinct 4×16" as in bench.mjs. The servers are
  * three `ticketing serve`s: plain TCP, TLS (a server certificate) and mutual TLS (`--tls-ca`, the
@@ -21,7 +21,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { createCa } from '../../ticketing/test/certs.mjs';
-import { fmt, loadavg, medianOf, readPemFiles, runInChild, startTicketing, stop } from './bench.mjs';
+import { fmt, loadavg, medianOf, readPemFiles, runInChild, startTicketing, stop } from './processes.mjs';
 
 const PROCESSES = 4;
 const LOOPS = 16;

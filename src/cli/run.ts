@@ -5,27 +5,19 @@
  * SIGKILL after a grace, exit EXIT_LOST. The command runs under native/src/supervisor.c, which kills its
  * process group when `run` dies, even by SIGKILL, before the lease can pass to a waiter.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import diagnostics from 'node:diagnostics_channel';
 import fs from 'node:fs';
-import { constants } from 'node:os';
 import { join, resolve } from 'node:path';
 import { liveName, safeID } from '../flock/layout.js';
 import { Lease } from '../flock/lease.js';
 import { inspectLeaseDir } from '../flock/operator/index.js';
 import { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
-import { timerDelay } from '../kernel/timers.js';
-import { reapGroup } from '../kernel/process-group.js';
+import { describeEnd, EXIT_NOT_STARTED, exitStatus, Supervision } from '../kernel/supervise.js';
 import { supervisorPath } from '../native.js';
 import { LeaseHeldError, type LeaseError } from '../port/errors.js';
 import type { LeaseHold } from '../port/hold.js';
 import { compact, displayText, relative } from '../kernel/display.js';
 import { isoSeconds } from './format.js';
-
-export { EXIT_HELD, EXIT_LOST } from '../kernel/exit.js';
-/** Signals passed on to the command. */
-const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'] as const;
-type Forwarded = (typeof FORWARDED_SIGNALS)[number];
 
 export interface RunOptions {
   readonly dir: string;
@@ -52,44 +44,20 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
   const dir = resolve(options.dir);
   const supervisor = supervisorPath(); // missing: fail before taking the lease
   const lease = new Lease(dir, { ttlMs: options.ttlMs });
-  const waiting = new AbortController();
-  let interrupted: Forwarded | undefined;
-  let child: ChildProcess | undefined;
-  let exited = false;
+  const supervision = new Supervision({
+    foreground: options.foreground,
+    onForward: options.verbose ? (sig, pid) => out.say(`forwarding ${sig} to the command (pid ${pid})`) : undefined,
+  });
   let lost: LeaseError | undefined;
-  let killTimer: NodeJS.Timeout | undefined;
 
-  const target = (): number => (options.foreground ? child!.pid! : -child!.pid!); // its process group unless --foreground
-  const signal = (sig: NodeJS.Signals): void => {
-    try {
-      process.kill(target(), sig);
-    } catch {
-      // already gone
-    }
-  };
-  const onSignal = (sig: Forwarded): void => {
-    if (child === undefined) {
-      // Still waiting for the lease: stop waiting, exit as that signal would have made us.
-      interrupted ??= sig;
-      waiting.abort(new Error(`interrupted by ${sig}`));
-      return;
-    }
-    if (exited || child.pid === undefined) return;
-    // A Ctrl-C or Ctrl-\ from the terminal reached a --foreground command already (same process group).
-    if (options.foreground && (sig === 'SIGINT' || sig === 'SIGQUIT') && inTerminalForeground()) return;
-    if (options.verbose) out.say(`forwarding ${sig} to the command (pid ${child.pid})`);
-    signal(sig);
-  };
   const onLost = (reason: LeaseError): void => {
     lost = reason;
-    if (child === undefined || exited || child.pid === undefined) return;
+    if (!supervision.running) return;
     // The reason names the lease: 'lease "x" was lost: ...' or 'lease "x" expired before it could be renewed: ...'.
     out.say(`${reason.message}; terminating the command (SIGTERM, SIGKILL after ${compact(options.killAfterMs)})`);
-    signal('SIGTERM');
-    killTimer = setTimeout(() => {
-      out.say(`the command did not exit within ${compact(options.killAfterMs)} of SIGTERM: SIGKILL`);
-      signal('SIGKILL');
-    }, timerDelay(options.killAfterMs));
+    supervision.terminate(options.killAfterMs, () =>
+      out.say(`the command did not exit within ${compact(options.killAfterMs)} of SIGTERM: SIGKILL`),
+    );
   };
   const verbose = (channel: string, text: (message: { grant: { token: bigint; expiry: Date } }) => string) => {
     const listener = (message: unknown): void => {
@@ -109,22 +77,21 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       ]
     : [];
 
-  for (const sig of FORWARDED_SIGNALS) process.on(sig, onSignal);
   try {
     let hold: LeaseHold;
     try {
-      hold = await lease.hold(id, owner, { waitMs: options.waitMs, signal: waiting.signal, onLost });
+      hold = await lease.hold(id, owner, { waitMs: options.waitMs, signal: supervision.waitSignal, onLost });
     } catch (error) {
-      if (interrupted !== undefined) return 128 + constants.signals[interrupted];
+      if (supervision.interruptedStatus !== undefined) return supervision.interruptedStatus;
       if (error instanceof LeaseHeldError) {
         out.say(heldMessage(dir, id, options.waitMs, error));
         return EXIT_HELD;
       }
       throw error;
     }
-    if (interrupted !== undefined) {
+    if (supervision.interruptedStatus !== undefined) {
       await hold.release().catch(() => {}); // at exit the kernel frees it anyway
-      return 128 + constants.signals[interrupted];
+      return supervision.interruptedStatus;
     }
     if (lost !== undefined) {
       out.say(`${lost.message}; the command was not started`);
@@ -145,33 +112,14 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
     };
     // The supervisor keeps a descriptor of the generation's .live open (its fd 3): the lease stays
     // held until it has killed the command's group, even if this process is SIGKILLed.
-    const liveFd = descriptorOf(join(dir, liveName(safeID(id), grant.token)));
-    const supervisorArgs = ['--parent-pid', String(process.pid), ...(liveFd === undefined ? [] : ['--keep-fd', '3'])];
-    if (options.foreground) supervisorArgs.push('--foreground');
-    const started = spawn(supervisor, [...supervisorArgs, '--', ...command], {
-      stdio: ['inherit', 'inherit', 'inherit', liveFd ?? 'ignore'],
-      env,
-      detached: !options.foreground, // a new session and process group, led by the supervisor
-    });
-    child = started;
-    const status = await new Promise<
-      { code: number | null; signal: NodeJS.Signals | null } | { error: NodeJS.ErrnoException }
-    >((done) => {
-      started.once('error', (error) => done({ error }));
-      started.once('exit', (code, signal) => done({ code, signal }));
-    });
-    exited = true;
-    clearTimeout(killTimer);
-
-    if ('error' in status) {
+    const keepFd = descriptorOf(join(dir, liveName(safeID(id), grant.token)));
+    const started = await supervision.run({ supervisor, command, env, keepFd });
+    if ('notStarted' in started) {
       await hold.release().catch(() => {});
-      out.say(`cannot start the supervisor ${supervisor}: ${status.error.message}`);
-      return 126;
+      out.say(started.notStarted);
+      return EXIT_NOT_STARTED;
     }
-    // The supervisor reports the command's status (126/127 if it could not be run); a signal here
-    // killed the supervisor itself: what is left of the command's group goes too.
-    if (status.signal !== null && !options.foreground) await reapGroup(started.pid!, 0);
-    const childStatus = status.code ?? 128 + constants.signals[status.signal!];
+    const { end } = started;
     if (lost === undefined) {
       // Was the lease still ours when the command ended? A renew tells: a takeover or a
       // force-release since the last renew shows up here, not after we reported success.
@@ -183,8 +131,8 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
       }
     }
     if (lost !== undefined) {
-      if (!options.foreground) await reapGroup(started.pid!, options.killAfterMs);
-      out.say(`the command ended (${describeStatus(status)}) after the lease was lost: exit ${EXIT_LOST}`);
+      await supervision.reap(options.killAfterMs);
+      out.say(`the command ended (${describeEnd(end)}) after the lease was lost: exit ${EXIT_LOST}`);
       return EXIT_LOST;
     }
     try {
@@ -195,16 +143,12 @@ export async function runCommand(options: RunOptions, out: Output): Promise<numb
         `warning: could not release ${JSON.stringify(id)} (${(error as Error).message}); it is freed when this process exits`,
       );
     }
-    if (options.verbose) out.say(`released ${JSON.stringify(id)}; the command ended (${describeStatus(status)})`);
-    return childStatus;
+    if (options.verbose) out.say(`released ${JSON.stringify(id)}; the command ended (${describeEnd(end)})`);
+    return exitStatus(end);
   } finally {
-    for (const sig of FORWARDED_SIGNALS) process.off(sig, onSignal);
+    supervision.close();
     for (const stop of unsubscribe) stop();
   }
-}
-
-function describeStatus(status: { code: number | null; signal: NodeJS.Signals | null }): string {
-  return status.code !== null ? `status ${status.code}` : `killed by ${status.signal}`;
 }
 
 /** One line naming the holder: owner, pid, token, expiry. */
@@ -245,16 +189,4 @@ function descriptorOf(path: string): number | undefined {
     }
   }
   return undefined;
-}
-
-/** Are we in the foreground process group of our controlling terminal? (Linux: /proc/self/stat) */
-function inTerminalForeground(): boolean {
-  try {
-    const stat = fs.readFileSync('/proc/self/stat', 'latin1');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const [pgrp, ttyNr, tpgid] = [Number(fields[2]), Number(fields[4]), Number(fields[5])];
-    return ttyNr !== 0 && tpgid === pgrp;
-  } catch {
-    return false;
-  }
 }

@@ -8,7 +8,7 @@ import { yieldIfRunStarts } from '../port/turn.js';
 import type { CommitPlan, CommitResult, LeaseIO } from './io.js';
 import type { DirPaths } from './layout.js';
 import { formatRecord, type LeaseRecord } from './record.js';
-import type { Place } from './waitline.js';
+import type { Place } from './queue.js';
 
 /** A generation whose liveness lock this process holds. */
 export interface Generation {

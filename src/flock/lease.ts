@@ -25,10 +25,9 @@ import {
   checkOwner,
   checkPositiveMs,
   checkSessionId,
-  checkSignal,
+  operationSignal,
   readClock,
-  resolveClock,
-  resolveTtl,
+  resolveLeaseOptions,
   resolveWaitMs,
 } from '../port/validate.js';
 import { acquireState, type TakeoverReason } from './acquire-state.js';
@@ -39,7 +38,8 @@ import { fileIO, type CommitError, type LeaseIO } from './io.js';
 import { DirPaths, safeID } from './layout.js';
 import { expiresAtMs, grantOf, holderOf, isExpired, type LeaseRecord } from './record.js';
 import { lockTransition, readRecordAt, type TransitionContext } from './transition.js';
-import { WaitLine, type Place } from './waitline.js';
+import type { Place } from './queue.js';
+import { WaitLine } from './waitline.js';
 import { WaitingAcquires, type Attempt } from './waiting.js';
 
 export interface FileLeaseOptions extends LeaseOptions {
@@ -85,9 +85,7 @@ export class Lease implements SessionLease {
 
   constructor(dir: string, options: FileLeaseOptions = {}) {
     if (typeof dir !== 'string' || dir === '') throw new TypeError('dir must be a non-empty string');
-    checkOptions(options, 'options');
-    this.#clock = resolveClock(options.clock);
-    this.ttlMs = resolveTtl(options.ttlMs, readClock(this.#clock));
+    ({ clock: this.#clock, ttlMs: this.ttlMs } = resolveLeaseOptions(options));
     checkPositiveMs(options.transitionTimeoutMs, 'transitionTimeoutMs');
     this.transitionTimeoutMs = options.transitionTimeoutMs ?? Math.min(this.ttlMs, 10_000);
     this.dir = resolve(dir);
@@ -415,12 +413,6 @@ export class Lease implements SessionLease {
   #readRecord(safe: string): LeaseRecord | undefined {
     return readRecordAt(this.#io, this.#paths.of(safe).record);
   }
-}
-
-function operationSignal(options: OperationOptions | undefined): AbortSignal | undefined {
-  checkOptions(options, 'options');
-  checkSignal(options?.signal);
-  return options?.signal;
 }
 
 function describe(record: LeaseRecord): string {

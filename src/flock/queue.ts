@@ -298,3 +298,11 @@ export interface QueueRead {
   /** The queue's entries, once built: from then on the queue. */
   entries: WaitQueue | undefined;
 }
+
+/** A waiting acquire's place in the id's queue, once it has one. */
+export interface Place {
+  readonly owner: string;
+  ticket?: number | undefined;
+  /** Its flocked `.wait` file; a hand-off renames that file to the new generation's `.live`. */
+  fd?: number | undefined;
+}

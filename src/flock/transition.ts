@@ -7,8 +7,7 @@
 import { LeaseCorruptError, LeaseTimeoutError } from '../port/errors.js';
 import type { LeaseIO } from './io.js';
 import { parseRecord, RecordFormatError, type LeaseRecord } from './record.js';
-import type { QueueRead } from './queue.js';
-import type { Place } from './waitline.js';
+import type { Place, QueueRead } from './queue.js';
 import { waitForUnlock } from './watch.js';
 
 /** One transition of an id, under its transition lock: what every step of it is given. */

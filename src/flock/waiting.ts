@@ -10,7 +10,8 @@ import type { LeaseGrant } from '../port/types.js';
 import { readClock } from '../port/validate.js';
 import type { LeaseIO } from './io.js';
 import { safeID } from './layout.js';
-import type { Place, Refused, WaitLine } from './waitline.js';
+import type { Place } from './queue.js';
+import type { Refused, WaitLine } from './waitline.js';
 import { waitForUnlock } from './watch.js';
 
 /** One try of a (possibly waiting) acquire: the grant, or why not and what to wait for. */

@@ -23,17 +23,10 @@ import {
   withWaiter,
   type QueuedWaiter,
   type QueueRead,
+  type Place,
   type QueueShape,
   type WaitQueue,
 } from './queue.js';
-
-/** A waiting acquire's place in the id's queue, once it has one. */
-export interface Place {
-  readonly owner: string;
-  ticket?: number | undefined;
-  /** Its flocked `.wait` file; a hand-off renames that file to the new generation's `.live`. */
-  fd?: number | undefined;
-}
 
 /** A refused try, and what to wait for before the next one. */
 export interface Refused {

@@ -17,3 +17,11 @@ export function parseDuration(text: string): number {
   if (!Number.isFinite(ms)) throw new RangeError(`duration ${JSON.stringify(text)} is too large`);
   return ms;
 }
+
+/** A duration as a person would type it, in its largest whole unit (`30s`, not `30000`). */
+export function durationText(ms: number): string {
+  const [unit, size] = Object.entries(UNITS)
+    .sort(([, a], [, b]) => b - a)
+    .find(([, size]) => ms % size === 0) ?? ['ms', 1];
+  return `${ms / size}${unit}`;
+}

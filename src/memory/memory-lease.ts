@@ -16,10 +16,9 @@ import {
   checkOptions,
   checkOwner,
   checkSessionId,
-  checkSignal,
+  operationSignal,
   readClock,
-  resolveClock,
-  resolveTtl,
+  resolveLeaseOptions,
   resolveWaitMs,
 } from '../port/validate.js';
 import { sleep } from '../port/abort.js';
@@ -39,9 +38,7 @@ export class MemoryLease implements SessionLease {
   readonly #queues = new Map<string, Array<() => void>>();
 
   constructor(options: LeaseOptions = {}) {
-    checkOptions(options, 'options');
-    this.#clock = resolveClock(options.clock);
-    this.ttlMs = resolveTtl(options.ttlMs, readClock(this.#clock));
+    ({ clock: this.#clock, ttlMs: this.ttlMs } = resolveLeaseOptions(options));
   }
 
   async acquire(sessionId: string, owner: string, options?: AcquireOptions): Promise<LeaseGrant> {
@@ -178,8 +175,7 @@ export class MemoryLease implements SessionLease {
 }
 
 async function checkOperation(options: OperationOptions | undefined): Promise<void> {
-  checkOptions(options, 'options');
-  checkSignal(options?.signal);
+  operationSignal(options);
   await yieldIfStarving(); // every operation here is synchronous: never starve the caller's loop
   options?.signal?.throwIfAborted();
 }

@@ -4,7 +4,7 @@
  * The built-in backends also offer it as `lease.hold(id, owner)`. `await using` (TypeScript, or
  * Node 24+) releases it at the end of the scope.
  */
-import { timerDelay } from '../kernel/timers.js';
+import { RETRY_FIRST_MS, timerDelay } from '../kernel/timers.js';
 import { LeaseExpiredError, type LeaseError } from './errors.js';
 import type { AcquireOptions, LeaseGrant, SessionLease } from './types.js';
 import { checkOptions, checkPositiveMs, resolveClock } from './validate.js';
@@ -28,8 +28,6 @@ export interface LeaseHold extends AsyncDisposable {
   /** Stops renewing and releases the lease. Idempotent; a no-op once lost. */
   release(): Promise<void>;
 }
-
-const RETRY_FIRST_MS = 25;
 
 /** Acquires `sessionId` for `owner` on any `SessionLease` and keeps it renewed until released or lost. */
 export async function holdLease(

@@ -42,7 +42,7 @@ export function checkOptions(value: unknown, what: string): void {
   }
 }
 
-export function checkSignal(value: unknown): asserts value is AbortSignal | undefined {
+function checkSignal(value: unknown): asserts value is AbortSignal | undefined {
   if (value !== undefined && !(value instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
 }
 
@@ -61,7 +61,7 @@ export function resolveWaitMs(value: unknown): number {
 
 /** Missing or non-positive means the default (the Go original's rule); NaN, Infinity or an
  * expiry past year 9999 is a RangeError. */
-export function resolveTtl(value: unknown, now: number): number {
+function resolveTtl(value: unknown, now: number): number {
   if (value === undefined) return DEFAULT_TTL_MS;
   if (typeof value !== 'number') throw new TypeError('ttlMs must be a number');
   if (Number.isNaN(value) || value === Infinity) throw new RangeError(`ttlMs must be finite, got ${value}`);
@@ -74,6 +74,23 @@ export function resolveClock(value: unknown): () => number {
   if (value === undefined) return Date.now;
   if (typeof value !== 'function') throw new TypeError('clock must be a function returning epoch milliseconds');
   return value as () => number;
+}
+
+/** A backend's options, checked up front: its clock and its lease length (both backends alike). */
+export function resolveLeaseOptions(options: { readonly clock?: unknown; readonly ttlMs?: unknown }): {
+  clock: () => number;
+  ttlMs: number;
+} {
+  checkOptions(options, 'options');
+  const clock = resolveClock(options.clock);
+  return { clock, ttlMs: resolveTtl(options.ttlMs, readClock(clock)) };
+}
+
+/** An operation's options: an object if given, its signal an AbortSignal if given; the signal. */
+export function operationSignal(options: { readonly signal?: unknown } | undefined): AbortSignal | undefined {
+  checkOptions(options, 'options');
+  checkSignal(options?.signal);
+  return options?.signal;
 }
 
 /** Reads the clock, refusing a value no record could hold. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { checkNumber, checkOptionalNumber } from '../../src/kernel/numbers.js';
-import { MAX_TOKEN, nextToken } from '../../src/kernel/token.js';
+import { MAX_TOKEN, TOKEN_RESERVE_MS, markAhead, nextToken, reservationLow } from '../../src/kernel/token.js';
 import { MAX_TIMER_MS, timerDelay } from '../../src/kernel/timers.js';
 
 describe('checkNumber', () => {
@@ -28,6 +28,22 @@ describe('nextToken', () => {
     expect(nextToken(5_000_000n, 1_000)).toBe(5_000_001n);
     expect(nextToken(MAX_TOKEN - 1n, 0)).toBe(MAX_TOKEN);
     expect(nextToken(MAX_TOKEN, 0)).toBeUndefined();
+  });
+});
+
+describe('the token reservation', () => {
+  const RESERVE = BigInt(TOKEN_RESERVE_MS) * 1000n; // 60 s worth of µs tokens
+  it('reserves ahead of the greater of the last token and the clock, never past 2^64-1', () => {
+    expect(markAhead(0n, 1_000, RESERVE)).toBe(1_000_000n + RESERVE);
+    expect(markAhead(5_000_000n, 1_000, RESERVE)).toBe(5_000_000n + RESERVE);
+    expect(markAhead(MAX_TOKEN - 1n, 0, RESERVE)).toBe(MAX_TOKEN);
+  });
+  it('is low once less than half of it is left', () => {
+    const mark = markAhead(0n, 1_000, RESERVE);
+    expect(reservationLow(mark, 0n, 1_000, RESERVE)).toBe(false);
+    expect(reservationLow(mark, 0n, 1_000 + TOKEN_RESERVE_MS / 2, RESERVE)).toBe(false); // exactly half left
+    expect(reservationLow(mark, 0n, 1_000 + TOKEN_RESERVE_MS / 2 + 1, RESERVE)).toBe(true); // the clock moved on
+    expect(reservationLow(mark, mark - RESERVE / 2n + 1n, 1_000, RESERVE)).toBe(true); // tokens used it up
   });
 });
 

@@ -81,6 +81,52 @@ function expectWorks(dir: string): void {
   expect(help.stdout).toMatch(/^Usage: flocklease/m);
 }
 
+type PackInfo = [{ filename: string; files: { path: string }[] }];
+
+/** `npm pack` of the package as built, without its scripts (prebuild.mjs ran: prepack's other half). */
+function pack(destination: string): { tarball: string; files: string[] } {
+  const packed = execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', destination], {
+    cwd: root,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: PACK_TIMEOUT_MS,
+  });
+  const [info] = JSON.parse(packed.slice(packed.indexOf('[\n'))) as PackInfo;
+  return { tarball: path.join(destination, info.filename), files: info.files.map((file) => file.path) };
+}
+
+/** Where scripts/lint-package.sh leaves its tarball and npm's account of it (pack.json). */
+const LINT_PACK_DIR = path.join(root, 'node_modules/.cache/flocklease-pack');
+
+/**
+ * The tarball `npm test`'s package lint packed, while it is what a pack now would make: every file
+ * it holds is still there and no file where the package takes files from (package.json, README.md,
+ * dist/, native/ but its build/) changed or appeared since. Else undefined.
+ */
+function packedByLint(): { tarball: string; files: string[] } | undefined {
+  let info: PackInfo[0];
+  try {
+    [info] = JSON.parse(fs.readFileSync(path.join(LINT_PACK_DIR, 'pack.json'), 'utf8')) as PackInfo;
+  } catch {
+    return undefined;
+  }
+  const tarball = path.join(LINT_PACK_DIR, info.filename);
+  if (!fs.existsSync(tarball)) return undefined;
+  const packedAt = fs.statSync(tarball).mtimeMs;
+  const files = info.files.map((file) => file.path);
+  if (files.some((file) => !fs.existsSync(path.join(root, file)))) return undefined;
+  const sources = ['package.json', 'README.md', 'dist', 'native'].flatMap((top) =>
+    fs.statSync(path.join(root, top)).isDirectory()
+      ? fs
+          .readdirSync(path.join(root, top), { recursive: true, encoding: 'utf8' })
+          .filter((name) => !(top === 'native' && /^(build|node_modules)(\/|$)/.test(name)))
+          .map((name) => path.join(top, name))
+      : [top],
+  );
+  const changed = sources.some((file) => fs.statSync(path.join(root, file)).mtimeMs > packedAt);
+  return changed ? undefined : { tarball, files };
+}
+
 beforeAll(() => {
   scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'flocklease-tarball-'));
   bareBin = path.join(scratch, 'bin');
@@ -94,15 +140,9 @@ beforeAll(() => {
   // What prepack does, minus its `npm run build`: `npm test` built dist/ already, and rebuilding it here
   // would rewrite files that tests running beside this one are executing.
   execFileSync(process.execPath, [path.join(root, 'scripts/prebuild.mjs')], { cwd: root, timeout: PACK_TIMEOUT_MS });
-  const packed = execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', scratch], {
-    cwd: root,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: PACK_TIMEOUT_MS,
-  });
-  const [info] = JSON.parse(packed.slice(packed.indexOf('[\n'))) as [{ filename: string; files: { path: string }[] }];
-  tarball = path.join(scratch, info.filename);
-  packedFiles = info.files.map((file) => file.path);
+  const packed = packedByLint() ?? pack(scratch);
+  tarball = packed.tarball;
+  packedFiles = packed.files;
 
   // The same package without its prebuilt binaries, packed as is (no prepack: scripts/ is not shipped).
   const unpacked = path.join(scratch, 'unpacked');

@@ -6,7 +6,7 @@
 // certificates from the same test CA.
 import { channel } from 'node:diagnostics_channel';
 import { join } from 'node:path';
-import { ensureEtcd, ROOT, startEtcdCluster, startTicketingNodes, waitForLeader } from '../test/cluster/harness.mjs';
+import { findEtcd, ROOT, startEtcdCluster, startTicketingNodes, waitForLeader } from '../test/cluster/harness.mjs';
 
 const TLS = process.argv.includes('--tls');
 const LEASE_MS = 5_000;
@@ -33,7 +33,7 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
   });
 }
 
-const found = await ensureEtcd();
+const found = await findEtcd();
 if (!found.binary) {
   console.error(`demo:cluster needs etcd: ${found.reason}`);
   process.exit(2);

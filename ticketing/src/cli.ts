@@ -10,25 +10,15 @@ import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
 import { MAX_PERMITS } from './modes.js';
 import { MAX_LIMIT } from './observe/http.js';
-import {
-  addressList,
-  advertiseAddress,
-  duration,
-  durationOption,
-  EXIT_USAGE,
-  integer,
-  keyName,
-  readNamedFile,
-  readSecretFile,
-  version,
-  waitDuration,
-} from './cli/flags.js';
+import { DEFAULT_LOCKS_LIMIT } from './server/server.js';
+import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
+import { addressList, advertiseAddress, integer, keyName, readNamedFile, readSecretFile } from './cli/flags.js';
 import { addServeCommand } from './cli/serve.js';
 
 export function main(argv: readonly string[]): void {
   const program = new Command('ticketing')
     .description('Ticketing: a TCP lock server with leases and fencing tokens')
-    .version(version(), '-V, --version', 'print the version')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .enablePositionalOptions()
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
@@ -43,9 +33,9 @@ export function main(argv: readonly string[]): void {
     .description("list the keys a server holds, from its HTTP endpoint's /v1/locks")
     .requiredOption('--http <host:port>', "the server's --http address", advertiseAddress)
     .option('--secret-file <path>', "file holding the server's shared secret (sent as a bearer token)")
-    .option('--tls-ca <path>', 'ask over HTTPS, trusting this CA certificate (PEM)')
+    .option('--tls-ca <path>', "ask over HTTPS, trusting this CA certificate (PEM), or 'system': Node's default CAs")
     .option('--prefix <prefix>', 'only keys that start with this')
-    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), 1000)
+    .option('--limit <n>', 'at most this many keys', integer(1, MAX_LIMIT), DEFAULT_LOCKS_LIMIT)
     .addOption(durationOption('--timeout <dur>', 'give up after this long', 5_000))
     .option('--json', "print the endpoint's JSON array (tokens as strings)")
     .addHelpText(
@@ -57,7 +47,7 @@ export function main(argv: readonly string[]): void {
       const result = await fetchLocks({
         address: flags.http as string,
         secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
-        ca: flags.tlsCa === undefined ? undefined : readFileSync(flags.tlsCa as string),
+        ca: flags.tlsCa === undefined || flags.tlsCa === 'system' ? flags.tlsCa : readFileSync(flags.tlsCa as string),
         prefix: flags.prefix as string | undefined,
         limit: flags.limit as number,
         timeoutMs: flags.timeout as number,
@@ -77,7 +67,7 @@ export function main(argv: readonly string[]): void {
     .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
     .requiredOption('--key <key>', 'the key to hold', keyName)
     .addOption(
-      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait)')
+      new Option('--wait <dur>', 'wait this long for a held key (0: do not wait; forever: until interrupted)')
         .argParser(waitDuration)
         .default(0, '0s'),
     )
@@ -88,14 +78,17 @@ export function main(argv: readonly string[]): void {
     )
     .addOption(new Option('--shared', 'hold the key shared (with other shared holders)').conflicts('permits'))
     .option('--secret-file <path>', 'file holding the shared secret')
-    .option('--tls-ca <path>', 'connect with TLS, trusting this PEM CA for the servers')
+    .option(
+      '--tls-ca <path>',
+      "connect with TLS, trusting this PEM CA for the servers, or 'system': Node's default CAs",
+    )
     .option('--tls-cert <path>', 'PEM client certificate, for servers that require one (needs --tls-key)')
     .option('--tls-key <path>', 'PEM private key of --tls-cert')
     .addOption(
       new Option(
         '--kill-after <dur>',
         'after a loss, SIGKILL this long after SIGTERM (default: a tenth of the lease)',
-      ).argParser(duration),
+      ).argParser(timerDuration),
     )
     .argument('<command...>', 'the command and its arguments (after --)')
     .passThroughOptions()
@@ -114,7 +107,7 @@ export function main(argv: readonly string[]): void {
         flags.tlsCa === undefined
           ? undefined
           : {
-              ca: pem('tlsCa', 'TLS CA file'),
+              ca: flags.tlsCa === 'system' ? undefined : pem('tlsCa', 'TLS CA file'),
               cert: pem('tlsCert', 'TLS certificate file'),
               key: pem('tlsKey', 'TLS key file'),
             };

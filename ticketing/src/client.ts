@@ -19,7 +19,7 @@
  * the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
-import { now } from './client/clock.js';
+import { leaseEnd, now, wallClock } from './client/clock.js';
 import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
 import type { KeepResult } from './client/keep.js';
 import { releaseUntilAnswered } from './client/resend.js';
@@ -41,6 +41,7 @@ import { channels, publish } from './events.js';
 import { Lane, type LaneHost } from './client/lane.js';
 import {
   PendingRegistry,
+  unsent,
   type Pending,
   type PendingAcquire,
   type PendingKeep,
@@ -174,12 +175,7 @@ export class TicketClient {
         retryTimer: undefined,
         permits: typeof mode === 'number' ? mode : 0,
         line: formatAcquire(key, owner, waitMs, mode),
-        signal,
-        submittedAt,
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, submittedAt),
         resolve,
         reject,
       };
@@ -223,7 +219,7 @@ export class TicketClient {
       key,
       token: kept.token,
       leaseMs: kept.leaseMs,
-      expiresAt: new Date(Date.now() + (kept.sentAt + kept.leaseMs - now())),
+      expiresAt: wallClock(leaseEnd(kept.sentAt, kept.leaseMs)),
     }));
   }
 
@@ -327,12 +323,7 @@ export class TicketClient {
         waitMs: 0,
         tokenNext: undefined,
         blocked: false,
-        signal,
-        submittedAt: now(),
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, now()),
         resolve,
         reject,
       };
@@ -355,12 +346,7 @@ export class TicketClient {
         line: formatKeep(key, tokenText),
         waitMs: 0,
         tokenNext: undefined,
-        signal,
-        submittedAt: now(),
-        sentAt: -1,
-        settled: false,
-        lane: undefined,
-        onAbort: undefined,
+        ...unsent(signal, now()),
         resolve: (kept) => {
           if (kept.leaseMs > this.#learnedLeaseMs) this.#learnedLeaseMs = kept.leaseMs;
           resolve(kept);

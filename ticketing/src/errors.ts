@@ -47,9 +47,11 @@ export class IndeterminateError extends TicketError {
 }
 
 /**
- * The server refused the connection a request was sent on before it processed any request of it
- * (`E auth_failed`, `E capacity`), so the request did not take effect: the caller holds nothing.
- * Retrying is safe (for capacity after a pause; for auth only with the right secret).
+ * The request did not take effect: the server refused the connection it was sent (or queued) on
+ * before it processed any request of it (`E auth_failed`, `E capacity`, a certificate), or the
+ * client never sent it because the connection could not carry it (a TLS mismatch, a leader outside
+ * `addresses`). The caller holds nothing. Retrying is safe (for capacity after a pause; for the
+ * others only once the configuration is fixed).
  */
 export abstract class RefusedError extends TicketError {
   constructor(
@@ -84,6 +86,24 @@ export class CapacityError extends RefusedError {
  */
 export class CertificateError extends RefusedError {
   readonly code = 'ETICKETCERT';
+}
+
+/**
+ * A node named a leader (`M <host:port>`) that is not among the client's `addresses` (for
+ * instance: the client was given one address of a cluster, or a Service in front of it). The
+ * client follows a redirect only to an address it was given, so the request was not sent. Fix:
+ * list every node of the cluster in `addresses`, as the nodes advertise them (`--advertise`).
+ */
+export class UnlistedLeaderError extends RefusedError {
+  readonly code = 'ETICKETUNLISTEDLEADER';
+}
+
+/**
+ * The server and the client disagree about TLS: the server speaks TLS and the client has no `tls`
+ * option, or the client has one and the server speaks plain text. The request was not sent.
+ */
+export class TlsMismatchError extends RefusedError {
+  readonly code = 'ETICKETTLSMISMATCH';
 }
 
 /** An acquire with the same (key, owner), or a keep with the same (key, token), is already pending on
@@ -168,6 +188,12 @@ export class LeaseHeldError extends TicketError {
  * request was never sent. `cause` is the last connection error. */
 export class ConnectError extends TicketError {
   readonly code = 'ETICKETCONNECT';
+}
+
+/** `ticketing run` needs the flocklease package, an optional peer dependency: its native supervisor
+ * runs the command (and stops it if `run` dies). Thrown before the lock is asked for. */
+export class RunUnsupportedError extends TicketError {
+  readonly code = 'ETICKETRUNUNSUPPORTED';
 }
 
 /** The client was closed or destroyed before the request was sent. */

@@ -41,7 +41,7 @@ export const channels = {
    * `error` the files failed to load and the previous material stays in force. */
   tlsReload: diagnostics.channel('ticketing:tls:reload'),
 
-  // ---- cluster mode (cluster/node.ts)
+  // ---- cluster mode (cluster/: leadership.ts, commit-loop.ts); `node` is the ClusterNode
   /** The node's role changed or a campaign failed: `{ node, role, reason, error? }`. */
   clusterRole: diagnostics.channel('ticketing:cluster:role'),
   /** The leader as this node last saw it in etcd: `{ node, leader }` (undefined: none). */

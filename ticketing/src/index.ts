@@ -29,6 +29,8 @@ export {
   AuthFailedError,
   CapacityError,
   CertificateError,
+  TlsMismatchError,
+  UnlistedLeaderError,
   DuplicateRequestError,
   ModeConflictError,
   LockLostError,

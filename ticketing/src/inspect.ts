@@ -6,14 +6,15 @@
 import http from 'node:http';
 import https from 'node:https';
 import { displayText, relative, table } from '#kernel';
+import { isPlainTextPeer, speaksTls } from './tls-sniff.js';
 
 export interface InspectRequest {
   /** The endpoint's `host:port` (IPv6 in brackets). */
   readonly address: string;
   /** Sent as `Authorization: Bearer <secret>`. */
   readonly secret?: string | undefined;
-  /** PEM: ask over HTTPS, trusting this CA. */
-  readonly ca?: Buffer | undefined;
+  /** Ask over HTTPS, trusting this CA (PEM), or (`'system'`) the CAs Node trusts by default. */
+  readonly ca?: Buffer | 'system' | undefined;
   readonly prefix?: string | undefined;
   readonly limit?: number | undefined;
   /** The whole exchange, ms. */
@@ -67,7 +68,10 @@ export async function fetchLocks(request: InspectRequest): Promise<InspectResult
   try {
     ({ status, body } = await get(request, { hostname, port, path, headers }));
   } catch (error) {
-    return { ok: false, why: `${scheme}://${request.address}: ${(error as Error).message}` };
+    return {
+      ok: false,
+      why: `${scheme}://${request.address}: ${await describeFailure(error, request, hostname, port)}`,
+    };
   }
   let parsed: unknown;
   try {
@@ -110,7 +114,11 @@ function get(request: InspectRequest, options: http.RequestOptions): Promise<{ s
     const client =
       request.ca === undefined
         ? http.request(options)
-        : https.request({ ...options, ca: request.ca, minVersion: 'TLSv1.2' });
+        : https.request({
+            ...options,
+            ...(request.ca === 'system' ? {} : { ca: request.ca }),
+            minVersion: 'TLSv1.2',
+          });
     const timer = setTimeout(
       () => client.destroy(new Error(`no answer within ${request.timeoutMs} ms`)),
       request.timeoutMs,
@@ -138,6 +146,18 @@ function get(request: InspectRequest, options: http.RequestOptions): Promise<{ s
     });
     client.end();
   });
+}
+
+/** A failed exchange in a sentence; a TLS mismatch (which a plain request meets as a hang-up)
+ * says which flag to change. */
+async function describeFailure(error: unknown, request: InspectRequest, host: string, port: number): Promise<string> {
+  const message = (error as Error).message;
+  if (request.ca !== undefined)
+    return isPlainTextPeer(error) ? 'the endpoint speaks plain HTTP, not HTTPS: drop --tls-ca' : message;
+  const code = (error as NodeJS.ErrnoException).code;
+  if ((code === 'ECONNRESET' || code === 'EPIPE') && (await speaksTls(host, port)))
+    return 'the endpoint speaks HTTPS: pass --tls-ca <the CA certificate file> (or --tls-ca system)';
+  return message;
 }
 
 /** Why the endpoint refused, in a sentence. */

@@ -78,7 +78,9 @@ export type Request =
   | { readonly op: 'A'; readonly key: string; readonly owner: string; readonly waitMs: number; readonly mode: LockMode }
   | { readonly op: 'R'; readonly key: string; readonly token: bigint; readonly tokenText: string }
   /** Keep (docs/ticketing.md "Keep"): the same fields and rules as `R`. */
-  | { readonly op: 'K'; readonly key: string; readonly token: bigint; readonly tokenText: string };
+  | { readonly op: 'K'; readonly key: string; readonly token: bigint; readonly tokenText: string }
+  /** Serving? (the leader probe): changes nothing; answered `W` by a node that applies requests. */
+  | { readonly op: 'W' };
 
 /** A request line that breaks the format: the server answers `E bad_request <detail>` and closes. */
 export interface RequestError {
@@ -118,6 +120,8 @@ export function parseRequest(line: string): Request | RequestError {
       if (fields.length !== 2 || !NAME.test(fields[1]!)) return bad('H takes 1 field: H <secret>');
       return { op: 'H', secret: fields[1]! };
     }
+    case 'W':
+      return fields.length === 1 ? { op: 'W' } : bad('W takes no fields');
     default:
       return bad(PRINTABLE.test(line) ? 'unknown request' : 'non-ASCII or control bytes');
   }
@@ -138,7 +142,7 @@ const MAX_SAFE_TOKEN = BigInt(Number.MAX_SAFE_INTEGER);
  * exactly its own.
  */
 export class RequestReader {
-  op: 'A' | 'R' | 'K' | 'H' | 'error' = 'error';
+  op: 'A' | 'R' | 'K' | 'H' | 'W' | 'error' = 'error';
   key = '';
   owner = '';
   waitMs = 0;
@@ -171,6 +175,8 @@ export class RequestReader {
         break;
       case 'H':
         this.secret = request.secret;
+        break;
+      case 'W':
         break;
       case 'error':
         this.detail = request.detail;
@@ -370,6 +376,8 @@ export function formatKeep(key: string, token: bigint | string): string {
 export function formatHello(secret: string): string {
   return `H ${secret}\n`;
 }
+/** The leader probe, and a serving node's answer to it: the same one-letter line. */
+export const SERVING_LINE = 'W\n';
 
 // ---------------------------------------------------------------------------------------------
 // Replies (server → client)
@@ -401,6 +409,9 @@ export type Reply =
   /** Gone: the key is not held under this token. */
   | { readonly op: 'G'; readonly token: string; readonly key: string }
   | { readonly op: 'M' | 'L'; readonly address: string }
+  /** Serving: the answer to a `W` probe from a node that applies requests (the leader, whose lease
+   * was confirmed when it answered; or a single-mode server). */
+  | { readonly op: 'W' }
   /** `code` is any lower-case word: an unknown code is still an error (and fatal to the client). */
   | { readonly op: 'E'; readonly code: string; readonly detail: string };
 
@@ -466,6 +477,7 @@ export function parseReply(line: string): Reply | undefined {
     const address = line.slice(2);
     return isAddress(address) ? { op, address } : undefined;
   }
+  if (op === 'W' && line.length === 1) return { op };
   return undefined;
 }
 

@@ -4,7 +4,7 @@
  * state give the same effects and the same state. The network layer (server/) turns request
  * lines and its timers into commands and effects into reply lines. In cluster mode the leader
  * drives this same state machine and commits the keys each command changed to etcd before it
- * replies (cluster/node.ts); a new leader rebuilds it from etcd (`adopt`), and a grant's lease
+ * replies (cluster/commit-loop.ts); a new leader rebuilds it from etcd (`adopt`), and a grant's lease
  * restarts once its commit lets the reply leave (`restart-lease`). The commands, effects and views
  * are declared in state-types.ts.
  *
@@ -151,6 +151,12 @@ export class TicketState {
       if (view !== undefined) out.push(view);
     }
     return out;
+  }
+
+  /** One key as `held` lists it, or undefined when none of its grants is live at `now`. */
+  heldKey(key: string, now: number): HeldKey | undefined {
+    const entry = this.#keys.get(key);
+    return entry === undefined ? undefined : heldView(entry, now);
   }
 
   /** The earliest instant at which `nextDue` will have work (a wait running out, or a grant of a

@@ -14,32 +14,16 @@
  */
 import fs from 'node:fs';
 import { dirname } from 'node:path';
-import { MAX_TOKEN } from '#kernel';
+import { MAX_TOKEN, TOKEN_RESERVE_MS, markAhead, reservationLow } from '#kernel';
 
 const FORMAT_VERSION = 1;
 
 export interface TokenStoreOptions {
-  /** How far ahead of the clock (ms worth of µs tokens) each write reserves. Default 60 s. */
+  /** How far ahead of the clock (ms worth of µs tokens) each write reserves. Default
+   * `TOKEN_RESERVE_MS` (60 s). */
   readonly reserveMs?: number;
   /** Wall clock, epoch ms. */
   readonly clock?: () => number;
-}
-
-/** Tokens are max(last + 1, wall-clock µs), so the next ones start at the greater of the two. */
-function tokenBase(lastToken: bigint, wallMs: number): bigint {
-  const wall = BigInt(Math.floor(wallMs * 1000));
-  return wall > lastToken ? wall : lastToken;
-}
-
-/** The mark a reservation writes: `reserve` tokens above where the next tokens start. */
-export function markAhead(upTo: bigint, wallMs: number, reserve: bigint): bigint {
-  const mark = tokenBase(upTo, wallMs) + reserve;
-  return mark > MAX_TOKEN ? MAX_TOKEN : mark;
-}
-
-/** Whether less than half of the reservation up to `durable` is left: time to top it up. */
-export function reservationLow(durable: bigint, lastToken: bigint, wallMs: number, reserve: bigint): boolean {
-  return durable - tokenBase(lastToken, wallMs) < reserve / 2n;
 }
 
 export class TokenStore {
@@ -64,7 +48,7 @@ export class TokenStore {
 
   /** Reads the mark (a missing file means a first start: floor 0) and reserves ahead of it. */
   static open(path: string, options: TokenStoreOptions = {}): TokenStore {
-    const reserveMs = options.reserveMs ?? 60_000;
+    const reserveMs = options.reserveMs ?? TOKEN_RESERVE_MS;
     if (!(reserveMs > 0 && Number.isFinite(reserveMs)))
       throw new RangeError('reserveMs must be a finite positive number');
     const clock = options.clock ?? Date.now;

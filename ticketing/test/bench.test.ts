@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { DEFAULT_COMMIT_WINDOW } from '../src/cluster/pipeline.js';
-import { ensureEtcd } from './cluster/harness.mjs';
+import { CLUSTER_DEFAULTS } from '../src/cluster/options.js';
+import { findEtcd } from './cluster/harness.mjs';
 
 const run = promisify(execFile);
 
@@ -235,14 +235,14 @@ interface ClusterResults {
   failover: { kills: Array<{ ms: number | null }> };
 }
 
-const etcd = await ensureEtcd({ install: false });
+const etcd = await findEtcd();
 
 describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
   'npm run bench:ticketing -- --cluster --quick --window 1',
   () => {
     const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-cluster-bench-'));
     // --window 1 and the product default, which the bench always measures too.
-    const windows = [...new Set([1, DEFAULT_COMMIT_WINDOW])].sort((a, b) => a - b);
+    const windows = [...new Set([1, CLUSTER_DEFAULTS.commitWindow])].sort((a, b) => a - b);
     let results: ClusterResults;
     let stdout: string;
 
@@ -256,7 +256,7 @@ describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
     test("the window curve: every window size measured on both workloads, with every process's CPU", () => {
       expect(results.options.quick).toBe(true);
       expect(results.options.windows).toEqual(windows);
-      expect(results.summary.defaultWindow).toBe(DEFAULT_COMMIT_WINDOW);
+      expect(results.summary.defaultWindow).toBe(CLUSTER_DEFAULTS.commitWindow);
       for (const workload of ['distinct', 'hot'] as const) {
         const summary = results.summary[workload];
         for (const system of [...windows.map((w) => `ticketing-w${w}`), 'etcd3-lock', 'etcd-txn']) {
@@ -331,7 +331,7 @@ describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
     test('prints the cycles table, the window curve, the 1-worker table, the floor and the targets', () => {
       for (const w of windows) {
         expect(stdout).toMatch(new RegExp(`^\\| distinct \\| ticketing-w${w} \\| [\\d,]+ \\|`, 'm'));
-        const label = w === DEFAULT_COMMIT_WINDOW ? `${w} \\(default\\)` : `${w}`;
+        const label = w === CLUSTER_DEFAULTS.commitWindow ? `${w} \\(default\\)` : `${w}`;
         expect(stdout).toMatch(
           new RegExp(
             `^\\| ${label} \\| [\\d,]+ \\| [\\d.]+ \\| [\\d.]+ \\| [\\d.]+× \\(.*\\) \\| [\\d.]+ \\| [\\d.]+ / [\\d.]+ \\|`,

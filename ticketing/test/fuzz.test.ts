@@ -124,8 +124,8 @@ test('random and mutated lines: the server survives and everyone else is unaffec
   // The fuzzers are gone: none of their queued requests is left behind.
   await until(
     () => server.stats().waiters === 0 && server.stats().connections <= 2,
-    5_000,
     'fuzz connections to be cleaned up',
+    5_000,
   );
   // And the server still serves new connections.
   const after = await LineSocket.connect(port);

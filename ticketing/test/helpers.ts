@@ -10,14 +10,7 @@ export const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Waits until `predicate` holds (polling), or fails after `timeoutMs`. */
-export async function until(predicate: () => boolean, timeoutMs = 5_000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
+export { until } from '../../test/helpers/until.js';
 
 /** A line-oriented view of one socket: everything received is kept as bytes and as lines. */
 export class LineSocket {
@@ -29,14 +22,21 @@ export class LineSocket {
   closed = false;
   readonly closedPromise: Promise<void>;
 
-  constructor(socket: net.Socket) {
+  /** `answerProbe`: answer the client's leader probe (`W`) with `W`, as a serving node does, and
+   * leave it out of `lines` (a fake server that plays the leader). */
+  constructor(socket: net.Socket, { answerProbe = false } = {}) {
     this.socket = socket;
+    let probesAnswered = 0;
     socket.on('data', (chunk: Buffer) => {
       this.received = Buffer.concat([this.received, chunk]);
       const text = this.received.toString('latin1');
       const parts = text.split('\n');
       parts.pop();
-      this.#lines = parts;
+      if (answerProbe) {
+        const probes = parts.filter((line) => line === 'W').length;
+        for (; probesAnswered < probes; probesAnswered++) socket.write('W\n');
+      }
+      this.#lines = answerProbe ? parts.filter((line) => line !== 'W') : parts;
       this.#wake();
     });
     socket.on('error', () => {});
@@ -137,9 +137,10 @@ export class FakeServer {
   #waiters: Array<() => void> = [];
   port = 0;
 
-  constructor() {
+  /** `answerProbe` (default true): every connection answers the client's `W` probe by itself. */
+  constructor({ answerProbe = true } = {}) {
     this.server = net.createServer((socket) => {
-      this.connections.push(new LineSocket(socket));
+      this.connections.push(new LineSocket(socket, { answerProbe }));
       const waiters = this.#waiters;
       this.#waiters = [];
       for (const wake of waiters) wake();

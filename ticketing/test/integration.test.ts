@@ -172,7 +172,7 @@ describe('client and server together', () => {
     for (let round = 0; round < 3; round++) {
       const token = grant(await c.acquire('k', { waitMs: 0 }));
       expect((await c.release('k', token)).status).toBe('released');
-      await until(() => server.stats().connections === 0, 5_000, 'the idle connections to be cut');
+      await until(() => server.stats().connections === 0, 'the idle connections to be cut', 5_000);
     }
     expect(indeterminate).toEqual([]);
   });

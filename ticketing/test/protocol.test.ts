@@ -21,6 +21,7 @@ import {
   parsePartialGrant,
   splitReply,
   parseRequest,
+  SERVING_LINE,
 } from '../src/protocol.js';
 
 describe('requests', () => {
@@ -43,6 +44,16 @@ describe('requests', () => {
       tokenText: MAX_TOKEN.toString(),
     });
     expect(parseRequest('H s3cret')).toEqual({ op: 'H', secret: 's3cret' });
+  });
+
+  test('W (the leader probe) takes no fields; its answer is the same bare line', () => {
+    expect(parseRequest('W')).toEqual({ op: 'W' });
+    expect(parseRequest('W x')).toEqual({ op: 'error', detail: 'W takes no fields' });
+    expect(parseRequest('W ')).toEqual({ op: 'error', detail: 'W takes no fields' });
+    expect(SERVING_LINE).toBe('W\n');
+    expect(parseReply('W')).toEqual({ op: 'W' });
+    expect(parseReply('W x')).toBeUndefined();
+    expect(parseReply('WW')).toBeUndefined();
   });
 
   test('K parses as R does: a key and an exact token', () => {

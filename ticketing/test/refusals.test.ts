@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { AuthFailedError, CapacityError, IndeterminateError, ServerError, TicketError } from '../src/errors.js';
-import { LineSocket, sleep, startServer } from './helpers.js';
+import { LineSocket, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -62,7 +62,7 @@ describe('definite refusals are not Indeterminate', () => {
     }
     expect(server.inspect('k')).toBeUndefined();
     squatter.destroy();
-    await sleep(50);
+    await until(() => server.stats().connections === 0, 'the server to free the slot');
     expect((await c.acquire('k', { waitMs: 0, owner: 'o1' })).status).toBe('acquired');
   });
 });

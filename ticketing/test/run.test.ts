@@ -5,9 +5,12 @@
  * before the next holder's command writes its first).
  */
 
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { startTcpProxy } from './cluster/harness.mjs';
@@ -99,7 +102,7 @@ describe('ticketing run', () => {
   });
 
   test('--wait running out exits 75 (as flocklease run does for a held lease)', async () => {
-    const address = await serve('5s');
+    const address = await serve('60s'); // held however long starting run takes
     const client = new TicketClient({ addresses: [address] });
     cleanups.push(() => client.destroy());
     expect((await client.acquire('job')).status).toBe('acquired');
@@ -108,11 +111,66 @@ describe('ticketing run', () => {
     expect(r.stderr()).toMatch(/not obtained within 200 ms: it is held by another owner/);
   });
 
+  test('--wait forever waits as long as the key is held (as flocklease run --wait forever does)', async () => {
+    const address = await serve('1s');
+    const client = new TicketClient({ addresses: [address] });
+    cleanups.push(() => client.destroy());
+    // Held and never kept: the key is free only when its lease runs out, a second from now.
+    expect((await client.acquire('job')).status).toBe('acquired');
+    const heldAt = Date.now();
+    const d = dir();
+    const r = run(address, ['--key', 'job', '--wait', 'forever'], `touch ${d}/ran`);
+    expect(await r.exit, r.stderr()).toEqual({ code: 0, signal: null });
+    expect(existsSync(join(d, 'ran'))).toBe(true);
+    expect(Date.now() - heldAt).toBeGreaterThanOrEqual(900);
+  });
+
+  test('--wait takes a duration or forever; anything else is a usage error (exit 64)', async () => {
+    const r = run('127.0.0.1:1', ['--key', 'job', '--wait', 'forevr'], 'exit 0');
+    expect(await r.exit).toEqual({ code: 64, signal: null });
+    expect(r.stderr()).toMatch(/option '--wait <dur>' argument 'forevr' is invalid\. invalid duration "forevr"/);
+  });
+
+  test('without the flocklease package: RunUnsupportedError, exit 1, before asking for the lock', async () => {
+    // The built package in a folder of its own, its dependencies linked beside it, flocklease not.
+    const installed = dir();
+    const pkg = fileURLToPath(new URL('..', import.meta.url));
+    const repo = fileURLToPath(new URL('../..', import.meta.url));
+    cpSync(join(pkg, 'dist'), join(installed, 'dist'), { recursive: true });
+    cpSync(join(pkg, 'package.json'), join(installed, 'package.json'));
+    mkdirSync(join(installed, 'node_modules'));
+    for (const name of readdirSync(join(repo, 'node_modules')))
+      if (name !== 'flocklease') symlinkSync(join(repo, 'node_modules', name), join(installed, 'node_modules', name));
+    const d = dir();
+    // Nothing listens on port 1: were the lock asked for first, the error would be a connect error.
+    const child = spawn(
+      process.execPath,
+      [
+        join(installed, 'dist', 'cli.js'),
+        'run',
+        '--addresses',
+        '127.0.0.1:1',
+        '--key',
+        'job',
+        '--',
+        'touch',
+        join(d, 'ran'),
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let stderr = '';
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/ticketing run needs the flocklease package .*npm i flocklease/);
+    expect(existsSync(join(d, 'ran'))).toBe(false);
+  });
+
   test.each(['SIGTERM', 'SIGINT'] as const)('%s sent to run is forwarded to the command', async (sig) => {
     const address = await serve('2s');
     const d = dir();
     const r = run(address, ['--key', 'job'], `trap 'exit 42' INT TERM; touch ${d}/up; while :; do sleep 0.01; done`);
-    await until(() => existsSync(join(d, 'up')), 10_000, 'the command to start');
+    await until(() => existsSync(join(d, 'up')), 'the command to start', 10_000);
     r.child.kill(sig);
     expect(await r.exit).toEqual({ code: 42, signal: null });
   });
@@ -121,12 +179,16 @@ describe('ticketing run', () => {
     const address = await serve('2s');
     const d = dir();
     const r = run(address, ['--key', 'job'], `sleep 60 & echo $(ps -o pgid= $$) > ${d}/pgid; wait`);
-    await until(() => existsSync(join(d, 'pgid')) && readFileSync(join(d, 'pgid'), 'latin1').trim() !== '', 10_000);
+    await until(
+      () => existsSync(join(d, 'pgid')) && readFileSync(join(d, 'pgid'), 'latin1').trim() !== '',
+      'the pgid file',
+      10_000,
+    );
     const pgid = Number(readFileSync(join(d, 'pgid'), 'latin1').trim());
     expect(groupAlive(pgid)).toBe(true);
     r.child.kill('SIGKILL');
     await r.exit;
-    await until(() => !groupAlive(pgid), 5_000, 'the group to be gone');
+    await until(() => !groupAlive(pgid), 'the group to be gone', 5_000);
   });
 
   test('the loss test: a blackholed holder stops (SIGKILL, it ignores SIGTERM) before the next holder starts', async () => {
@@ -137,11 +199,11 @@ describe('ticketing run', () => {
     cleanups.push(() => proxy.close());
     const d = dir();
     const first = run(proxy.address, ['--key', 'job'], heartbeat(join(d, 'first'), true));
-    await until(() => beats(join(d, 'first')).length > 5, 10_000, 'the first command to beat');
+    await until(() => beats(join(d, 'first')).length > 5, 'the first command to beat', 10_000);
     await sleep(lease / 2);
     await proxy.cut({ mode: 'blackhole', existing: 'stall' });
     const second = run(address, ['--key', 'job', '--wait', '30s'], heartbeat(join(d, 'second'), false));
-    await until(() => beats(join(d, 'second')).length > 0, 15_000, 'the second command to beat');
+    await until(() => beats(join(d, 'second')).length > 0, 'the second command to beat', 15_000);
     expect(heartbeatGap(join(d, 'first'), join(d, 'second'), 'single mode')).toBeGreaterThan(0);
     expect(first.stderr()).toMatch(/terminating the command/);
     expect(await first.exit).toEqual({ code: 79, signal: null });

@@ -90,15 +90,19 @@ describe('K: the keep table', () => {
   });
 
   test('kept past its lease, three times over: others get T all along; released, the next gets it', async () => {
-    const { port } = await server({ leaseMs: 300 });
+    // The server's clock is the test's: a keep every 100 ms against a 300 ms lease, however late
+    // the test's own turns come.
+    let now = 1_700_000_000_000;
+    const { port, server: s } = await server({ leaseMs: 300, clock: () => now });
     const holder = await connect(port);
     const other = await connect(port);
     holder.write('A k h 0\n');
     const token = tokenOf(await holder.readLine());
     for (let i = 0; i < 9; i++) {
-      await sleep(100);
+      now += 100;
       holder.write(`K k ${token}\n`);
       expect(await holder.readLine()).toBe(`K ${token} k 300`);
+      expect(s.inspect('k')!.expiresAt).toBe(now + 300);
       other.write('A k o 0\n');
       expect(await other.readLine()).toBe('T o k');
     }

@@ -33,7 +33,7 @@ describe('locks(): the held keys, for an admin view', () => {
     c.write('A orders/1 alice 0\nA orders/2 bob 0\nA users/1 carol 0\n');
     const tokens = [tokenOf(await c.readLine()), tokenOf(await c.readLine()), tokenOf(await c.readLine())];
     c.write('A orders/1 dave 60000\n');
-    await until(() => s.stats().waiters === 1, 5_000, 'the waiter');
+    await until(() => s.stats().waiters === 1, 'the waiter', 5_000);
     now += 4_000;
     const holder = (owner: string, token: bigint | undefined) => [
       { owner, token, shared: false, slot: undefined, expiresInMs: 6_000 },
@@ -72,7 +72,7 @@ describe('locks(): the held keys, for an admin view', () => {
     // Modes: every holder with its slot or share, waiters by mode.
     c.write('A gpu a 0 2\nA gpu b 0 2\nA gpu c 60000 2\nA doc r1 0 s\nA doc r2 0 s\nA doc w 60000\n');
     await c.readLines(4);
-    await until(() => s.locks({ prefix: 'doc' })[0]?.waiters === 1, 5_000, 'the writer queued');
+    await until(() => s.locks({ prefix: 'doc' })[0]?.waiters === 1, 'the writer queued');
     const [gpu] = s.locks({ prefix: 'gpu' });
     const [doc] = s.locks({ prefix: 'doc' });
     expect(gpu).toMatchObject({ key: 'gpu', kind: 'semaphore', permits: 2, waiters: 1, waitersByMode: { 2: 1 } });
@@ -122,7 +122,7 @@ describe('ticketing:server:expired', () => {
     // Taken over by this acquire, or swept just before it: either way an expiry of alice's grant.
     c.write('A taken carol 0\n');
     expect(await c.readLine()).toMatch(/^A \d+ carol taken$/);
-    await until(() => seen.length === 2, 5_000, 'both expiries');
+    await until(() => seen.length === 2, 'both expiries', 5_000);
     expect(seen.sort((a, b) => a.key.localeCompare(b.key))).toEqual([
       { key: 'swept', owner: 'bob', token: swept },
       { key: 'taken', owner: 'alice', token: taken },

@@ -3,16 +3,18 @@
  * both tables, the FIFO hand-off, expiry, tokens across restarts, auth, limits, hostile clients,
  * backpressure and draining.
  */
+import { execFileSync } from 'node:child_process';
 import diagnostics from 'node:diagnostics_channel';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, test, vi } from 'vitest';
 import { TicketServer, type TicketServerOptions } from '../src/server/server.js';
 import { LineSocket, sleep, startServer, tokenOf, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
+  vi.useRealTimers(); // first: closing a server waits on its timers
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
@@ -35,6 +37,31 @@ function subscribeDisconnects(): Array<{ reason: string }> {
   cleanups.push(() => void diagnostics.unsubscribe('ticketing:server:disconnect', listener));
   return seen;
 }
+
+describe('W: the leader probe', () => {
+  test('a single-mode server answers W at once and changes nothing; the connection stays open', async () => {
+    const { port, server: s } = await server();
+    const c = await connect(port);
+    c.write('W\nW\n');
+    expect(await c.readLines(2)).toEqual(['W', 'W']);
+    c.write('A k o 0\n');
+    expect(await c.readLine()).toMatch(/^A [1-9][0-9]* o k$/);
+    expect(s.inspect('k')).toMatchObject({ owner: 'o' });
+    c.write('W extra\n');
+    expect(await c.readLine()).toBe('E bad_request W takes no fields');
+    await c.waitClosed();
+  });
+
+  test('with a secret, W is answered only after H', async () => {
+    const { port } = await server({ secret: 's3cret' });
+    const refused = await connect(port);
+    refused.write('W\n');
+    expect(await refused.readLine()).toBe('E auth_failed');
+    const c = await connect(port);
+    c.write('H s3cret\nW\n');
+    expect(await c.readLine()).toBe('W');
+  });
+});
 
 describe('A: the acquire table', () => {
   test('not registered: "A <token> <owner> <key>" at once, token about the wall clock in µs', async () => {
@@ -136,16 +163,18 @@ describe('A: the acquire table', () => {
 
 describe('R: the release table', () => {
   test('token matches, waiters: "R <token> <key>" and the front waiter gets the key with a new token', async () => {
-    const { port } = await server();
+    const { port, server: s } = await server();
     const a = await connect(port);
     const b = await connect(port);
     a.write('A k o1 0\n');
     const token = tokenOf(await a.readLine());
     b.write('A k o2 60000\n');
-    await sleep(50);
+    // B is queued before the release: the grant below is the hand-off, not a fresh acquire.
+    await until(() => s.inspect('k')?.waiters.length === 1, "B's request queued on k");
     a.write(`R k ${token}\n`);
     expect(await a.readLine()).toBe(`R ${token} k`);
-    expect(tokenOf(await b.readLine()) > token).toBe(true);
+    expect(await b.readLine()).toMatch(/^A \d+ o2 k$/);
+    expect(tokenOf(b.lines[0]!) > token).toBe(true);
   });
 
   test('token matches, no waiters: R and the key is gone', async () => {
@@ -189,7 +218,7 @@ describe('R: the release table', () => {
     const d = await connect(swept.port);
     d.write('A k o 0\n');
     const token2 = tokenOf(await d.readLine());
-    await until(() => swept.server.inspect('k') === undefined, 5_000, 'the sweep');
+    await until(() => swept.server.inspect('k') === undefined, 'the sweep', 5_000);
     d.write(`R k ${token2}\n`);
     expect(await d.readLine()).toBe(`N ${token2} k`);
   });
@@ -269,7 +298,7 @@ describe('hand-off and expiry', () => {
     await until(() => s.inspect('k')?.waiters.length === 3);
     gone.destroy();
     halfClosed.socket.end(); // FIN: it will read nothing more
-    await until(() => s.inspect('k')?.waiters.length === 1, 5_000, 'the dropped waiters to leave');
+    await until(() => s.inspect('k')?.waiters.length === 1, 'the dropped waiters to leave', 5_000);
     expect(s.inspect('k')!.waiters.map((w) => w.owner)).toEqual(['stays']);
     holder.write(`R k ${token}\n`);
     expect(await stays.readLine()).toMatch(/^A \d+ stays k$/);
@@ -370,14 +399,14 @@ describe('hostile or broken clients never hurt others', () => {
   });
 
   test('connections over the limit get E capacity and are closed; a freed slot is usable again', async () => {
-    const { port } = await server({ maxConnections: 2 });
+    const { port, server: s } = await server({ maxConnections: 2 });
     const a = await connect(port);
     await connect(port);
     const over = await connect(port);
     expect(await over.readLine()).toBe('E capacity too many connections');
     await over.waitClosed();
     a.destroy();
-    await sleep(50);
+    await until(() => s.stats().connections === 1, 'the server to free the slot');
     const again = await connect(port);
     again.write('A k o 0\n');
     expect(await again.readLine()).toMatch(/^A \d+ o k$/);
@@ -411,11 +440,11 @@ describe('hostile or broken clients never hurt others', () => {
       }
     };
     pump();
-    await until(() => backpressure.some((e) => e.paused), 20_000, 'the server to pause the reader');
+    await until(() => backpressure.some((e) => e.paused), 'the server to pause the reader', 20_000);
     // Meanwhile everyone else is served.
     bystander.write('A k b 0\n');
     expect(await bystander.readLine()).toMatch(/^A \d+ b k$/);
-    await until(() => disconnects.some((e) => e.reason === 'write-timeout'), 20_000, 'the cut-off');
+    await until(() => disconnects.some((e) => e.reason === 'write-timeout'), 'the cut-off', 20_000);
     await sink.waitClosed(10_000);
     const peak = Math.max(...backpressure.map((e) => e.bufferedBytes));
     expect(peak).toBeLessThan(1_000_000); // bounded: 64 KiB high water plus one chunk's replies
@@ -428,7 +457,8 @@ describe('hostile or broken clients never hurt others', () => {
 describe('idle and unfinished connections are cut (no secret needed)', () => {
   test('--max-connections idle sockets lock real clients out only until the idle timeout', async () => {
     const disconnects = subscribeDisconnects();
-    const { port } = await server({ maxConnections: 100, idleTimeoutMs: 300 });
+    // Long enough for all 101 to connect on a loaded machine before the first is cut.
+    const { port } = await server({ maxConnections: 100, idleTimeoutMs: 2_000 });
     const squatters = await Promise.all(Array.from({ length: 100 }, () => connect(port)));
     const refused = await connect(port);
     expect(await refused.readLine()).toBe('E capacity too many connections');
@@ -437,8 +467,8 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
     for (const s of squatters) expect(s.received.length).toBe(0);
     await until(
       () => disconnects.filter((d) => d.reason === 'idle').length === 100,
-      5_000,
       'the server to see them closed',
+      5_000,
     );
     const real = await connect(port);
     real.write('A k real 0\n');
@@ -471,8 +501,8 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
     trickling = false;
     await until(
       () => disconnects.filter((d) => d.reason === 'line-timeout').length === 2,
-      5_000,
       'the server to see them closed',
+      5_000,
     );
     // Whole lines now and then keep a connection alive past the line timeout.
     for (let i = 0; i < 4; i++) {
@@ -486,9 +516,9 @@ describe('idle and unfinished connections are cut (no secret needed)', () => {
   test('a queued waiter is not idle, nor a holder within its lease: its idle time counts from the lease end', async () => {
     const { port } = await server({ idleTimeoutMs: 300, leaseMs: 1_500 });
     const holder = await connect(port);
+    const heldAt = Date.now(); // the lease counts from when the server reads the request: later
     holder.write('A k h 0\n');
     expect(await holder.readLine()).toMatch(/^A \d+ h k$/);
-    const heldAt = Date.now();
     const waiter = await connect(port);
     waiter.write('A k w 10000\n');
     await sleep(900);
@@ -577,5 +607,71 @@ describe('options', () => {
     expect(() => new TicketServer({ idleTimeoutMs: '30s' as unknown as number })).toThrow(TypeError);
     expect(() => new TicketServer({ host: 5 as unknown as string })).toThrow(TypeError);
     expect(() => new TicketServer(null as unknown as TicketServerOptions)).toThrow(TypeError);
+  });
+});
+
+/** Waits for `condition` on turns of the event loop (the faked timers never fire by themselves),
+ * bounded by the wall clock, which is not faked. */
+async function untilOnLoop(condition: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+describe('defaults the docs promise, on a server given no value for them', () => {
+  // The sweep and the auth timeout on fake timers (real time would make these tests that slow),
+  // TCP keep-alive by the kernel's own account of the server's socket (/proc/net/tcp).
+  test('an expired key without waiters is swept every 5 s', async () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    let now = 1_700_000_000_000;
+    const { port, server: s } = await server({ leaseMs: 1_000, clock: () => now });
+    const c = await connect(port);
+    c.write('A k o 0\n');
+    tokenOf(await c.readLine());
+    now += 1_000; // expired, and nobody asks for it
+    vi.advanceTimersByTime(4_999);
+    expect(s.inspect('k')).toBeDefined();
+    vi.advanceTimersByTime(1);
+    expect(s.inspect('k')).toBeUndefined();
+  });
+
+  test('with a secret, a connection that sends no H is closed after 10 s', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const { port, server: s } = await server({ secret: 'opensesame' });
+    const c = await connect(port);
+    await untilOnLoop(() => s.stats().connections === 1, 'the server to accept the connection');
+    vi.advanceTimersByTime(9_999);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(c.received.length).toBe(0);
+    expect(c.closed).toBe(false);
+    vi.advanceTimersByTime(1);
+    // readLine's own bound is a faked timer too: wait on the loop instead.
+    await untilOnLoop(() => c.closed, 'the connection to close');
+    expect(c.lines).toEqual(['E auth_failed no H line in time']);
+  });
+
+  test("TCP keep-alive is on for the server's connections, first probe after 30 s idle", async () => {
+    const { port, server: s } = await server();
+    const c = await connect(port);
+    await untilOnLoop(() => s.stats().connections === 1, 'the server to accept the connection');
+    // /proc/net/tcp: local and remote address as hex ip:port, then the timer (2: keep-alive) and
+    // when it fires, in clock ticks.
+    const hexPort = (n: number): string => n.toString(16).toUpperCase().padStart(4, '0');
+    const row = readFileSync('/proc/net/tcp', 'utf8')
+      .split('\n')
+      .map((line) => line.trim().split(/\s+/))
+      .find(
+        (fields) =>
+          fields[1] === `0100007F:${hexPort(port)}` && fields[2] === `0100007F:${hexPort(c.socket.localPort!)}`,
+      );
+    expect(row, 'the server side of the connection in /proc/net/tcp').toBeDefined();
+    const [timer, when] = row![5]!.split(':');
+    expect(timer).toBe('02');
+    const ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+    const firstProbeMs = (parseInt(when!, 16) / ticksPerSecond) * 1_000;
+    expect(firstProbeMs).toBeGreaterThan(20_000);
+    expect(firstProbeMs).toBeLessThanOrEqual(30_000);
   });
 });

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import tls from 'node:tls';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
-import { CertificateError } from '../src/errors.js';
+import { CertificateError, TlsMismatchError } from '../src/errors.js';
 import { parseReply } from '../src/protocol.js';
 import { TicketServer } from '../src/server/server.js';
 import { TlsMaterial, TlsMaterialError } from '../src/server/tls-material.js';
@@ -95,9 +95,33 @@ describe('TLS between TicketClient and TicketServer', () => {
         const error = (await c.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as CertificateError;
         expect(error).toBeInstanceOf(CertificateError);
         expect(error.code).toBe('ETICKETCERT');
+        if (cert === undefined) expect(error.message).toContain('no client certificate');
+        else expect(error.message).not.toContain('no client certificate');
         expect(server.inspect('k')).toBeUndefined();
       });
     }
+  });
+
+  test('TicketClient without tls on a TLS port: TlsMismatchError saying to pass tls, not "no definitive reply"', async () => {
+    const { server, port } = await tlsServer(false);
+    const plain = new TicketClient({ port, connectTimeoutMs: 10_000 });
+    cleanups.push(() => plain.destroy());
+    const error = (await plain.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as TlsMismatchError;
+    expect(error).toBeInstanceOf(TlsMismatchError);
+    expect(error).toMatchObject({ code: 'ETICKETTLSMISMATCH', op: 'acquire', key: 'k' });
+    expect(error.message).toMatch(/speaks TLS and this client has no tls option: pass tls/);
+    expect(server.inspect('k')).toBeUndefined();
+  });
+
+  test('TicketClient with tls on a plain port: TlsMismatchError saying the server does not speak TLS', async () => {
+    const server = new TicketServer({ port: 0 });
+    const { port } = await server.listen();
+    cleanups.push(() => server.close());
+    const c = client(port, clientTls(pki));
+    const error = (await c.acquire('k', { waitMs: 0 }).catch((e: unknown) => e)) as TlsMismatchError;
+    expect(error).toMatchObject({ code: 'ETICKETTLSMISMATCH' });
+    expect(error.message).toMatch(/does not speak TLS \(it answered in plain text\): drop the tls option/);
+    expect(server.inspect('k')).toBeUndefined();
   });
 
   test('a plain-TCP client on a TLS port gets nothing that parses as the protocol, and no lock', async () => {
@@ -186,8 +210,8 @@ describe('ticketing serve with TLS', () => {
     copyFileSync(pki.server2.key, key);
     writeFileSync(secretFile, 'second-secret\n');
     served.child.kill('SIGHUP');
-    await until(() => served.stderr().includes('"msg":"TLS reloaded"'), 5_000, 'the reload');
-    await until(() => served.stderr().includes('"msg":"secret reloaded"'), 5_000, 'the secret reload');
+    await until(() => served.stderr().includes('"msg":"TLS reloaded"'), 'the reload', 5_000);
+    await until(() => served.stderr().includes('"msg":"secret reloaded"'), 'the secret reload', 5_000);
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
     expect((await open.acquire('b', { waitMs: 0 })).status).toBe('acquired');
     // New connections need the new secret; the old one is refused.
@@ -200,8 +224,8 @@ describe('ticketing serve with TLS', () => {
     served.child.kill('SIGHUP');
     await until(
       () => served.stderr().includes('TLS reload failed: keeping the previous material'),
-      5_000,
       'the failed reload',
+      5_000,
     );
     expect(served.stderr()).toMatch(/TLS key .*live\.key/);
     expect(await peerSerial()).toBe(serialOf(pki.server2.cert));
@@ -211,8 +235,8 @@ describe('ticketing serve with TLS', () => {
     served.child.kill('SIGHUP');
     await until(
       () => served.stderr().includes('secret reload failed: keeping the previous secret'),
-      5_000,
       'the failed secret reload',
+      5_000,
     );
     expect((await client(served.port, clientTls(pki), 'second-secret').acquire('u', { waitMs: 0 })).status).toBe(
       'acquired',

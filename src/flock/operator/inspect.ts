@@ -1,18 +1,16 @@
 import { join } from 'node:path';
 import { LeaseCorruptError } from '../../port/errors.js';
-import { liveName, safeID } from '../layout.js';
+import { liveName } from '../layout.js';
 import { parseQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
 import {
-  checkDir,
-  checkOptionalId,
-  clockOf,
   compare,
-  ioOf,
+  groupsOf,
   listGoTemps,
-  listGroups,
   readQueue,
   readRecordAt,
+  scanOf,
+  sessionIdOf,
   type RecordRead,
 } from './scan.js';
 import { isExpired } from '../record.js';
@@ -23,19 +21,17 @@ import type { InspectOptions, Inspection, LeaseRow, LeaseState, LeaseWaiter, Lef
  * Creates nothing, locks nothing exclusively, changes nothing.
  */
 export function inspectLeaseDir(dir: string, options: InspectOptions = {}): Inspection {
-  const path = checkDir(dir);
-  const id = checkOptionalId(options.id);
-  const io = ioOf(options);
-  const now = clockOf(options)();
-  const onlySafe = id === undefined ? undefined : safeID(id);
-  const groups = listGroups(path, onlySafe);
+  const scan = scanOf(dir, options);
+  const { path, id, io } = scan;
+  const now = scan.clock();
+  const groups = groupsOf(scan);
   const table = LockTable.read();
   const leases: LeaseRow[] = [];
   const leftovers: Leftover[] = [];
 
   for (const g of groups.values()) {
     const read: RecordRead = g.record === undefined ? { kind: 'none' } : readRecordAt(io, join(path, g.record));
-    const sessionId = (read.kind === 'ok' ? read.record.session : undefined) ?? id ?? g.safe;
+    const sessionId = sessionIdOf(read, scan, g);
     const leftover = (kind: LeftoverKind, name: string, extra: Partial<Leftover> = {}): void => {
       leftovers.push({
         kind,

@@ -2,21 +2,19 @@
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { LeaseCorruptError, LeaseTimeoutError } from '../../port/errors.js';
-import { liveName, lockName, recordName, safeID, waitName } from '../layout.js';
+import { liveName, lockName, recordName, waitName } from '../layout.js';
 import type { LeaseIO } from '../io.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
 import { LockTable } from './proc-locks.js';
 import {
-  checkDir,
   checkMs,
-  checkOptionalId,
-  clockOf,
   compare,
-  ioOf,
+  groupsOf,
   listGoTemps,
-  listGroups,
   readQueue,
   readRecordAt,
+  scanOf,
+  sessionIdOf,
   type Group,
   type RecordRead,
 } from './scan.js';
@@ -141,20 +139,18 @@ function ago(ms: number): string {
  * token, and a takeover with no record takes max(1, wall-clock µs).
  */
 export async function pruneLeaseDir(dir: string, options: PruneOptions = {}): Promise<PruneResult> {
-  const path = checkDir(dir);
-  const id = checkOptionalId(options.id);
+  const scan = scanOf(dir, options);
+  const { path, id, io, clock } = scan;
   const olderThanMs = checkMs(options.olderThanMs, 'olderThanMs', DEFAULT_PRUNE_AGE_MS);
   const timeoutMs = checkMs(options.lockTimeoutMs, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS);
   const dryRun = options.dryRun === true;
-  const clock = clockOf(options);
-  const io = ioOf(options);
-  const groups = listGroups(path, id === undefined ? undefined : safeID(id));
+  const groups = groupsOf(scan);
   const removed: PruneRemoval[] = [];
   const skipped: PruneSkip[] = [];
   const errors: Array<{ path: string; error: Error }> = [];
 
   for (const g of [...groups.values()].sort((a, b) => compare(a.safe, b.safe))) {
-    const name = (read: RecordRead): string => (read.kind === 'ok' ? read.record.session : undefined) ?? id ?? g.safe;
+    const name = (read: RecordRead): string => sessionIdOf(read, scan, g);
     if (dryRun) {
       // No lock (taking it could create a file): decide from what is there now, probing nothing
       // but the recorded generation (see inspect).

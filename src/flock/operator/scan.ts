@@ -6,7 +6,7 @@ import { checkNumber } from '../../kernel/numbers.js';
 import { LeaseCorruptError } from '../../port/errors.js';
 import { checkSessionId } from '../../port/validate.js';
 import { fileIO, type LeaseIO } from '../io.js';
-import { parseLeaseFileName } from '../layout.js';
+import { parseLeaseFileName, safeID } from '../layout.js';
 import { parseQueue, type WaitQueue } from '../queue.js';
 import { RecordFormatError, type LeaseRecord } from '../record.js';
 import { readRecordAt as readRecord } from '../transition.js';
@@ -36,7 +36,7 @@ export interface Group {
   readonly copies: string[];
 }
 
-export function listGroups(dir: string, onlySafe: string | undefined): Map<string, Group> {
+function listGroups(dir: string, onlySafe: string | undefined): Map<string, Group> {
   const groups = new Map<string, Group>();
   const group = (safe: string): Group => {
     let g = groups.get(safe);
@@ -101,6 +101,31 @@ export function readQueue(io: LeaseIO, path: string): WaitQueue {
   }
 }
 
+/** What every scan of a directory starts from: the checked directory and id, the I/O and the clock. */
+export interface Scan {
+  readonly path: string;
+  /** Only this session id, when given. */
+  readonly id: string | undefined;
+  readonly io: LeaseIO;
+  readonly clock: () => number;
+}
+
+export function scanOf(dir: unknown, options: { id?: unknown; clock?: (() => number) | undefined }): Scan {
+  const path = checkDir(dir);
+  const id = checkOptionalId(options.id);
+  return { path, id, io: ioOf(options), clock: clockOf(options) };
+}
+
+/** The scan's file groups (one id's alone when it has one). */
+export function groupsOf(scan: Scan): Map<string, Group> {
+  return listGroups(scan.path, scan.id === undefined ? undefined : safeID(scan.id));
+}
+
+/** The session id a group stands for: its record's, else the one asked for, else its safe name. */
+export function sessionIdOf(read: RecordRead, scan: Scan, group: Group): string {
+  return (read.kind === 'ok' ? read.record.session : undefined) ?? scan.id ?? group.safe;
+}
+
 export function ioOf(options: object | undefined): LeaseIO {
   return (options as { [kOperatorIO]?: LeaseIO } | undefined)?.[kOperatorIO] ?? fileIO;
 }
@@ -127,7 +152,7 @@ export function checkMs(value: unknown, what: string, fallback: number): number 
   return value === undefined ? fallback : checkNumber(value, what, { zero: true });
 }
 
-export function checkOptionalId(id: unknown): string | undefined {
+function checkOptionalId(id: unknown): string | undefined {
   if (id === undefined) return undefined;
   checkSessionId(id);
   return id;

@@ -1,8 +1,10 @@
-/** The parsers and file readers behind the `ticketing` commands' flags: a bad value is a usage
- * error (exit 64) that says what was expected; an unreadable file names the flag's file. */
+/** The parsers and file readers behind the `ticketing` commands' own flags (those both CLIs share
+ * are in src/kernel/flags.ts): a bad value is a usage error (exit 64) that says what was expected;
+ * an unreadable file names the flag's file. */
 import { readFileSync } from 'node:fs';
-import { InvalidArgumentError, Option } from 'commander';
-import { parseDuration } from '#kernel';
+import { InvalidArgumentError } from 'commander';
+import { timerDuration } from '#kernel/flags';
+import { checkLeaderTtlMs, checkPrefix } from '../cluster/options.js';
 import { parseListenAddress } from '../observe/http.js';
 import { isAddress, isName } from '../protocol.js';
 
@@ -15,25 +17,6 @@ export function integer(min: number, max: number) {
   };
 }
 
-export function duration(text: string): number {
-  let ms: number;
-  try {
-    ms = parseDuration(text);
-  } catch (error) {
-    throw new InvalidArgumentError((error as Error).message);
-  }
-  if (!(ms > 0) || ms > 2 ** 31 - 1)
-    throw new InvalidArgumentError('expected a positive duration of at most 24 days, e.g. 500ms, 30s');
-  return ms;
-}
-
-export const EXIT_USAGE = 64;
-
-export function waitDuration(text: string): number {
-  if (/^0(ms|s)?$/.test(text)) return 0;
-  return duration(text);
-}
-
 export function addressList(text: string): string[] {
   const list = text.split(',');
   for (const address of list)
@@ -44,31 +27,6 @@ export function addressList(text: string): string[] {
 export function keyName(text: string): string {
   if (!isName(text)) throw new InvalidArgumentError('expected 1-256 bytes of printable ASCII without spaces');
   return text;
-}
-
-/** A default as the help shows it, in the unit a person would type (`30s`, not `30000`). */
-function durationText(ms: number): string {
-  for (const [unit, size] of [
-    ['h', 3_600_000],
-    ['m', 60_000],
-    ['s', 1_000],
-  ] as const) {
-    if (ms % size === 0) return `${ms / size}${unit}`;
-  }
-  return `${ms}ms`;
-}
-
-export function durationOption(flags: string, description: string, defaultMs: number): Option {
-  return new Option(flags, description).argParser(duration).default(defaultMs, durationText(defaultMs));
-}
-
-export function version(): string {
-  try {
-    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string })
-      .version;
-  } catch {
-    return 'unknown';
-  }
 }
 
 /** A file named by a flag (`what` says which, in the error), read whole. */
@@ -128,18 +86,20 @@ export function advertiseAddress(text: string): string {
   return text;
 }
 
+/** A library's check of an option as a flag's parser: the error it throws is a usage error. */
+function checked<T>(check: () => T): T {
+  try {
+    return check();
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
+}
+
 export function etcdPrefix(text: string): string {
-  if (!/^[\x21-\x7e]{1,128}$/.test(text))
-    throw new InvalidArgumentError('expected 1-128 printable ASCII characters without spaces');
-  return text;
+  return checked(() => checkPrefix(text, 'the prefix'));
 }
 
 export function leaderTtl(text: string): number {
-  const ms = duration(text);
-  if (ms < 1000 || ms % 1000 !== 0 || ms > 3_600_000) {
-    throw new InvalidArgumentError(
-      'expected a whole number of seconds from 1s to 1h (etcd leases count whole seconds)',
-    );
-  }
-  return ms;
+  const ms = timerDuration(text);
+  return checked(() => checkLeaderTtlMs(ms, 'the leader TTL'));
 }

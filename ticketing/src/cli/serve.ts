@@ -9,16 +9,16 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { Option, type Command } from 'commander';
-import type { ClusterNode, ClusterNodeOptions } from '../cluster/node.js';
-import { DEFAULT_COMMIT_WINDOW, MAX_COMMIT_WINDOW } from '../cluster/pipeline.js';
+import type { ClusterNode } from '../cluster/node.js';
+import { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW, type ClusterNodeOptions } from '../cluster/options.js';
 import { HttpEndpoint } from '../observe/http.js';
-import { createLogger, LOG_LEVELS, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
+import { createLogger, LOG_LEVELS, logProcessWarnings, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
 import { TicketMetrics } from '../observe/metrics.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from '../server/server.js';
 import { TlsMaterial } from '../server/tls-material.js';
+import { durationOption, packageVersion } from '#kernel/flags';
 import {
   advertiseAddress,
-  durationOption,
   etcdPrefix,
   etcdUrls,
   etcdUserName,
@@ -27,7 +27,6 @@ import {
   listenAddress,
   readNamedFile,
   readSecretFile,
-  version,
 } from './flags.js';
 
 /** The etcd flags that only make sense together, checked before any file is read. */
@@ -218,17 +217,17 @@ export function addServeCommand(program: Command): void {
       'cluster mode: the address clients reach this node at (sent in M and L)',
       advertiseAddress,
     )
-    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, '/ticketing/')
+    .option('--prefix <prefix>', 'cluster mode: etcd key prefix of the lock space', etcdPrefix, CLUSTER_DEFAULTS.prefix)
     .addOption(
       new Option('--leader-ttl <dur>', 'cluster mode: leadership lease, whole seconds')
         .argParser(leaderTtl)
-        .default(2_000, '2s'),
+        .default(CLUSTER_DEFAULTS.leaderTtlMs, `${CLUSTER_DEFAULTS.leaderTtlMs / 1000}s`),
     )
     .option(
       '--commit-window <n>',
       'cluster mode: most etcd txns in flight at once',
       integer(1, MAX_COMMIT_WINDOW),
-      DEFAULT_COMMIT_WINDOW,
+      CLUSTER_DEFAULTS.commitWindow,
     )
     .option(
       '--http <host:port>',
@@ -283,8 +282,9 @@ export function addServeCommand(program: Command): void {
       const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
       const etcdAccess = cluster ? readEtcdAccess(flags) : {};
       const logger = createLogger(flags.logLevel as LogLevel);
+      logProcessWarnings(logger);
       // The flags hold file names, never a secret or a password.
-      logger.info({ version: version(), config: flags }, 'starting');
+      logger.info({ version: packageVersion(), config: flags }, 'starting');
       const options: TicketServerOptions = {
         host: flags.host as string,
         port: flags.port as number,
@@ -328,6 +328,7 @@ export function addServeCommand(program: Command): void {
           ? undefined
           : new HttpEndpoint({
               server,
+              node,
               metrics: new TicketMetrics({ server, node }),
               tls: material?.secureContextOptions,
               ...http,
@@ -370,7 +371,11 @@ export function addServeCommand(program: Command): void {
           logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
         process.stdout.write(`listening ${formatListening(host, port)}\n`);
       } catch (error) {
-        logger.fatal({ err: error }, (error as Error).message ?? String(error));
+        const message = (error as Error).message ?? String(error);
+        logger.fatal({ err: error }, message);
+        // A person at a terminal gets the plain line too; a log collector (a pipe, a file) gets
+        // JSON lines only.
+        if (process.stderr.isTTY) process.stderr.write(`ticketing: ${message}\n`);
         process.exit(1);
       }
     });

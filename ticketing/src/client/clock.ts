@@ -33,11 +33,20 @@ export interface DeadlineMargin {
 
 export const DEFAULT_MARGIN: DeadlineMargin = { fraction: 0.01, ms: 50 };
 
+/** No margin: the end of the lease itself (what `expiresAt` reports). */
+const NO_MARGIN: DeadlineMargin = { fraction: 0, ms: 0 };
+
 /**
- * The local deadline of a grant or keep, on this clock: counted from when the request that granted
- * or kept it was sent (the server applied it no earlier), never from when its reply came, less the
- * margin. Before it, the server cannot have let the lock go; a holder stops by then.
+ * The end of a lease on this clock, the one rule for a grant or a keep: counted from when the
+ * request that granted or kept it was sent (the server applied it no earlier), never from when its
+ * reply came, less the margin. Before it, the server cannot have let the lock go; a holder stops by
+ * then (with the margin), and `expiresAt` reports it (without).
  */
-export function localDeadline(sentAt: number, leaseMs: number, margin: DeadlineMargin): number {
+export function leaseEnd(sentAt: number, leaseMs: number, margin: DeadlineMargin = NO_MARGIN): number {
   return sentAt + leaseMs - (leaseMs * margin.fraction + margin.ms);
+}
+
+/** A time on this clock as a wall-clock Date. */
+export function wallClock(at: number, nowAt: number = now()): Date {
+  return new Date(Date.now() + (at - nowAt));
 }

@@ -6,9 +6,9 @@
  * newer keep moved it, whether or not any reply comes, and at once on `G`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { checkNumber, timerDelay } from '#kernel';
+import { checkNumber, RETRY_FIRST_MS, timerDelay } from '#kernel';
 import { ClientClosedError, IndeterminateError, LockLostError, NotAcquiredError, ServerError } from '../errors.js';
-import { DEFAULT_MARGIN, localDeadline, now, type DeadlineMargin } from './clock.js';
+import { DEFAULT_MARGIN, leaseEnd, now, type DeadlineMargin } from './clock.js';
 import type { KeepResult } from './keep.js';
 import type { AcquireOptions, AcquireResult, ReleaseResult } from './options.js';
 
@@ -76,9 +76,6 @@ async function acquireAtLeader(host: HoldHost, key: string, options: HoldOptions
     }
   }
 }
-
-/** First delay before retrying a keep that got no answer (doubling, bounded by what is left). */
-const RETRY_FIRST_MS = 25;
 
 export async function startHold(host: HoldHost, key: string, options: HoldOptions): Promise<TicketHold> {
   if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -244,7 +241,7 @@ class Hold implements TicketHold {
   #kept(result: KeepResult): void {
     if (this.#done) return;
     this.#leaseMs = result.leaseMs;
-    const deadline = localDeadline(result.sentAt, result.leaseMs, this.#margin);
+    const deadline = leaseEnd(result.sentAt, result.leaseMs, this.#margin);
     if (deadline > this.#deadline) {
       this.#deadline = deadline;
       clearTimeout(this.#deadlineTimer);

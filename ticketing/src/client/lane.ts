@@ -1,30 +1,34 @@
 /**
- * The connection lane: one connection and the requests on it. It queues unsent requests, writes
- * every request of a turn in one write, matches replies to sent requests through the registry,
- * reconnects with backoff while it has work, and watches the time limits (connectTimeoutMs for
- * unsent requests, waitMs + responseTimeoutMs for sent ones). A connection that fails takes its
+ * The connection lane: one connection and the requests on it. It queues unsent requests, probes
+ * every new connection (`W`: does this node apply requests?) before it sends any, writes every
+ * request of a turn in one write, matches replies to sent requests through the registry,
+ * reconnects with backoff while it has work, and watches the time limits (an unsent request's
+ * waitMs, or connectTimeoutMs when that is 0; waitMs + responseTimeoutMs for sent ones). A connection that fails takes its
  * sent requests with it (Indeterminate, unless the server refused them outright), never its
  * unsent ones. The client runs two: one for acquires, one reserved for releases.
  */
 import type net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { freshNow, now } from './clock.js';
+import { freshNow, leaseEnd, now, wallClock } from './clock.js';
 import type { Endpoint, ResolvedClientOptions } from './options.js';
 import {
-  AuthFailedError,
-  CapacityError,
   CertificateError,
   ClientClosedError,
-  ConnectError,
   ProtocolError,
   ServerError,
+  TlsMismatchError,
+  UnlistedLeaderError,
   type IndeterminateReason,
 } from '../errors.js';
 import { channels, publish } from '../events.js';
-import { REFUSALS, endedRequestError, lockGone, modeConflict, slotAnswers, type ConnectionEnd } from './outcomes.js';
+import { endedRequestError, lockGone, salvageGrant, type ConnectionEnd, type RefusalClass } from './outcomes.js';
+import { UNMATCHED, settleRefused, slotAnswers } from './answers.js';
+import { backoffDelay } from './backoff.js';
+import { REFUSALS, notSentInTime, plainTextPeer, unlistedLeader, whenTlsPeer } from './refusals.js';
 import { isCertificateError, openSocket } from './transport.js';
 import type { Pending, PendingAcquire, PendingKeep, PendingRegistry, PendingRelease } from './pending.js';
-import { LineFramer, formatHello, parsePartialGrant, parseReply, splitReply } from '../protocol.js';
+import { LineFramer, SERVING_LINE, formatAcquire, formatHello, parseReply, splitReply } from '../protocol.js';
+import { isPlainTextPeer } from '../tls-sniff.js';
 
 /** What a lane asks of the client that owns it. */
 export interface LaneHost {
@@ -52,7 +56,8 @@ const RTT_SAMPLES = 8;
  */
 export class Lane {
   #socket: net.Socket | undefined;
-  #state: 'idle' | 'connecting' | 'open' | 'backoff' = 'idle';
+  /** `probing`: connected, the `W` probe sent, no request yet (they wait for the node's `W`). */
+  #state: 'idle' | 'connecting' | 'probing' | 'open' | 'backoff' = 'idle';
   #framer: LineFramer;
   #queue: Pending[] = [];
   /** Requests sent on the current connection and not settled. */
@@ -62,7 +67,8 @@ export class Lane {
   /** The current socket's error, and the cause of the last teardown (for ConnectError). */
   #lastError: unknown;
   #lastFailure: unknown;
-  #helloSent = false;
+  /** Bytes arrived on the current connection (a TLS server says nothing to plain text). */
+  #heard = false;
   /** A reply to a request (A/T/B/R/N) arrived on the current connection. */
   #answered = false;
   #idleWaiters: Array<() => void> = [];
@@ -71,6 +77,8 @@ export class Lane {
   #watchdog: NodeJS.Timeout | undefined;
   #endpoint: Endpoint | undefined;
   readonly #rtt: number[] = [];
+  /** Unsent requests that were queued when a connection failed. */
+  readonly #delayed = new WeakSet<Pending>();
   #rttNext = 0;
   #closed = false;
 
@@ -179,27 +187,28 @@ export class Lane {
     const endpoint = this.host.pickEndpoint(this.#failures);
     this.#endpoint = endpoint;
     this.#state = 'connecting';
-    this.#helloSent = false;
+    this.#heard = false;
     this.#answered = false;
     this.#framer = new LineFramer(this.options.maxLineBytes);
     const { socket, ready } = openSocket(endpoint.host, endpoint.port, this.options.tls);
     this.#socket = socket;
-    this.#connectTimer = setTimeout(
-      () => {
-        if (this.#socket === socket)
-          this.#teardown('connection-lost', new Error(`connect to ${endpoint.text} timed out`));
-      },
-      Math.min(this.options.connectTimeoutMs, 5_000),
-    ).unref();
+    const limitMs = Math.min(this.options.connectTimeoutMs, 5_000);
+    // Covers connecting, the TLS handshake and the probe's answer.
+    this.#connectTimer = setTimeout(() => {
+      if (this.#socket !== socket) return;
+      const what = this.#state === 'probing' ? 'no answer to the leader probe from' : 'no connection to';
+      this.#teardown('connection-lost', new Error(`${what} ${endpoint.text} within ${limitMs} ms`));
+    }, limitMs).unref();
     socket.on(ready, () => {
       if (this.#socket !== socket) return;
-      clearTimeout(this.#connectTimer);
-      this.#state = 'open';
-      publish(channels.clientConnect, () => ({ client: this.host.client, lane: this.role, address: endpoint.text }));
-      this.#flush();
+      // Requests wait until this node answers the probe: only a node that applies requests gets any.
+      this.#state = 'probing';
+      const hello = this.options.secret === undefined ? '' : formatHello(this.options.secret);
+      socket.write(hello + SERVING_LINE, 'latin1');
     });
     socket.on('data', (chunk: Buffer) => {
       if (this.#socket !== socket) return;
+      this.#heard = true;
       freshNow(); // when these replies arrived, for everything matched below
       const framer = this.#framer;
       const status = framer.push(chunk, this.#onLine);
@@ -222,7 +231,9 @@ export class Lane {
         return;
       }
       const error = this.#lastError;
-      if (isCertificateError(error)) this.#refuseAll(error);
+      if (isCertificateError(error)) this.#refuseAll(CertificateError, error);
+      else if (this.options.tls !== undefined && isPlainTextPeer(error))
+        this.#refuseAll(TlsMismatchError, plainTextPeer(endpoint.text));
       else this.#teardown('connection-lost', error ?? new Error('connection closed by the server'));
     });
   }
@@ -232,15 +243,20 @@ export class Lane {
     const socket = this.#socket;
     if (this.#state !== 'open' || socket === undefined) return;
     let out = '';
-    if (this.options.secret !== undefined && !this.#helloSent) {
-      out = formatHello(this.options.secret);
-      this.#helloSent = true;
-    }
     const sentAt = freshNow();
     const queue = this.#queue;
     this.#queue = [];
     for (const p of queue) {
       if (p.settled) continue;
+      if (p.kind === 'acquire' && p.waitMs > 0 && this.#delayed.has(p)) {
+        // It waited through a failed connection for a serving node: that time came out of its
+        // wait, and the server gets what is left.
+        const left = Math.max(0, Math.floor(p.deadline - sentAt));
+        if (left < p.waitMs) {
+          p.waitMs = left;
+          p.line = formatAcquire(p.key, p.owner, left);
+        }
+      }
       // Registered (in the client's tables since the call; now as sent on this connection) before
       // the bytes go out: a reply can beat the write callback.
       p.sentAt = sentAt;
@@ -276,8 +292,8 @@ export class Lane {
         }
         case 'R':
         case 'N': {
-          const p = this.#sentRelease(answer.token, answer.key);
-          if (p === undefined) break;
+          const p = this.registry.findRelease(answer.token, answer.key);
+          if (p === undefined || p.lane !== this || p.sentAt < 0) break;
           this.#released(p, answer.op === 'R');
           return true;
         }
@@ -308,11 +324,6 @@ export class Lane {
     return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
   }
 
-  #sentRelease(token: string, key: string): PendingRelease | undefined {
-    const p = this.registry.findRelease(token, key);
-    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
-  }
-
   #granted(p: PendingAcquire, token: string, slot: number | undefined): void {
     const receivedAt = now();
     if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
@@ -322,26 +333,24 @@ export class Lane {
     // a grant that waited) not before a recent round trip ago.
     const rtt = p.waitMs === 0 ? undefined : this.recentRtt;
     const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
-    const expiresAt = new Date(Date.now() + (grantedNotBefore + this.options.leaseMs - receivedAt));
+    const expiresAt = wallClock(leaseEnd(grantedNotBefore, this.options.leaseMs), receivedAt);
     this.#settle(p);
     p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt, slot });
   }
 
   /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued). */
   #refused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
-    const busy = op === 'B';
-    if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
+    if (p.waitMs === 0 || op === 'B') this.#sample(now() - p.sentAt);
     this.#failures = 0;
     this.#answered = true;
-    if (busy && this.host.retryBusy(p)) {
+    if (op === 'B' && this.host.retryBusy(p)) {
       // Not settled: it goes back to the queue after a backoff, with what is left of its wait
       // budget (same owner: B is definitive, nothing is pending under it).
       this.#detach(p);
       return;
     }
     this.#settle(p);
-    if (op === 'C') p.reject(modeConflict(p.key, p.owner));
-    else p.resolve({ status: busy ? 'busy' : 'timed-out', key: p.key, owner: p.owner });
+    settleRefused(p, op);
   }
 
   #released(p: PendingRelease, released: boolean): void {
@@ -370,31 +379,41 @@ export class Lane {
       case 'T':
       case 'B':
       case 'C':
-        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending acquire', line));
-        return false;
       case 'R':
       case 'N':
-        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending release', line));
-        return false;
       case 'K':
       case 'G':
-        this.#teardown('connection-lost', new ProtocolError('a reply matches no pending keep', line));
+        this.#teardown('connection-lost', new ProtocolError(`a reply matches no pending ${UNMATCHED[reply.op]}`, line));
         return false;
       case 'L':
         this.host.setLeaderHint(reply.address, 'L');
         return true;
-      case 'M':
-        if (this.host.setLeaderHint(reply.address, 'M')) {
-          // A redirect to a known node, not a failure: the next connection goes to the leader
-          // (the hint is used while failures < 2), however many failures came before.
-          this.#failures = 0;
-        } else if (this.host.leaderHint === this.#endpoint?.text) {
-          // A node steering us outside the allowlist is no leader to come back to: drop the hint,
-          // so the next connection tries the next listed address.
-          this.host.setLeaderHint(undefined, 'M');
-        }
-        this.#teardown('connection-lost', new ServerError('moved', `the leader is ${reply.address}`));
+      case 'W': {
+        if (this.#state !== 'probing') break;
+        const endpointText = this.#endpoint?.text;
+        // This node applies requests: send what waited for it.
+        clearTimeout(this.#connectTimer);
+        this.#state = 'open';
+        publish(channels.clientConnect, () => ({ client: this.host.client, lane: this.role, address: endpointText }));
+        this.#flush();
+        return true;
+      }
+      case 'M': {
+        const moved = new ServerError('moved', `the leader is ${reply.address}`);
+        const listed = this.host.setLeaderHint(reply.address, 'M');
+        // A redirect to a known node, not a failure: the next connection goes to the leader (the
+        // hint is used while failures < 2), however many failures came before. A node steering us
+        // outside the allowlist is no leader to come back to: drop the hint, so the next
+        // connection tries the next listed address.
+        if (listed) this.#failures = 0;
+        else if (this.host.leaderHint === this.#endpoint?.text) this.host.setLeaderHint(undefined, 'M');
+        // Nothing unsent can reach an unlisted leader: say so now rather than let it time out.
+        const unreachable = listed ? [] : this.#takeQueue();
+        this.#teardown('connection-lost', moved);
+        if (!listed)
+          this.#refuse(unreachable, UnlistedLeaderError, unlistedLeader(reply.address, this.options.endpoints, moved));
         return false;
+      }
       case 'E': {
         const error = new ServerError(reply.code, reply.detail);
         if (reply.code === 'no_leader') this.host.setLeaderHint(undefined, 'no_leader');
@@ -406,11 +425,16 @@ export class Lane {
         // was never processed: it is refused, not Indeterminate. After an answer these codes
         // would break the protocol, and the usual rule (Indeterminate) applies.
         const refused = this.#answered ? undefined : REFUSALS.get(reply.code);
-        if (refused === CertificateError) this.#refuseAll(error);
+        // Before the probe's answer, what waits for this connection is refused with it (a certificate
+        // refusal: whatever waits on this lane, as no connection can succeed until it changes).
+        if (refused === CertificateError || (refused !== undefined && this.#state === 'probing'))
+          this.#refuseAll(refused, error);
         else this.#teardown('connection-lost', error, floor, undefined, refused);
         return false;
       }
     }
+    this.#teardown('connection-lost', new ProtocolError('a reply out of place', line));
+    return false;
   }
 
   /**
@@ -424,10 +448,18 @@ export class Lane {
     cause: unknown,
     floorMs?: number,
     aborted?: { p: Pending; reason: unknown },
-    refused?: typeof AuthFailedError | typeof CapacityError | typeof CertificateError,
+    refused?: RefusalClass,
   ): void {
     const socket = this.#socket;
     if (socket === undefined) return;
+    if (this.#state === 'probing' && !this.#heard && !this.options.tls && !refused) {
+      // Closed (or left) without a word before the probe's answer: if the node speaks TLS, nothing
+      // unsent can go out until this client has a `tls` option.
+      whenTlsPeer(this.#endpoint!, (advice) => {
+        if (!this.#closed) this.#refuse(this.#takeQueue(), TlsMismatchError, advice);
+        this.#maybeStopWatchdog();
+      });
+    }
     this.#socket = undefined;
     clearTimeout(this.#connectTimer);
     const partial = this.#framer.partialLine();
@@ -436,7 +468,7 @@ export class Lane {
     this.#lastError = undefined;
     this.#lastFailure = cause;
     const sent = this.registry.sentOn(this);
-    const salvaged = partial === undefined ? undefined : this.#salvage(partial, sent);
+    const salvaged = partial === undefined ? undefined : salvageGrant(partial, sent);
     // Acquires first (sentOn lists them first), so a salvaged grant's acquire learns its token
     // before its orphan release goes out.
     for (const p of sent) {
@@ -449,39 +481,42 @@ export class Lane {
       const token = salvaged?.p === p ? salvaged.token : undefined;
       this.#settleReject(p, endedRequestError(p, end, token), end.kind !== 'refused');
     }
+    for (const p of this.#queue) this.#delayed.add(p);
     // A close the caller asked for (an abort) says nothing about the server: no backoff for it.
     if (aborted === undefined) this.#failures++;
     clearTimeout(this.#retryTimer);
     if (this.#closed) {
       this.#state = 'idle';
     } else {
-      const delay = aborted === undefined ? this.#backoffDelay(floorMs) : 0;
+      const delay = aborted === undefined ? backoffDelay(this.#failures, this.options.backoff, floorMs) : 0;
       this.#state = 'backoff';
       this.#retryTimer = setTimeout(() => {
         this.#state = 'idle';
         if (this.#queue.length > 0 && !this.#closed) this.#connect();
       }, delay);
       if (this.#queue.length === 0) this.#retryTimer.unref();
-      publish(channels.clientClose, () => ({
-        client: this.host.client,
-        lane: this.role,
-        address: this.#endpoint?.text,
-        reason,
-        error: cause,
-        backoffMs: delay,
-      }));
+      this.#publishClose(reason, cause, delay);
     }
     if (salvaged !== undefined) this.host.orphanRelease(salvaged.p.key, salvaged.tokenText);
     this.#maybeStopWatchdog();
   }
 
-  /** A certificate refusal: no request of this connection was processed, and none queued can be
-   * sent until the certificates change, so every one of them is refused now. */
-  #refuseAll(error: unknown): void {
+  /** A refusal of the connection (a certificate, auth, capacity, a TLS mismatch): no request of it
+   * was processed, and the queued ones, which waited for it, are refused with it. */
+  #refuseAll(refused: RefusalClass, error: unknown): void {
+    const queued = this.#takeQueue();
+    this.#teardown('connection-lost', error, undefined, undefined, refused);
+    this.#refuse(queued, refused, error);
+  }
+
+  #takeQueue(): Pending[] {
     const queued = this.#queue;
     this.#queue = [];
-    this.#teardown('connection-lost', error, undefined, undefined, CertificateError);
-    const end = { kind: 'refused', error: CertificateError, cause: error } as const;
+    return queued;
+  }
+
+  #refuse(queued: readonly Pending[], refused: RefusalClass, cause: unknown): void {
+    const end = { kind: 'refused', error: refused, cause } as const;
     for (const p of queued) this.#settleReject(p, endedRequestError(p, end));
   }
 
@@ -494,37 +529,20 @@ export class Lane {
     this.#socket = undefined;
     this.#state = 'idle';
     clearTimeout(this.#connectTimer);
-    publish(channels.clientClose, () => ({
-      client: this.host.client,
-      lane: this.role,
-      address: this.#endpoint?.text,
-      reason: 'idle',
-      error: undefined,
-      backoffMs: 0,
-    }));
+    this.#publishClose('idle', undefined, 0);
     if (this.#queue.length > 0 && !this.#closed) this.#connect();
   }
 
-  /** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`):
-   * if it names a pending acquire, the token is known and can be handed back. */
-  #salvage(partial: string, sent: Pending[]): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
-    const grant = parsePartialGrant(partial);
-    if (grant === undefined) return undefined;
-    for (const p of sent) {
-      if (p.kind === 'acquire' && p.owner === grant.owner && p.key.startsWith(grant.keyPrefix)) {
-        return { p, token: BigInt(grant.token), tokenText: grant.token };
-      }
-    }
-    return undefined;
-  }
-
-  #backoffDelay(floorMs: number | undefined): number {
-    const { initialMs, maxMs } = this.options.backoff;
-    const exponent = Math.min(this.#failures - 1, 30);
-    const base = Math.min(maxMs, initialMs * 2 ** exponent);
-    const jittered = base * (0.5 + Math.random() * 0.5);
-    const floor = floorMs === undefined ? 0 : Math.min(Math.max(maxMs, floorMs), floorMs * 2 ** Math.min(exponent, 6));
-    return Math.max(jittered, floor);
+  #publishClose(reason: string, error: unknown, backoffMs: number): void {
+    const address = this.#endpoint?.text;
+    publish(channels.clientClose, () => ({
+      client: this.host.client,
+      lane: this.role,
+      address,
+      reason,
+      error,
+      backoffMs,
+    }));
   }
 
   #sample(rtt: number): void {
@@ -589,18 +607,13 @@ export class Lane {
   readonly #check = (): void => {
     const now = performance.now();
     if (this.#queue.length > 0 && this.#state !== 'open') {
-      const expired = this.#queue.filter((p) => now - p.submittedAt > this.options.connectTimeoutMs);
+      // An unsent request waits for a serving node within its own waitMs (connectTimeoutMs if 0).
+      const expired = this.#queue.filter((p) => now - p.submittedAt > (p.waitMs || this.options.connectTimeoutMs));
       if (expired.length > 0) {
         this.#queue = this.#queue.filter((p) => !expired.includes(p));
         const cause = this.#lastFailure ?? this.#lastError;
         for (const p of expired) {
-          this.#settleReject(
-            p,
-            new ConnectError(
-              `no connection to ${this.#endpoint?.text ?? 'the server'} within ${this.options.connectTimeoutMs} ms: the request was not sent`,
-              { cause },
-            ),
-          );
+          this.#settleReject(p, notSentInTime(p.waitMs || this.options.connectTimeoutMs, this.#endpoint, cause));
         }
       }
     }

@@ -3,35 +3,37 @@
  * caller may conclude depends on why the connection ended (errors.ts says what each one means).
  */
 import {
-  AuthFailedError,
-  CapacityError,
-  CertificateError,
+  type AuthFailedError,
+  type CapacityError,
+  type CertificateError,
   IndeterminateError,
   type IndeterminateReason,
   LockLostError,
-  ModeConflictError,
   type TicketError,
+  TlsMismatchError,
+  UnlistedLeaderError,
 } from '../errors.js';
-import type { Pending } from './pending.js';
-
-/** The E codes that refuse a connection before any request of it is processed. */
-export const REFUSALS = new Map<string, typeof AuthFailedError | typeof CapacityError | typeof CertificateError>([
-  ['auth_failed', AuthFailedError],
-  ['capacity', CapacityError],
-  ['bad_certificate', CertificateError],
-]);
+import type { Pending, PendingAcquire } from './pending.js';
+import { parsePartialGrant } from '../protocol.js';
 
 export type ConnectionEnd =
   /** The server refused the connection before processing any request of it. */
   | {
       readonly kind: 'refused';
-      readonly error: typeof AuthFailedError | typeof CapacityError | typeof CertificateError;
+      readonly error: RefusalClass;
       readonly cause: unknown;
     }
   /** The caller aborted this request after it was sent (the connection was closed for it). */
   | { readonly kind: 'aborted'; readonly cause: unknown }
   /** Anything else: the request may have taken effect. */
   | { readonly kind: 'lost'; readonly reason: IndeterminateReason; readonly cause: unknown };
+
+export type RefusalClass =
+  | typeof AuthFailedError
+  | typeof CapacityError
+  | typeof CertificateError
+  | typeof TlsMismatchError
+  | typeof UnlistedLeaderError;
 
 /** `token`: a grant's token salvaged from a half-received reply (acquires only). */
 export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint): TicketError {
@@ -41,7 +43,9 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
   switch (end.kind) {
     case 'refused':
       return new end.error(
-        `${what} was refused (${describe(end.cause)}): it did not take effect`,
+        end.error === TlsMismatchError || end.error === UnlistedLeaderError
+          ? `${what} was not sent: ${describe(end.cause)}`
+          : `${what} was refused (${describe(end.cause)}): it did not take effect`,
         p.kind,
         p.key,
         owner,
@@ -89,12 +93,18 @@ function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
 
-/** A `C` reply: the acquire's mode does not fit the key's kind. */
-export function modeConflict(key: string, owner: string): ModeConflictError {
-  return new ModeConflictError(`${key}: the requested mode does not fit the key's current kind`, key, owner);
-}
-
-/** Does a grant's slot answer a request for `permits` (0: `x` or `s`, which get no slot)? */
-export function slotAnswers(slot: number | undefined, permits: number): boolean {
-  return slot === undefined ? permits === 0 : slot < permits;
+/** A reply cut off mid-line may still carry a grant's token (`A <token> <owner> <key…`): if it
+ * names one of the `sent` acquires, the token is known and can be handed back. */
+export function salvageGrant(
+  partial: string,
+  sent: readonly Pending[],
+): { p: PendingAcquire; token: bigint; tokenText: string } | undefined {
+  const grant = parsePartialGrant(partial);
+  if (grant === undefined) return undefined;
+  for (const p of sent) {
+    if (p.kind === 'acquire' && p.owner === grant.owner && p.key.startsWith(grant.keyPrefix)) {
+      return { p, token: BigInt(grant.token), tokenText: grant.token };
+    }
+  }
+  return undefined;
 }

@@ -25,6 +25,14 @@ interface PendingBase {
   onAbort: (() => void) | undefined;
 }
 
+/** A request's state when it is made: queued now, not sent, not settled, on no lane. */
+export function unsent(
+  signal: AbortSignal | undefined,
+  submittedAt: number,
+): Pick<PendingBase, 'signal' | 'submittedAt' | 'sentAt' | 'settled' | 'lane' | 'onAbort'> {
+  return { signal, submittedAt, sentAt: -1, settled: false, lane: undefined, onAbort: undefined };
+}
+
 export interface PendingAcquire extends PendingBase {
   readonly kind: 'acquire';
   readonly owner: string;

@@ -7,12 +7,11 @@
  * lease although every holder had let go.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { timerDelay } from '#kernel';
+import { RETRY_FIRST_MS, timerDelay } from '#kernel';
 import { IndeterminateError } from '../errors.js';
 import { now } from './clock.js';
 import type { ReleaseResult } from './options.js';
 
-const RETRY_FIRST_MS = 25;
 const RETRY_MAX_MS = 500;
 
 /**

@@ -9,6 +9,7 @@
  * absolute puts and deletes under a guard, so a retry is idempotent), and every unary call has a
  * deadline of `callTimeoutMs`.
  */
+import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { connect as connectTls, createSecureContext } from 'node:tls';
 import type { Etcd3 } from 'etcd3';
@@ -142,7 +143,7 @@ export async function checkEtcdAccess(client: Etcd3, options: EtcdClientOptions,
       failure: [{ request_range: { key: layout.all, range_end: layout.allEnd, limit: 1, keys_only: true } }],
     });
   } catch (error) {
-    throw asAccessError(error, options.user?.name, layout.prefix) ?? error;
+    throw asAccessError(error, options.user?.name, layout.prefix, options.tls?.cert) ?? error;
   }
 }
 
@@ -150,24 +151,51 @@ export async function checkEtcdAccess(client: Etcd3, options: EtcdClientOptions,
  * `error` (from an etcd call) as the EtcdAccessError it means, or undefined when it is not one
  * (etcd down or electing, a deadline, …).
  */
-export function asAccessError(error: unknown, user: string | undefined, prefix: string): EtcdAccessError | undefined {
+export function asAccessError(
+  error: unknown,
+  user: string | undefined,
+  prefix: string,
+  /** This node's client certificate: with no user, etcd takes its CN as the user. */
+  certificate?: string | Buffer,
+): EtcdAccessError | undefined {
   if (error instanceof EtcdAccessError) return error;
   if (etcd3 === undefined || !(error instanceof Error)) return undefined;
   const options = { cause: error };
-  const who = user === undefined ? 'this node (no user given)' : `user ${JSON.stringify(user)}`;
+  const cn = user === undefined && certificate !== undefined ? commonName(certificate) : undefined;
+  const who =
+    user !== undefined
+      ? `user ${JSON.stringify(user)}`
+      : cn !== undefined
+        ? `user ${JSON.stringify(cn)} (its client certificate's CN)`
+        : 'this node (no user given)';
   if (error instanceof etcd3.EtcdAuthenticationFailedError)
     return new EtcdAuthError(`etcd refused ${who}: wrong password or no such user`, undefined, options);
+  // No user and no certificate: etcd (auth on) treats the node as no one, and denies it everything.
+  // That is a missing login, not a missing role.
+  if (error instanceof etcd3.EtcdPermissionDeniedError && user === undefined && cn === undefined)
+    return needsUser(options);
   if (error instanceof etcd3.EtcdPermissionDeniedError)
     return new EtcdPermissionError(`etcd: ${who} may not read and write the prefix ${prefix}`, undefined, options);
   if (error.message.includes('authentication is not enabled'))
     return new EtcdAuthError(`etcd has authentication off: ${who} cannot log in`, undefined, options);
-  if (error.message.includes('user name is empty'))
-    return new EtcdAuthError(
-      'etcd has authentication on: this node needs a user, or a client certificate whose CN is one',
-      undefined,
-      options,
-    );
+  if (error.message.includes('user name is empty')) return needsUser(options);
   return undefined;
+}
+
+function commonName(certificate: string | Buffer): string | undefined {
+  try {
+    return /^CN=(.*)$/m.exec(new X509Certificate(certificate).subject)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+function needsUser(options: ErrorOptions): EtcdAuthError {
+  return new EtcdAuthError(
+    'etcd has authentication on: this node needs a user (--etcd-user), or a client certificate whose CN is one',
+    undefined,
+    options,
+  );
 }
 
 /** The HTTP/2 client preface and an empty SETTINGS frame: what makes etcd answer at all. */

@@ -1,35 +1,16 @@
 /**
  * The leader's commit window, sans I/O: which state changes go into the next etcd txn, when it
- * may be sent, and which held replies may leave once txns commit. The node (node.ts) sends what
- * `take` returns and reports each commit with `committed`.
+ * may be sent, and which held replies may leave once txns commit. The node's commit loop
+ * (commit-loop.ts) sends what `take` returns and reports each commit with `committed`.
  *
- * - **Several txns in flight, never two on one key.** A batch is sent only when no txn in flight
- *   writes any key it writes, so one key's writes commit in the order the leader made them: a
- *   later write can never land under an earlier one, whatever order etcd applies disjoint txns in.
- *   A batch that touches a key in flight waits, and goes out when that txn commits.
- * - **Replies leave in commit order.** A batch's replies are delivered once it and every batch
- *   sent before it have committed. A failed or unknown txn ends the term (the node steps down
- *   and drops the window): every batch after it is dropped with its replies, exactly as at a
- *   step-down with one txn in flight.
- * - **Tokens are reserved ahead, not written per batch.** `hwm` holds a mark above every token
- *   issued so far, written (as in single mode's state file) `TOKEN_RESERVE_MS` worth of µs ahead
- *   and topped up when half is used, so it is rarely in a batch and batches do not all write one
- *   shared key. A batch carrying a token above the committed mark goes out with the mark's write,
- *   or after it: no committed txn carries a token above a committed mark, so a new leader, which
- *   starts above max(hwm, every stored token), never issues a token any client has seen.
- * - **No timer.** The node takes a batch in the turn after a request arrived; under load, batches
- *   form from what arrives while the window is full.
+ * Its invariant: no two batches in flight write one key; replies leave in send order; no batch
+ * carries a token above the committed reservation unless it carries the new mark itself or goes
+ * after the batch that does. Why these rules suffice: docs/ticketing-cluster.md, "The commit
+ * window" and its "Tokens".
  */
+import { TOKEN_RESERVE_MS, markAhead, reservationLow } from '#kernel';
 import type { HeldReply } from '../server/cluster-host.js';
-import { markAhead, reservationLow } from '../token-store.js';
 
-/** Batches in flight by default: see docs/ticketing-bench.md, "Levers tried", for the measurement. */
-export const DEFAULT_COMMIT_WINDOW = 4;
-/** The most a node lets be in flight. */
-export const MAX_COMMIT_WINDOW = 64;
-
-/** How far ahead `hwm` reserves tokens (ms worth of µs tokens), as single mode's state file. */
-export const TOKEN_RESERVE_MS = 60_000;
 const RESERVE = BigInt(TOKEN_RESERVE_MS * 1000);
 
 export interface Batch {
@@ -37,7 +18,7 @@ export interface Batch {
   readonly touched: Set<string>;
   readonly grants: Array<{ readonly key: string; readonly token: bigint }>;
   readonly replies: HeldReply[];
-  /** The `hwm` mark this batch writes, if it carries one. */
+  /** The reservation mark this batch writes, if it carries one. */
   mark: bigint | undefined;
   committed: boolean;
 }
@@ -52,12 +33,12 @@ export class CommitWindow {
   readonly #inFlight: Batch[] = [];
   /** Keys written by a batch in flight and not yet committed. */
   readonly #busy = new Set<string>();
-  /** Every token up to this is covered by a committed `hwm`. */
+  /** Every token up to this is covered by a committed reservation. */
   #committedMark: bigint;
   /** The mark a batch in flight writes, if any. */
   #pendingMark: bigint | undefined;
 
-  /** `committedMark`: the `hwm` as the new term read it (tokens above it are not yet covered). */
+  /** `committedMark`: the reservation as the new term read it (tokens above it are not yet covered). */
   constructor(size: number, committedMark: bigint) {
     this.size = size;
     this.#committedMark = committedMark;

@@ -1,15 +1,12 @@
 /**
- * Where cluster mode keeps its state in etcd, under the node's `--prefix` (default `/ticketing/`):
- * - `leader`: the leader's advertise address, bound to the leader's lease and created only if
- *   absent. Its create revision identifies one term of one leader: every write compares it.
- * - `keys/<key>`: one per granted key (every field already wire-safe): `<token> <owner>` for one
- *   exclusive holder (the only form before modes); `s <token> <owner> [<token> <owner>…]` for
- *   shared holders; `n<N> <token> <owner> <slot> […]` for a semaphore of N. Holders in token order.
- * - `hwm`: a mark (decimal) that no committed token exceeds, reserved ahead (pipeline.ts). A new
- *   leader issues tokens above max(hwm, every stored token), so tokens keep increasing across
- *   leaders and full restarts.
- * Waiters are not stored: they live at the leader and are lost with it (their clients see
- * Indeterminate).
+ * Where cluster mode keeps its state in etcd, under the node's prefix: `leader` (the leader's
+ * advertise address, bound to its etcd lease), `keys/<key>` (one per granted key, every holder:
+ * `<token> <owner>` for one exclusive holder, the only form before modes; `s <token> <owner>…`
+ * shared; `n<N> <token> <owner> <slot>…` a semaphore of N; in token order)
+ * and `hwm` (the token reservation: a decimal mark no committed token exceeds; the key keeps its
+ * old name for compatibility). Its invariant: a snapshot decodes whole or not at all (a foreign or
+ * corrupt value stops a takeover rather than be skipped). The layout and why it is safe:
+ * docs/ticketing-cluster.md, "How it works" and "Tokens".
  */
 import type { IKeyValue } from 'etcd3';
 import { MAX_PERMITS, type LockMode } from '../modes.js';
@@ -18,7 +15,8 @@ import type { KeyView } from '../state-types.js';
 
 export class KeyLayout {
   readonly leader: Buffer;
-  readonly hwm: Buffer;
+  /** The token reservation's key (named `hwm` in etcd). */
+  readonly reservation: Buffer;
   readonly keysPrefix: string;
   readonly all: Buffer;
   /** The end of the range covering every key under the prefix. */
@@ -26,7 +24,7 @@ export class KeyLayout {
 
   constructor(readonly prefix: string) {
     this.leader = Buffer.from(`${prefix}leader`, 'latin1');
-    this.hwm = Buffer.from(`${prefix}hwm`, 'latin1');
+    this.reservation = Buffer.from(`${prefix}hwm`, 'latin1');
     this.keysPrefix = `${prefix}keys/`;
     this.all = Buffer.from(prefix, 'latin1');
     this.allEnd = rangeEnd(this.all);
@@ -91,18 +89,21 @@ function decodeHolders(key: string, value: string): StoredGrant[] | undefined {
   return grants;
 }
 
-/** Reads a range over the whole prefix: the grants and the high-water mark. Throws on anything
- * that is not ours (a foreign or corrupt value must stop a takeover, not be skipped). */
-export function decodeSnapshot(layout: KeyLayout, kvs: readonly IKeyValue[]): { grants: StoredGrant[]; hwm: bigint } {
+/** Reads a range over the whole prefix: the grants and the token reservation (0 when absent).
+ * Throws on anything that is not ours. */
+export function decodeSnapshot(
+  layout: KeyLayout,
+  kvs: readonly IKeyValue[],
+): { grants: StoredGrant[]; reservation: bigint } {
   const grants: StoredGrant[] = [];
-  let hwm = 0n;
-  const hwmName = layout.hwm.toString('latin1');
+  let reservation = 0n;
+  const reservationName = layout.reservation.toString('latin1');
   for (const kv of kvs) {
     const name = kv.key.toString('latin1');
     const value = kv.value.toString('latin1');
-    if (name === hwmName) {
+    if (name === reservationName) {
       if (!isTokenText(value)) throw new Error(`etcd ${name}: not a token: ${JSON.stringify(value)}`);
-      hwm = BigInt(value);
+      reservation = BigInt(value);
     } else if (name.startsWith(layout.keysPrefix)) {
       const key = name.slice(layout.keysPrefix.length);
       const stored = isName(key) ? decodeHolders(key, value) : undefined;
@@ -110,8 +111,8 @@ export function decodeSnapshot(layout: KeyLayout, kvs: readonly IKeyValue[]): { 
       grants.push(...stored);
     }
   }
-  if (hwm > MAX_TOKEN) throw new Error('etcd hwm: beyond 2^64-1');
-  return { grants, hwm };
+  if (reservation > MAX_TOKEN) throw new Error('etcd hwm: beyond 2^64-1');
+  return { grants, reservation };
 }
 
 /** etcd's "every key with this prefix" range end: the prefix with its last byte incremented. */

@@ -1,8 +1,9 @@
 /**
  * The HTTP endpoint of a server (`ticketing serve --http`): health and readiness for probes and
- * load balancers, Prometheus metrics, and a JSON view of the held locks. Over HTTPS when given a
- * certificate (client certificates are not asked for). It only reads: the server's queries
- * (`readiness`, `locks`, `authorizes`) and the metrics registry.
+ * load balancers, Prometheus metrics, a JSON view of the held locks, and the live console (its
+ * page at `/`, `/v1/node` and the event stream `/v1/locks/events`: console.ts). Over HTTPS when
+ * given a certificate (client certificates are not asked for). It only reads: the server's
+ * queries (`readiness`, `locks`, `authorizes`, …) and the metrics registry.
  *
  * Bounded: a request must arrive whole within `requestTimeoutMs`, idle keep-alive connections are
  * closed after it, at most `maxConnections` are open, and one listing returns at most `MAX_LIMIT`
@@ -14,9 +15,11 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
 import type { LockView } from '../server/server.js';
+import { DEFAULT_LOCKS_LIMIT } from '../server/server.js';
+import { LockConsole, type ConsoleOptions } from './console.js';
 
-/** What the endpoint asks of the server. */
-interface EndpointServer {
+/** What the endpoint asks of the server (the console asks for a few more queries). */
+interface EndpointServer extends Pick<ConsoleOptions['server'], 'lock' | 'inspect' | 'stats' | 'leaseMs'> {
   /** Would a request sent now be served (a leader, a follower that redirects, single mode)? */
   readiness(): { readonly ready: boolean; readonly reason?: string | undefined; readonly leader?: string | undefined };
   locks(options: { readonly prefix: string; readonly limit: number }): readonly LockView[];
@@ -33,6 +36,8 @@ interface EndpointMetrics {
 export interface HttpEndpointOptions {
   readonly server: EndpointServer;
   readonly metrics: EndpointMetrics;
+  /** Cluster mode: the server's node (the console shows its role and the leader). */
+  readonly node?: ConsoleOptions['node'];
   /** Address to listen on. Default `127.0.0.1`. */
   readonly host?: string;
   /** Port; 0 (the default) picks a free one. */
@@ -46,12 +51,16 @@ export interface HttpEndpointOptions {
 }
 
 /** `GET /v1/locks`: `limit` when none is given, and the largest one accepted. */
-const DEFAULT_LIMIT = 1000;
 export const MAX_LIMIT = 10_000;
 const MAX_PREFIX_BYTES = 256;
 
 type Reply = { readonly status: number; readonly body: string; readonly headers?: Record<string, string> };
-type Route = (url: URL, request: http.IncomingMessage) => Reply | Promise<Reply>;
+/** A route answers with a reply, or (undefined) has answered itself (an event stream). */
+type Route = (
+  url: URL,
+  request: http.IncomingMessage,
+  response: http.ServerResponse,
+) => Reply | undefined | Promise<Reply | undefined>;
 
 const TEXT = 'text/plain; charset=utf-8';
 const JSON_TYPE = 'application/json';
@@ -61,6 +70,7 @@ export class HttpEndpoint {
   readonly #http: http.Server | https.Server;
   readonly #routes: ReadonlyMap<string, Route>;
   readonly #secure: boolean;
+  readonly #console: LockConsole;
   #address: { host: string; port: number } | undefined;
 
   constructor(options: HttpEndpointOptions) {
@@ -81,11 +91,25 @@ export class HttpEndpoint {
         ? http.createServer(bounds, handler)
         : https.createServer({ ...bounds, ...options.tls, minVersion: 'TLSv1.2' }, handler);
     this.#http.maxConnections = options.maxConnections ?? 64;
+    const lockConsole = (this.#console = new LockConsole({
+      server: options.server,
+      node: options.node,
+      secure: this.#secure,
+      port: () => this.#address?.port,
+    }));
     this.#routes = new Map<string, Route>([
       ['/healthz', () => text(200, 'ok')],
       ['/readyz', () => this.#readyz()],
       ['/metrics', () => this.#metrics()],
       ['/v1/locks', (url, request) => this.#locks(url, request)],
+      ['/v1/auth', (_url, request) => json(200, { authorized: this.#authorized(request) })],
+      ['/v1/node', (_url, request) => this.#unauthorized(request) ?? json(200, lockConsole.nodeView())],
+      [
+        '/v1/locks/events',
+        (url, request, response) =>
+          this.#unauthorized(request) ?? lockConsole.stream(url, request, response, () => this.#authorized(request)),
+      ],
+      ...[...lockConsole.assets].map(([path, asset]): [string, Route] => [path, () => asset]),
     ]);
   }
 
@@ -116,6 +140,7 @@ export class HttpEndpoint {
   /** Stops listening and closes every connection, idle or not. */
   async close(): Promise<void> {
     const server = this.#http;
+    await this.#console.close();
     if (!server.listening) return;
     const closed = once(server, 'close');
     server.close();
@@ -124,16 +149,21 @@ export class HttpEndpoint {
   }
 
   async #handle(request: http.IncomingMessage, response: http.ServerResponse): Promise<void> {
-    let reply: Reply;
+    let reply: Reply | undefined;
     try {
       const url = new URL(request.url ?? '/', 'http://endpoint');
       const route = this.#routes.get(url.pathname);
       if (route === undefined) reply = text(404, 'not found');
       else if (request.method !== 'GET' && request.method !== 'HEAD')
         reply = { ...text(405, 'method not allowed'), headers: { allow: 'GET, HEAD' } };
-      else reply = await route(url, request);
+      else reply = await route(url, request, response);
     } catch (error) {
       reply = text(500, `internal error: ${(error as Error).message}`);
+    }
+    if (reply === undefined) return;
+    if (response.headersSent) {
+      response.destroy(); // a stream that failed after it started: cut off
+      return;
     }
     response.writeHead(reply.status, {
       'content-length': Buffer.byteLength(reply.body),
@@ -153,11 +183,23 @@ export class HttpEndpoint {
     return { status: 200, body: await metrics.metrics(), headers: { 'content-type': metrics.contentType } };
   }
 
+  #authorized(request: http.IncomingMessage): boolean {
+    return this.#options.server.authorizes(bearer(request.headers.authorization));
+  }
+
+  /** 401 unless the request's bearer secret is the server's (or it has none). */
+  #unauthorized(request: http.IncomingMessage): Reply | undefined {
+    if (this.#authorized(request)) return undefined;
+    return {
+      ...json(401, { error: 'unauthorized' }),
+      headers: { 'content-type': JSON_TYPE, 'www-authenticate': 'Bearer' },
+    };
+  }
+
   #locks(url: URL, request: http.IncomingMessage): Reply {
     const server = this.#options.server;
-    if (!server.authorizes(bearer(request.headers.authorization))) {
-      return { ...json(401, { error: 'unauthorized' }), headers: { 'www-authenticate': 'Bearer' } };
-    }
+    const refused = this.#unauthorized(request);
+    if (refused !== undefined) return refused;
     let query;
     try {
       query = lockQuery(url.searchParams);
@@ -211,7 +253,7 @@ function bearer(header: string | undefined): string | undefined {
   return match?.[1];
 }
 
-/** `prefix` (default empty) and `limit` (1..MAX_LIMIT, default DEFAULT_LIMIT); nothing else. */
+/** `prefix` (default empty) and `limit` (1..MAX_LIMIT, default DEFAULT_LOCKS_LIMIT); nothing else. */
 function lockQuery(params: URLSearchParams): { prefix: string; limit: number } {
   for (const name of params.keys()) {
     if (name !== 'prefix' && name !== 'limit') throw new Error(`unknown parameter ${JSON.stringify(name)}`);
@@ -220,7 +262,7 @@ function lockQuery(params: URLSearchParams): { prefix: string; limit: number } {
   const prefix = params.get('prefix') ?? '';
   if (Buffer.byteLength(prefix) > MAX_PREFIX_BYTES) throw new Error(`prefix exceeds ${MAX_PREFIX_BYTES} bytes`);
   const limitText = params.get('limit');
-  if (limitText === null) return { prefix, limit: DEFAULT_LIMIT };
+  if (limitText === null) return { prefix, limit: DEFAULT_LOCKS_LIMIT };
   const limit = /^\d{1,6}$/.test(limitText) ? Number(limitText) : NaN;
   if (!(limit >= 1 && limit <= MAX_LIMIT)) throw new Error(`limit must be an integer in 1..${MAX_LIMIT}`);
   return { prefix, limit };

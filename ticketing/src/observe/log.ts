@@ -29,9 +29,21 @@ export function createLogger(level: LogLevel, destination?: DestinationStream): 
       base: { pid: process.pid },
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
+      // `msg` and `err.message` as the error says them: the default serializer appends every
+      // cause's message to `err.message`, which repeats what a message already summarizes.
+      serializers: { err: pino.stdSerializers.errWithCause },
     },
     destination ?? pino.destination({ fd: 2, sync: true }),
   );
+}
+
+/**
+ * Process warnings (a dependency's deprecation, …) as log lines: Node would print them raw on
+ * stderr, where every line is JSON.
+ */
+export function logProcessWarnings(logger: Logger): void {
+  process.removeAllListeners('warning');
+  process.on('warning', (warning) => logger.warn({ err: warning }, `process warning: ${warning.message}`));
 }
 
 export interface ServerLogOptions {
@@ -56,6 +68,7 @@ const CONNECTION_ERRORS = new Set([
   'write-timeout',
   'line-timeout',
   'capacity',
+  'bad_certificate',
 ]);
 
 type Message = Record<string, unknown> & { readonly server?: unknown; readonly node?: unknown };

@@ -58,6 +58,10 @@ export class TicketMetrics {
     this.#node = options.node;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
+    // Gauges named *_total fail `promtool check metrics`; each is the sum of the by-type gauge of
+    // its name without the suffix (nodejs_active_handles …), which stays.
+    for (const kind of ['handles', 'requests', 'resources'])
+      this.registry.removeSingleMetric(`nodejs_active_${kind}_total`);
     this.#requests = new Counter({
       name: 'ticketing_requests_total',
       help: 'Requests answered, by verb (op) and outcome (result).',

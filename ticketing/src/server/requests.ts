@@ -3,12 +3,13 @@
  * secret, the cluster gate's refusal, and the commands the lines become.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { RequestReader } from '../protocol.js';
+import { RequestReader, SERVING_LINE } from '../protocol.js';
 import type { Command } from '../state-types.js';
 import type { CommandApplier } from './applier.js';
 import type { Closer } from './closer.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection } from './connection.js';
+import type { Outbox } from './replies.js';
 
 export class RequestHandler {
   #secretDigest: Buffer | undefined;
@@ -34,6 +35,8 @@ export class RequestHandler {
     private readonly closer: Closer,
     /** Cluster mode: may refuse requests (this node does not lead). */
     private readonly gate: Pick<ServerGate, 'refusal'> | undefined,
+    /** Where the leader probe's answer goes. */
+    private readonly outbox: Pick<Outbox, 'send'>,
   ) {
     this.setSecret(secret);
   }
@@ -108,6 +111,11 @@ export class RequestHandler {
         applier.apply(command);
         break;
       }
+      case 'W':
+        // The leader probe: it passed the gate, so this node applies requests (in cluster mode: it
+        // leads, has caught up, and its lease was confirmed just now). Nothing to hold for a commit.
+        this.outbox.send(conn, SERVING_LINE);
+        break;
       case 'H':
         // A secretless server accepts (and ignores) H as the first line, so a client configured
         // with a secret still works; anywhere else H is out of place.

@@ -20,7 +20,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import tls from 'node:tls';
 import { channels, publish } from '../events.js';
-import type { KeyView } from '../state-types.js';
+import type { HeldKey, KeyView } from '../state-types.js';
 import { TicketState } from '../state.js';
 import { TokenStore } from '../token-store.js';
 import { CommandApplier } from './applier.js';
@@ -74,6 +74,9 @@ export interface Readiness {
   readonly leader?: string;
 }
 
+/** How many keys `locks()` lists when not told (and `/v1/locks`, and `ticketing inspect`). */
+export const DEFAULT_LOCKS_LIMIT = 1000;
+
 /**
  * The lock server. `await server.listen()` → `{ host, port }`; `await server.close()` drains.
  * Emits `'error'` only for a failure that makes serving unsafe (the state file cannot be written),
@@ -123,7 +126,7 @@ export class TicketServer extends EventEmitter {
     const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open));
     const deadlines = (this.#deadlines = new DeadlineTimer(applier, clock, outbox));
     const closer = (this.#closer = new Closer(outbox, applier, config.writeTimeoutMs));
-    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate));
+    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox));
     this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines);
     this.#housekeeping = new Housekeeping(this, config, applier, open, closer, outbox);
   }
@@ -153,25 +156,21 @@ export class TicketServer extends EventEmitter {
    * (empty while a cluster node does not lead). Walks the table: meant for an operator's view.
    */
   locks(options: { readonly prefix?: string; readonly limit?: number } = {}): LockView[] {
-    const { prefix = '', limit = 1000 } = options;
+    const { prefix = '', limit = DEFAULT_LOCKS_LIMIT } = options;
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
     if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
     const state = this.#applier.state;
     if (state === undefined) return [];
     const now = this.#config.clock();
-    return state.held(now, prefix, limit).map((held) => ({
-      key: held.key,
-      kind: held.kind,
-      permits: held.permits,
-      owner: held.owner,
-      token: held.token,
-      expiresInMs: held.expiresAt - now,
-      holders: held.holders.map(({ owner, token, shared, slot, expiresAt }) => {
-        return { owner, token, shared, slot, expiresInMs: expiresAt - now };
-      }),
-      waiters: held.waiters,
-      waitersByMode: held.waitersByMode,
-    }));
+    return state.held(now, prefix, limit).map((held) => lockView(held, now));
+  }
+
+  /** The key as `locks()` would list it, or `undefined` when it is not held now (free, or its
+   * lease ran out). Reads one key: for a view that follows changes key by key. */
+  lock(key: string): LockView | undefined {
+    const now = this.#config.clock();
+    const held = this.#applier.state?.heldKey(key, now);
+    return held === undefined ? undefined : lockView(held, now);
   }
 
   /** Whether a request sent now would be served (single mode: while listening; cluster mode: on
@@ -257,7 +256,7 @@ export class TicketServer extends EventEmitter {
       },
       (socket) => {
         const refused = material.mutual && !socket.authorized;
-        connections.accept(socket, refused ? String(socket.authorizationError ?? 'no certificate') : undefined);
+        connections.accept(socket, refused ? certificateRefusal(socket) : undefined);
       },
     );
     server.on('tlsClientError', (error, socket) =>
@@ -332,4 +331,28 @@ export class TicketServer extends EventEmitter {
     void this.close();
     this.emit('error', error);
   }
+}
+
+/** Why a client's certificate was refused. Node sets `authorizationError` even when the client sent
+ * none (UNABLE_TO_GET_ISSUER_CERT): an empty peer certificate is what says so. */
+function certificateRefusal(socket: tls.TLSSocket): string {
+  if (Object.keys(socket.getPeerCertificate()).length === 0) return 'no client certificate: pass one (cert, key)';
+  return String(socket.authorizationError);
+}
+
+/** A held key as the operator's views show it: lease left instead of an expiry instant. */
+function lockView(held: HeldKey, now: number): LockView {
+  return {
+    key: held.key,
+    kind: held.kind,
+    permits: held.permits,
+    owner: held.owner,
+    token: held.token,
+    expiresInMs: held.expiresAt - now,
+    holders: held.holders.map(({ owner, token, shared, slot, expiresAt }) => {
+      return { owner, token, shared, slot, expiresInMs: expiresAt - now };
+    }),
+    waiters: held.waiters,
+    waitersByMode: held.waitersByMode,
+  };
 }

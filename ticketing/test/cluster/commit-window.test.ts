@@ -1,7 +1,8 @@
 /** The commit window's rules, sans I/O: no two batches in flight on one key, replies in send order,
  * and no token in a txn above the committed reservation unless the txn carries the mark. */
 import { describe, expect, it } from 'vitest';
-import { CommitWindow, TOKEN_RESERVE_MS } from '../../src/cluster/pipeline.js';
+import { TOKEN_RESERVE_MS } from '#kernel';
+import { CommitWindow } from '../../src/cluster/pipeline.js';
 import type { HeldReply } from '../../src/server/cluster-host.js';
 
 const WALL_MS = 1_700_000_000_000;

@@ -14,9 +14,10 @@ export declare const SECURE_PREFIX: string;
 /** Sends `signal` and waits for the exit (SIGKILL after `graceMs`); SIGSTOP returns at once. */
 export declare function killChild(child: ChildProcess, signal?: NodeJS.Signals, graceMs?: number): Promise<void>;
 
-/** `{ binary }`, or `{ reason }` saying why etcd cannot be had (for a one-line skip message). */
-export type EnsureEtcdResult = { binary: string; reason?: undefined } | { binary?: undefined; reason: string };
-export declare function ensureEtcd(options?: { install?: boolean; timeoutMs?: number }): Promise<EnsureEtcdResult>;
+/** `{ binary }`, or `{ reason }` saying why etcd cannot be had (for a one-line skip message).
+ * Installs nothing: `sh scripts/setup.sh etcd` does. */
+export type FindEtcdResult = { binary: string; reason?: undefined } | { binary?: undefined; reason: string };
+export declare function findEtcd(): Promise<FindEtcdResult>;
 
 export declare function freePorts(count: number, host?: string): Promise<number[]>;
 
@@ -123,7 +124,7 @@ export interface TicketingNode {
   readonly index: number;
   readonly host: string;
   readonly port: number;
-  /** `127.0.0.1:<port>`: what the node advertises. */
+  /** `<host>:<port>`: what the node advertises. */
   readonly address: string;
   readonly child: ChildProcess | undefined;
   readonly pid: number | undefined;
@@ -158,6 +159,9 @@ export interface TicketingNodesOptions {
   extraArgs?: string[];
   /** Extra arguments per node index. */
   nodeArgs?: string[][];
+  /** The loopback address each node listens on and advertises (default 127.0.0.1 for every
+   * node; e.g. 127.0.0.2, 127.0.0.3, … for nodes that share a port number, as on separate hosts). */
+  hosts?: string[];
   env?: NodeJS.ProcessEnv;
   /** Node options before the script, e.g. ['--import', probeUrl] to observe the node's diagnostics. */
   execArgv?: string[];

@@ -115,7 +115,7 @@ export async function killChild(child, signal = 'SIGKILL', graceMs = 5_000) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding or installing etcd
+// Finding etcd
 
 function findOnPath(name) {
   for (const dir of (process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin').split(delimiter)) {
@@ -130,39 +130,17 @@ function findOnPath(name) {
   return undefined;
 }
 
-function run(command, args, { timeoutMs, env } = {}) {
-  return new Promise((resolve) => {
-    // SIGTERM, so the script's trap still restores the apt policy it replaced.
-    execFile(
-      command,
-      args,
-      { timeout: timeoutMs, killSignal: 'SIGTERM', env, maxBuffer: 16 << 20 },
-      (error, stdout, stderr) => resolve({ ok: !error, code: error?.code, stdout, stderr }),
-    );
-  });
-}
-
 /**
- * Finds the `etcd` binary; installs Debian's etcd-server when missing and allowed (root, apt-get).
- * Resolves `{ binary }` or `{ reason }` (why etcd cannot be had: for a one-line skip message).
- * The install runs with a policy-rc.d that forbids starting services, so the package's own
- * /etc/init.d/etcd never starts a system etcd next to the tests' clusters.
+ * Finds the `etcd` binary (`ETCD_BIN`, else PATH). Installs nothing: `sh scripts/setup.sh etcd`
+ * does that. Resolves `{ binary }` or `{ reason }` (why etcd cannot be had: for a one-line skip
+ * message).
  */
-export async function ensureEtcd({ install = true, timeoutMs = 700_000 } = {}) {
+export async function findEtcd() {
   const fromEnv = process.env.ETCD_BIN;
   if (fromEnv) return existsSync(fromEnv) ? { binary: fromEnv } : { reason: `ETCD_BIN=${fromEnv} does not exist` };
   const found = findOnPath('etcd');
   if (found) return { binary: found };
-  if (!install) return { reason: 'etcd is not installed (Debian: apt-get install etcd-server)' };
-  if (process.platform !== 'linux') return { reason: `etcd is not installed, and ${process.platform} has no apt-get` };
-  if (process.getuid?.() !== 0) return { reason: 'etcd is not installed, and installing etcd-server needs root' };
-  if (!findOnPath('apt-get')) return { reason: 'etcd is not installed, and there is no apt-get to install it' };
-  const script = join(ROOT, 'scripts', 'setup.sh');
-  const result = await run('sh', [script, 'etcd'], { timeoutMs });
-  const installed = findOnPath('etcd');
-  if (installed) return { binary: installed };
-  const tail = `${result.stderr}${result.stdout}`.trim().split('\n').slice(-3).join(' / ');
-  return { reason: `installing etcd-server failed${result.code ? ` (${result.code})` : ''}: ${tail}` };
+  return { reason: 'etcd is not installed: run sh scripts/setup.sh etcd' };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,10 +236,11 @@ export async function startEtcdCluster({
   extraArgs = [],
   secure = false,
 } = {}) {
-  const etcd = binary ?? (await ensureEtcd()).binary;
-  if (!etcd) throw new Error(`etcd is not available: ${(await ensureEtcd({ install: false })).reason}`);
+  const found = binary === undefined ? await findEtcd() : { binary };
+  if (found.binary === undefined) throw new Error(`etcd is not available: ${found.reason}`);
+  const etcd = found.binary;
   const etcdctl = secure ? findOnPath('etcdctl') : undefined;
-  if (secure && !etcdctl) throw new Error('etcdctl is not installed (Debian: apt-get install etcd-client)');
+  if (secure && !etcdctl) throw new Error('etcdctl is not installed: run sh scripts/setup.sh etcd');
   const dir = makeTempDir('ticketing-etcd-');
   const ports = await freePorts(count * 2);
   const token = `t-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
@@ -530,7 +509,7 @@ async function makeClusterPki(dir, specs) {
   };
 }
 
-/** execFile with `input` written to the child's stdin; resolves like run(). */
+/** execFile with `input` written to the child's stdin; resolves `{ ok, code, stdout, stderr }`. */
 function runWithInput(command, args, input, timeoutMs) {
   return new Promise((resolve) => {
     const child = execFile(
@@ -713,6 +692,7 @@ export async function startTicketingNodes({
   env = {},
   cli = TICKETING_CLI,
   nodeArgs = [],
+  hosts = [],
   execArgv = [],
   startTimeoutMs = 15_000,
   stderr = 'keep',
@@ -723,10 +703,11 @@ export async function startTicketingNodes({
   const endpointsOf = typeof etcdEndpoints === 'function' ? etcdEndpoints : () => etcdEndpoints;
 
   const nodes = ports.map((port, index) => {
-    const address = `127.0.0.1:${port}`;
+    const host = hosts[index] ?? '127.0.0.1';
+    const address = `${host}:${port}`;
     const node = {
       index,
-      host: '127.0.0.1',
+      host,
       port,
       address,
       child: undefined,
@@ -753,7 +734,7 @@ export async function startTicketingNodes({
           '--lease',
           lease,
           '--host',
-          '127.0.0.1',
+          host,
           '--port',
           String(port),
           ...extraArgs,

@@ -5,7 +5,7 @@ import { existsSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTcpProxy,
   startTicketingNodes,
@@ -14,7 +14,7 @@ import {
   type TcpProxy,
 } from './harness.mjs';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason) console.log(`cluster harness tests skipped: ${etcd.reason}`);
 
 /** Whether the built CLI has cluster mode yet (the harness's node helpers need it). */
@@ -140,7 +140,9 @@ describe.skipIf(etcd.reason !== undefined)('etcd cluster harness', () => {
     });
 
     /** Connects through the proxy; resolves 'echoed', 'refused', 'reset' or 'silent' (no reply in `ms`). */
-    function tryEcho(ms = 300): Promise<string> {
+    /** What a new connection gets within `ms`: give an expected echo room (it comes as soon as it
+     * can), and an expected silence a short while. */
+    function tryEcho(ms = 5_000): Promise<string> {
       return new Promise((resolve) => {
         const socket = net.connect(proxy.port, '127.0.0.1');
         const done = (outcome: string) => {

@@ -102,6 +102,19 @@ describe('serve --cluster usage errors', () => {
     expect(stderr).toMatch(message);
   });
 
+  // The bounds are the library's (cluster/options.ts): its RangeError becomes the usage error.
+  it.each([
+    ['above 1h', ['--leader-ttl', '3601s'], /the leader TTL must be a whole number of seconds from 1s to 1h/],
+    ['below 1s', ['--leader-ttl', '500ms'], /the leader TTL must be a whole number of seconds from 1s to 1h/],
+    ['--prefix with a space', ['--prefix', 'a b'], /the prefix must be 1-128 printable ASCII characters/],
+  ])('the library refuses the cluster option %s: a usage error, exit 64', async (_, flags, message) => {
+    const cluster = ['--cluster', '--etcd', 'http://127.0.0.1:2379', '--advertise', '127.0.0.1:1'];
+    const { code, stdout, stderr } = await run([CLI, 'serve', '--port', '0', ...cluster, ...flags]);
+    expect(code).toBe(64);
+    expect(stdout).toBe('');
+    expect(stderr).toMatch(message);
+  });
+
   it('serve --help lists the cluster flags', async () => {
     const { code, stdout } = await run([CLI, 'serve', '--help']);
     expect(code).toBe(0);

@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -15,7 +15,7 @@ import {
 } from './harness.mjs';
 import { ask, askUntil, checkModeHistory, connect, lostGrants, sleep, startLoad, type Grant } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster modes tests skipped: ${etcd.reason}`);
 
 describe('the mode history checker', () => {

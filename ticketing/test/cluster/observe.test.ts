@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request, sample, type Answer } from '../observe/support.js';
 import {
-  ensureEtcd,
+  findEtcd,
   freePorts,
   startEtcdCluster,
   startTicketingNodes,
@@ -14,7 +14,7 @@ import {
 } from './harness.mjs';
 import { ask, sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster observe tests skipped: ${etcd.reason}`);
 
 describe.skipIf(etcd.reason !== undefined)('cluster metrics on a real etcd', () => {

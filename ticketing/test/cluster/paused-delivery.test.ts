@@ -11,10 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClusterNode } from '../../src/cluster/node.js';
 import { TicketServer } from '../../src/server/server.js';
 import { LineSocket } from '../helpers.js';
-import { ensureEtcd, freePorts, startEtcdCluster, type EtcdCluster } from './harness.mjs';
+import { findEtcd, freePorts, startEtcdCluster, type EtcdCluster } from './harness.mjs';
 import { askUntil } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`paused delivery test skipped: ${etcd.reason}`);
 
 const LEADER_TTL_MS = 1_000;

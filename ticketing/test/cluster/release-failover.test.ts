@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -16,7 +16,7 @@ import {
 } from './harness.mjs';
 import { checkHistory, sleep, startLoad } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 
 describe.skipIf(etcd.reason !== undefined)('release re-sent across a leader SIGKILL', () => {
   let cluster: EtcdCluster;

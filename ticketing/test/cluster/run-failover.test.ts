@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../helpers.js';
 import { beats, heartbeat, heartbeatGap, runTicketing } from '../run-helpers.js';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -22,7 +22,7 @@ import {
 } from './harness.mjs';
 import { sleep } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 
 describe.skipIf(etcd.reason !== undefined)('ticketing run across a leader SIGKILL', () => {
   let cluster: EtcdCluster;
@@ -48,8 +48,8 @@ describe.skipIf(etcd.reason !== undefined)('ticketing run across a leader SIGKIL
     const first = runTicketing(addresses, ['--key', 'job'], heartbeat(join(d, 'first'), true), cleanups);
     await until(
       () => beats(join(d, 'first')).length > 5 || first.child.exitCode !== null,
-      15_000,
       'the first command to beat',
+      15_000,
     );
     expect(first.child.exitCode, first.stderr()).toBeNull();
     await sleep(lease / 2);
@@ -62,8 +62,8 @@ describe.skipIf(etcd.reason !== undefined)('ticketing run across a leader SIGKIL
     );
     await until(
       () => beats(join(d, 'second')).length > 0 || second.child.exitCode !== null,
-      30_000,
       'the second command to beat',
+      30_000,
     ).catch((error: Error) => {
       throw new Error(`${error.message}; first: ${first.stderr()}; second: ${second.stderr()}`);
     });

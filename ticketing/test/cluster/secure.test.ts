@@ -13,7 +13,7 @@ import type { CertificateAuthority } from '../certs.mjs';
 import { createCa } from '../certs.mjs';
 import { TicketClient } from '../../src/client.js';
 import {
-  ensureEtcd,
+  findEtcd,
   startEtcdCluster,
   startTicketingNodes,
   waitForLeader,
@@ -22,7 +22,7 @@ import {
 } from './harness.mjs';
 import { ask, checkHistory, lostGrants, sleep, startLoad } from './support.js';
 
-const etcd = await ensureEtcd();
+const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`secure cluster tests skipped: ${etcd.reason}`);
 
 /** How long a refused node may take to exit: one access check, bounded by the call deadline. */
@@ -176,9 +176,14 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     expect(fatal(systemCas.stderr)).toMatch(/TLS: unable to verify the first certificate/);
   }, 30_000);
 
-  it('no user on an etcd with auth on: exit 1, saying a user is needed', async () => {
+  it('no user on an etcd with auth on, but a client certificate: exit 1, naming its CN as the user', async () => {
     const result = await serveRefused({ '--etcd-user': null, '--etcd-password-file': null });
     expect(result.code).toBe(1);
-    expect(fatal(result.stderr)).toMatch(/this node \(no user given\) may not read and write/);
+    // Its client certificate names it (etcd takes the CN as the user): a permission, not a login.
+    expect(fatal(result.stderr)).toMatch(/user ".+" \(its client certificate's CN\) may not read and write/);
+    expect(result.stderr).toContain('"code":"ETICKETETCDPERMISSION"');
+    // Every line on stderr is JSON (a pipe is no terminal: no plain line), grpc's warnings included.
+    for (const line of result.stderr.split('\n').filter((l) => l !== ''))
+      expect(() => JSON.parse(line) as unknown).not.toThrow();
   }, 30_000);
 });

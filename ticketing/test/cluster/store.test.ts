@@ -8,15 +8,15 @@ const kv = (key: string, value: string) => ({ key: Buffer.from(key), value: Buff
 describe('cluster key layout', () => {
   const layout = new KeyLayout('/t/');
 
-  it('names the leader, the high-water mark and one key per grant under the prefix', () => {
+  it('names the leader, the token reservation (key `hwm`) and one key per grant under the prefix', () => {
     expect(layout.leader.toString()).toBe('/t/leader');
-    expect(layout.hwm.toString()).toBe('/t/hwm');
+    expect(layout.reservation.toString()).toBe('/t/hwm');
     expect(layout.grantKey('orders').toString()).toBe('/t/keys/orders');
     expect(layout.allEnd.toString()).toBe('/t0'); // every key starting with /t/
     expect(encodeGrant(42n, 'w-1').toString()).toBe('42 w-1');
   });
 
-  it('decodes grants and the high-water mark, ignoring the leader key', () => {
+  it('decodes grants and the token reservation, ignoring the leader key', () => {
     const snapshot = decodeSnapshot(layout, [
       kv('/t/leader', '127.0.0.1:7000'),
       kv('/t/hwm', '99'),
@@ -24,7 +24,7 @@ describe('cluster key layout', () => {
       kv('/t/keys/b', '9 w2'),
     ]);
     expect(snapshot).toEqual({
-      hwm: 99n,
+      reservation: 99n,
       grants: [
         { key: 'a', owner: 'w1', token: 7n, mode: 'x', slot: undefined },
         { key: 'b', owner: 'w2', token: 9n, mode: 'x', slot: undefined },
@@ -36,7 +36,7 @@ describe('cluster key layout', () => {
     ['a token that is not one', [kv('/t/keys/a', 'x w1')]],
     ['a missing owner', [kv('/t/keys/a', '7')]],
     ['an extra field', [kv('/t/keys/a', '7 w1 z')]],
-    ['a bad hwm', [kv('/t/hwm', '-1')]],
+    ['a bad reservation', [kv('/t/hwm', '-1')]],
     ['a token beyond 2^64-1', [kv('/t/keys/a', '18446744073709551616 w1')]],
     ['shared without holders', [kv('/t/keys/a', 's')]],
     ['a shared holder without owner', [kv('/t/keys/a', 's 7 w1 8')]],

@@ -3,7 +3,7 @@
  * stdout with exactly the one listening line. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,15 +30,15 @@ interface Serve {
   readonly exit: Promise<number | null>;
 }
 
-async function serve(args: string[]): Promise<Serve> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args]);
+async function serve(args: string[], execArgv: string[] = []): Promise<Serve> {
+  const child = spawn(process.execPath, [...execArgv, CLI, 'serve', '--port', '0', ...args]);
   cleanups.push(() => void child.kill('SIGKILL'));
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
   const exit = once(child, 'exit').then(([code]) => code as number | null);
-  await until(() => stdout.includes('\n') || child.exitCode !== null, 10_000, 'the listening line');
+  await until(() => stdout.includes('\n') || child.exitCode !== null, 'the listening line', 10_000);
   const port = Number(/^listening 127\.0\.0\.1:(\d+)\n/.exec(stdout)?.[1]);
   if (!(port > 0)) throw new Error(`no listening line: ${stdout} ${stderr}`);
   const lines = (): Array<Record<string, unknown>> =>
@@ -126,6 +126,39 @@ describe('ticketing serve logs', () => {
       suppressed: 30,
       level: 'warn',
     });
+  });
+
+  test('a process warning is a JSON log line; an error is logged with its own message once', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ticketing-log-'));
+    const secretFile = join(dir, 'secret');
+    writeFileSync(secretFile, `${SECRET}\n`);
+    // A dependency's deprecation, as @grpc/grpc-js's DEP0123 for https etcd endpoints given as IPs.
+    const warn = `process.emitWarning('a dependency is deprecated', 'DeprecationWarning', 'DEP0123')`;
+    const s = await serve(
+      ['--secret-file', secretFile, '--log-level', 'info'],
+      ['--import', `data:text/javascript,process.on('SIGUSR2', () => ${encodeURIComponent(warn)})`],
+    );
+    s.child.kill('SIGUSR2'); // once it serves: where grpc's warning comes, after the log started
+    await until(() => s.stderr().includes('DEP0123'), 'the warning', 5_000);
+    const warning = s.lines().find((l) => String(l.msg).startsWith('process warning'));
+    expect(warning).toMatchObject({
+      level: 'warn',
+      msg: 'process warning: a dependency is deprecated',
+      err: { name: 'DeprecationWarning', code: 'DEP0123' },
+    });
+    // A secret file that went away: the reload fails, said once (no cause's text appended).
+    rmSync(secretFile);
+    s.child.kill('SIGHUP');
+    await until(() => s.stderr().includes('secret reload failed'), 'the reload failure', 5_000);
+    const failed = s.lines().find((l) => l.msg === 'secret reload failed: keeping the previous secret');
+    const message = (failed?.err as { message: string }).message;
+    expect(message).toBe(`secret file ${secretFile}: ENOENT: no such file or directory`);
+    expect(
+      s
+        .stderr()
+        .split('\n')
+        .filter((l) => l !== '' && !l.startsWith('{')),
+    ).toEqual([]);
   });
 
   test('--log-level warn leaves out the info lines; a bad level is a usage error', async () => {
