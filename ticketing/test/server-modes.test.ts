@@ -17,7 +17,7 @@ async function serve(options: Parameters<typeof startServer>[0] = {}) {
   closers.push(server.close);
   const connect = async (): Promise<LineSocket> => {
     const socket = await LineSocket.connect(server.port);
-    closers.unshift(async () => socket.destroy());
+    closers.unshift(() => Promise.resolve(socket.destroy()));
     return socket;
   };
   return { ...server, connect };
