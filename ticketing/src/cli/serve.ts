@@ -318,6 +318,8 @@ export function addServeCommand(program: Command): void {
           maxKeys: options.maxKeys!,
           maxWaiters: options.maxWaiters!,
           maxWaitersPerKey: options.maxWaitersPerKey!,
+          maxSharedHolders: options.maxSharedHolders,
+          maxPermits: options.maxPermits,
         });
       }
       const server = new TicketServer({ ...options, gate: node });

@@ -297,6 +297,8 @@ export class Leadership {
         maxKeys: this.#options.maxKeys,
         maxWaiters: this.#options.maxWaiters,
         maxWaitersPerKey: this.#options.maxWaitersPerKey,
+        maxSharedHolders: this.#options.maxSharedHolders,
+        maxPermits: this.#options.maxPermits,
         lastToken: reservation,
         expiry: 'eager',
       });

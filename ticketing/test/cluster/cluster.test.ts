@@ -76,7 +76,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       etcdEndpoints: cluster.endpoints,
       leaderTtl: '2s',
       lease: '1s',
-      extraArgs: ['--max-waiters-per-key', '1'],
+      extraArgs: ['--max-waiters-per-key', '1', '--max-permits', '4'],
     });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     for (const node of group.nodes) {
@@ -130,6 +130,8 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     expect(modes[1]).toBe('C o9 m');
     expect(modes[2]).toMatch(/^A \d+ o10 m$/);
     expect(modes[3]).toMatch(/^A \d+ o11 n 0$/);
+    s.write('A p o12 0 5\n'); // N above --max-permits
+    expect(await s.readLine()).toBe('B o12 p');
     s.destroy();
   }, 60_000);
 
