@@ -289,7 +289,7 @@ async function runWorker(config) {
 function parseArgs(argv, { defaultWindow, maxWindow }) {
   const quick = argv.includes('--quick');
   const options = quick
-    ? { durationMs: 400, warmupMs: 200, rounds: 1, workers: 64, connections: 4, kills: 1 }
+    ? { durationMs: 400, warmupMs: 200, rounds: 1, workers: 16, connections: 4, kills: 1 }
     : { durationMs: 3_000, warmupMs: 1_000, rounds: 3, workers: 64, connections: 4, kills: 3 };
   options.windows = [defaultWindow];
   options.out = here;
