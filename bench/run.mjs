@@ -75,15 +75,18 @@ for (const name of only)
   if (!FIGURES.includes(name)) throw new Error(`--only: unknown figure ${name} (one of ${FIGURES.join(', ')})`);
 const outDir = resolve(args.out ?? (quick ? join(here, 'out') : args.busy ? join(here, 'busy') : here));
 
-/** Counts per mode. The full run takes ~20 minutes (busy: ~22); the quick one ~30 s. */
+/** Counts per mode. The full run takes ~20 minutes (busy: ~22); the quick one ~35 s on 2 busy cores. */
 const config = quick
   ? {
-      cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 60, tmpfs: 100 }, warmup: 20 },
-      eventLoop: { rounds: 1, windowMs: 150 },
-      crash: { samples: { lease: 2, peers: 1 }, peersOn: ['tmpfs'] },
-      wake: { rounds: 1, warmup: 2, samples: { lease: 4, peers: 2 } },
-      contention: { rounds: 1, processes: 8, warmupMs: 200, durationMs: 500, peerPollMs: 10, peersOn: ['tmpfs'] },
-      scale: { ids: 300, iterations: 50, warmup: 10, rounds: { tmpfs: 1, disk: 1 } },
+      // The fewest of each that still run every code path and fill every figure: 2 cycle rounds (the
+      // pinned rounds alternate CPUs), a warm-up hand-off apart from the judged ones, 4 contenders
+      // (a queue of several waiters).
+      cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 30, tmpfs: 50 }, warmup: 10 },
+      eventLoop: { rounds: 1, windowMs: 50 },
+      crash: { samples: { lease: 1, peers: 1 }, peersOn: ['tmpfs'] },
+      wake: { rounds: 1, warmup: 1, samples: { lease: 2, peers: 2 } },
+      contention: { rounds: 1, processes: 4, warmupMs: 50, durationMs: 250, peerPollMs: 10, peersOn: ['tmpfs'] },
+      scale: { ids: 100, iterations: 20, warmup: 5, rounds: { tmpfs: 1, disk: 1 } },
     }
   : {
       // The disk's rounds are short and many: its fsync time drifts within seconds, and each ratio is

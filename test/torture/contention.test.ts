@@ -11,7 +11,9 @@ import { filesystems } from '../helpers/dirs.js';
 
 const SECONDS = 12;
 
-describe.each(filesystems)('on %s', (fsName, root) => {
+// The two filesystems' runs at once: each has its own processes and directory, and its 12 s are
+// timer-driven (the nemesis), not CPU-bound. The mutants stay one at a time: their margins are thin.
+describe.concurrent.each(filesystems)('on %s', (fsName, root) => {
   test(
     `8 processes, 4 ids, ${SECONDS} s of random SIGKILLs and SIGSTOP/SIGCONT: the checker finds no violation`,
     { timeout: 120_000 },
