@@ -79,12 +79,12 @@ const outDir = resolve(args.out ?? (quick ? join(here, 'out') : args.busy ? join
 const config = quick
   ? {
       // The fewest of each that still run every code path and fill every figure: 2 cycle rounds (the
-      // pinned rounds alternate CPUs), a warm-up hand-off apart from the judged ones, 4 contenders
+      // pinned rounds alternate CPUs), 4 contenders
       // (a queue of several waiters).
       cycle: { rounds: { disk: 2, tmpfs: 2 }, cycles: { disk: 30, tmpfs: 50 }, warmup: 10 },
       eventLoop: { rounds: 1, windowMs: 50 },
       crash: { samples: { lease: 1, peers: 1 }, peersOn: ['tmpfs'] },
-      wake: { rounds: 1, warmup: 1, samples: { lease: 2, peers: 2 } },
+      wake: { rounds: 1, warmup: 2, samples: { lease: 4, peers: 2 } },
       contention: { rounds: 1, processes: 4, warmupMs: 50, durationMs: 250, peerPollMs: 10, peersOn: ['tmpfs'] },
       scale: { ids: 100, iterations: 20, warmup: 5, rounds: { tmpfs: 1, disk: 1 } },
     }
