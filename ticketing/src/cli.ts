@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { EXIT_HELD, EXIT_LOST } from '#kernel';
 import { fetchLocks, locksText } from './inspect.js';
+import { MAX_PERMITS } from './modes.js';
 import { MAX_LIMIT } from './observe/http.js';
 import { DEFAULT_LOCKS_LIMIT } from './server/server.js';
 import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
@@ -70,6 +71,12 @@ export function main(argv: readonly string[]): void {
         .argParser(waitDuration)
         .default(0, '0s'),
     )
+    .addOption(
+      new Option('--permits <n>', 'hold one of N permits (a semaphore of N, 1-65535)').argParser(
+        integer(1, MAX_PERMITS),
+      ),
+    )
+    .addOption(new Option('--shared', 'hold the key shared (with other shared holders)').conflicts('permits'))
     .option('--secret-file <path>', 'file holding the shared secret')
     .option(
       '--tls-ca <path>',
@@ -87,7 +94,7 @@ export function main(argv: readonly string[]): void {
     .passThroughOptions()
     .addHelpText(
       'after',
-      `\nThe command gets TICKETING_KEY and TICKETING_TOKEN (the fencing token) in its environment.\nExit codes: the command's status (128+n if signal n killed it); ${EXIT_HELD} held and not obtained in time;\n${EXIT_LOST} the lock was lost while the command ran; 64 usage (as flocklease run's, docs/cli.md).`,
+      `\nThe command gets TICKETING_KEY and TICKETING_TOKEN (the fencing token) in its environment,\nand TICKETING_SLOT (0…N-1) with --permits.\nExit codes: the command's status (128+n if signal n killed it); ${EXIT_HELD} held and not obtained in time;\n${EXIT_LOST} the lock was lost while the command ran; 64 usage (as flocklease run's, docs/cli.md).`,
     )
     .action(async (command: string[], flags: Record<string, unknown>, self: Command) => {
       if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
@@ -112,6 +119,8 @@ export function main(argv: readonly string[]): void {
           secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
           tls,
           waitMs: flags.wait as number,
+          permits: flags.permits as number | undefined,
+          shared: flags.shared === true,
           killAfterMs: flags.killAfter as number | undefined,
           command,
         },

@@ -134,7 +134,9 @@ export class TicketClient {
   /**
    * Asks for `key`. Resolves `acquired` (token, expiry), `timed-out` (held and `waitMs` 0, or the
    * wait ran out) or `busy` (a queue or server limit; not queued). `waitMs` defaults to 0 (a
-   * try-lock). Rejects with `IndeterminateError` when the request was sent and no definitive
+   * try-lock). `permits` asks for one of N permits (the grant has a `slot`), `shared` for a
+   * shared hold; a mode that does not fit the key's kind rejects with `ModeConflictError`, at
+   * once. Rejects with `IndeterminateError` when the request was sent and no definitive
    * reply came, with `AuthFailedError`/`CapacityError` when the server refused its connection,
    * with `DuplicateRequestError` for a second pending acquire with the same (key, owner), with
    * `ConnectError` when no connection could be had to send it, and with the signal's reason when
@@ -157,7 +159,7 @@ export class TicketClient {
       const refusal = error as Error; // the checks throw TicketError, TypeError or RangeError
       return Promise.reject(refusal);
     }
-    const { waitMs, signal } = args;
+    const { waitMs, signal, mode } = args;
     const retryBusy = (args.retryBusy ?? this.#options.retryByDefault) ? this.#options.busyPolicy : undefined;
     return new Promise<AcquireResult>((resolve, reject) => {
       const submittedAt = now();
@@ -171,7 +173,8 @@ export class TicketClient {
         retryBusy,
         attempt: 0,
         retryTimer: undefined,
-        line: formatAcquire(key, owner, waitMs),
+        permits: typeof mode === 'number' ? mode : 0,
+        line: formatAcquire(key, owner, waitMs, mode),
         ...unsent(signal, submittedAt),
         resolve,
         reject,

@@ -123,6 +123,21 @@ export class DuplicateRequestError extends TicketError {
 }
 
 /**
+ * The server answered `C`: the acquire's mode does not fit the key's kind (a semaphore asked with
+ * another N, `x`/`s` on a semaphore, N on a lock held or awaited in `x`/`s` mode). Definitive and at once, whatever `waitMs`: nothing was granted or queued.
+ */
+export class ModeConflictError extends TicketError {
+  readonly code = 'ETICKETMODECONFLICT';
+  constructor(
+    message: string,
+    readonly key: string,
+    readonly owner: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
  * The lock is no longer held under this token: the server answered `G` to a keep (released,
  * expired, taken over, or never granted), or, for a `hold()`, its local deadline passed before a
  * keep was confirmed (the server may already have let it go). Definitive: stop using the token.

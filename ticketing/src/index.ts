@@ -32,6 +32,7 @@ export {
   TlsMismatchError,
   UnlistedLeaderError,
   DuplicateRequestError,
+  ModeConflictError,
   LockLostError,
   NotAcquiredError,
   LeaseHeldError,
@@ -43,7 +44,8 @@ export {
 } from './errors.js';
 export { EtcdAccessError, EtcdAuthError, EtcdPermissionError, EtcdTlsError } from './cluster/errors.js';
 export { TicketState, DEFAULT_LIMITS, type TicketStateOptions } from './state.js';
-export type { Command, Effect, GrantPath, BusyLimit, KeyView, HeldKey, SessionId } from './state-types.js';
+export type { Command, Effect, GrantPath, BusyLimit, KeyView, HeldKey, HolderView, SessionId } from './state-types.js';
+export { MAX_PERMITS, type LockMode } from './modes.js';
 export {
   DEFAULT_MAX_LINE_BYTES,
   MAX_NAME_BYTES,

@@ -21,13 +21,24 @@ export interface InspectRequest {
   readonly timeoutMs: number;
 }
 
-/** One row of `GET /v1/locks`. */
+/** One row of `GET /v1/locks` (docs/ticketing-operations.md). The mode fields are absent from a
+ * server that predates them: such a row is one exclusive holder. */
 export interface LockRow {
   readonly key: string;
+  readonly kind?: 'lock' | 'semaphore';
+  readonly permits?: number;
   readonly owner: string;
   readonly token: string;
   readonly expiresInMs: number;
+  readonly holders?: ReadonlyArray<{
+    readonly owner: string;
+    readonly token: string;
+    readonly mode: 'x' | 's' | 'permit';
+    readonly slot?: number;
+    readonly expiresInMs: number;
+  }>;
   readonly waiters: number;
+  readonly waitersByMode?: Readonly<Record<string, number>>;
 }
 
 /** The endpoint's answer: its body, parsed, or why there is none (a sentence for stderr). */
@@ -78,15 +89,24 @@ export function locksText(rows: readonly LockRow[], prefix: string | undefined, 
     return prefix === undefined || prefix === ''
       ? 'No locks held.\n'
       : `No locks held under "${displayText(prefix)}".\n`;
-  const cells = rows.map((row) => [
-    displayText(row.key),
-    displayText(row.owner),
-    row.token,
-    relative(row.expiresInMs, 0),
-    String(row.waiters),
-  ]);
+  // One line per holder: the key, its kind and its waiters on the first.
+  const cells = rows.flatMap((row) => {
+    const holders = row.holders ?? [{ owner: row.owner, token: row.token, mode: 'x', expiresInMs: row.expiresInMs }];
+    const kind = row.kind === 'semaphore' ? `${row.permits} permits` : 'lock';
+    const byMode = Object.entries(row.waitersByMode ?? {}).map(([mode, n]) => `${n} ${mode}`);
+    const waiters = byMode.length > 0 ? `${row.waiters} (${byMode.join(', ')})` : String(row.waiters);
+    return holders.map((holder, i) => [
+      i === 0 ? displayText(row.key) : '',
+      i === 0 ? kind : '',
+      holder.mode === 'permit' ? `slot ${holder.slot}` : holder.mode,
+      displayText(holder.owner),
+      holder.token,
+      relative(holder.expiresInMs, 0),
+      i === 0 ? waiters : '',
+    ]);
+  });
   const more = rows.length >= limit ? `\n(the first ${limit}: --limit shows more)` : '';
-  return `${table(['KEY', 'OWNER', 'TOKEN', 'EXPIRES', 'WAITERS'], cells)}${more}\n`;
+  return `${table(['KEY', 'KIND', 'MODE', 'OWNER', 'TOKEN', 'EXPIRES', 'WAITERS'], cells)}${more}\n`;
 }
 
 function get(request: InspectRequest, options: http.RequestOptions): Promise<{ status: number; body: string }> {

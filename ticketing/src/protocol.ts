@@ -16,6 +16,7 @@ export const MIN_MAX_LINE_BYTES = 64;
 export const MAX_NAME_BYTES = 256;
 /** Tokens are uint64, never 0. */
 import { MAX_TOKEN } from '#kernel';
+import { MAX_PERMITS, type LockMode } from './modes.js';
 
 export { MAX_TOKEN };
 const MAX_TOKEN_TEXT = MAX_TOKEN.toString();
@@ -24,9 +25,21 @@ const NAME = /^[\x21-\x7e]{1,256}$/;
 const TOKEN = /^[1-9][0-9]{0,19}$/;
 /** Milliseconds (an `A` request's wait, a `K` reply's lease). */
 const MS = /^(?:0|[1-9][0-9]{0,15})$/;
+/** A semaphore grant's slot: 0…65534. */
+const SLOT = /^(?:0|[1-9][0-9]{0,4})$/;
 /** E codes are lower-case words; details are free printable text. */
 const ERROR_CODE = /^[a-z][a-z_]{0,63}$/;
 const PRINTABLE = /^[\x20-\x7e]*$/;
+/** An `A` request's mode field (docs/ticketing.md "Modes"): `x`, `s`, or N in 1–65535. */
+const MODE = /^(?:x|s|[1-9][0-9]{0,4})$/;
+
+/** Parses an `A` request's fifth field; undefined when it is not a mode. */
+export function parseMode(text: string): LockMode | undefined {
+  if (!MODE.test(text)) return undefined;
+  if (text === 'x' || text === 's') return text;
+  const permits = Number(text);
+  return permits <= MAX_PERMITS ? permits : undefined;
+}
 
 /** Is `value` a valid key or owner (1–256 bytes of printable ASCII without spaces)? */
 export function isName(value: string): boolean {
@@ -62,7 +75,7 @@ export function isAddress(text: string): boolean {
 
 export type Request =
   | { readonly op: 'H'; readonly secret: string }
-  | { readonly op: 'A'; readonly key: string; readonly owner: string; readonly waitMs: number }
+  | { readonly op: 'A'; readonly key: string; readonly owner: string; readonly waitMs: number; readonly mode: LockMode }
   | { readonly op: 'R'; readonly key: string; readonly token: bigint; readonly tokenText: string }
   /** Keep (docs/ticketing.md "Keep"): the same fields and rules as `R`. */
   | { readonly op: 'K'; readonly key: string; readonly token: bigint; readonly tokenText: string }
@@ -83,13 +96,16 @@ export function parseRequest(line: string): Request | RequestError {
   const fields = line.split(' ');
   switch (fields[0]) {
     case 'A': {
-      if (fields.length !== 4) return bad('A takes 3 fields: A <key> <owner> <wait_ms>');
-      const [, key, owner, wait] = fields as [string, string, string, string];
+      if (fields.length !== 4 && fields.length !== 5)
+        return bad('A takes 3 or 4 fields: A <key> <owner> <wait_ms> [<mode>]');
+      const [, key, owner, wait, modeText] = fields as [string, string, string, string, string | undefined];
       if (!NAME.test(key)) return bad('key must be 1-256 bytes of printable ASCII without spaces');
       if (!NAME.test(owner)) return bad('owner must be 1-256 bytes of printable ASCII without spaces');
       const waitMs = parseMs(wait);
       if (waitMs === undefined) return bad('wait_ms must be a canonical decimal integer >= 0');
-      return { op: 'A', key, owner, waitMs };
+      const mode = modeText === undefined ? 'x' : parseMode(modeText);
+      if (mode === undefined) return bad('mode must be x, s or a canonical decimal integer in 1..65535');
+      return { op: 'A', key, owner, waitMs, mode };
     }
     case 'R':
     case 'K': {
@@ -130,6 +146,7 @@ export class RequestReader {
   key = '';
   owner = '';
   waitMs = 0;
+  mode: LockMode = 'x';
   token = 0n;
   secret = '';
   /** The `RequestError` detail when `op` is `'error'`. */
@@ -149,6 +166,7 @@ export class RequestReader {
         this.key = request.key;
         this.owner = request.owner;
         this.waitMs = request.waitMs;
+        this.mode = request.mode;
         break;
       case 'R':
       case 'K':
@@ -172,9 +190,11 @@ export class RequestReader {
     if (keyEnd < 0 || buf[keyEnd] !== SPACE) return false;
     const ownerEnd = nameEnd(buf, keyEnd + 1, end);
     if (ownerEnd < 0 || buf[ownerEnd] !== SPACE) return false;
+    // Without a mode (fifth field) only: a line with one takes the full parser.
     const waitMs = safeDecimal(buf, ownerEnd + 1, end, true);
     if (waitMs < 0) return false;
     this.op = 'A';
+    this.mode = 'x';
     this.key = buf.toString('latin1', at, keyEnd);
     this.owner = buf.toString('latin1', keyEnd + 1, ownerEnd);
     this.waitMs = waitMs;
@@ -238,8 +258,9 @@ export class ReplyBuffer {
     this.buf = Buffer.allocUnsafeSlow(capacity);
   }
 
-  acquired(token: bigint, owner: string, key: string): void {
-    this.#reserve(owner.length + key.length + 26);
+  /** `A <token> <owner> <key>`, and ` <slot>` for a semaphore grant (slot ≥ 0). */
+  acquired(token: bigint, owner: string, key: string, slot = -1): void {
+    this.#reserve(owner.length + key.length + 32);
     this.#byte(0x41);
     this.#byte(SPACE);
     this.#token(token);
@@ -247,10 +268,14 @@ export class ReplyBuffer {
     this.#ascii(owner);
     this.#byte(SPACE);
     this.#ascii(key);
+    if (slot >= 0) {
+      this.#byte(SPACE);
+      this.#ascii(String(slot));
+    }
     this.#byte(0x0a);
   }
-  /** `T`, `B`: `<op> <owner> <key>`. */
-  refused(op: 0x54 | 0x42, owner: string, key: string): void {
+  /** `T`, `B`, `C`: `<op> <owner> <key>`. */
+  refused(op: 0x54 | 0x42 | 0x43, owner: string, key: string): void {
     this.#reserve(owner.length + key.length + 4);
     this.#byte(op);
     this.#byte(SPACE);
@@ -339,8 +364,8 @@ export class ReplyBuffer {
   }
 }
 
-export function formatAcquire(key: string, owner: string, waitMs: number): string {
-  return `A ${key} ${owner} ${waitMs}\n`;
+export function formatAcquire(key: string, owner: string, waitMs: number, mode: LockMode = 'x'): string {
+  return mode === 'x' ? `A ${key} ${owner} ${waitMs}\n` : `A ${key} ${owner} ${waitMs} ${mode}\n`;
 }
 export function formatRelease(key: string, token: bigint | string): string {
   return `R ${key} ${token}\n`;
@@ -368,8 +393,16 @@ export type ErrorCode =
   | 'bad_certificate';
 
 export type Reply =
-  | { readonly op: 'A'; readonly token: string; readonly owner: string; readonly key: string }
-  | { readonly op: 'T' | 'B'; readonly owner: string; readonly key: string }
+  /** `slot`: a semaphore grant's (docs/ticketing.md "Modes"), undefined otherwise. */
+  | {
+      readonly op: 'A';
+      readonly token: string;
+      readonly owner: string;
+      readonly key: string;
+      readonly slot: number | undefined;
+    }
+  /** `C`: the request's mode does not fit the key's kind (refused at once, not queued). */
+  | { readonly op: 'T' | 'B' | 'C'; readonly owner: string; readonly key: string }
   | { readonly op: 'R' | 'N'; readonly token: string; readonly key: string }
   /** Kept: the grant's expiry is now at least `leaseMs` after the server applied the `K`. */
   | { readonly op: 'K'; readonly token: string; readonly key: string; readonly leaseMs: number }
@@ -383,7 +416,7 @@ export type Reply =
   | { readonly op: 'E'; readonly code: string; readonly detail: string };
 
 /**
- * Splits a request-answering reply (`A`/`T`/`B`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
+ * Splits a request-answering reply (`A`/`T`/`B`/`C`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
  * op, field count and the token's form. Key and owner are NOT checked: a client that looks them up
  * among its own (already valid) pending requests learns their validity from the match, at no cost;
  * anything it cannot match goes through `parseReply`, which checks everything. `undefined` for
@@ -396,9 +429,14 @@ export function splitReply(line: string): AnswerReply | undefined {
   if (a <= 2) return undefined;
   const b = line.indexOf(' ', a + 1);
   if (op === 'A') {
-    if (b <= a + 1 || line.indexOf(' ', b + 1) !== -1) return undefined;
+    if (b <= a + 1) return undefined;
     const token = line.slice(2, a);
-    return isTokenText(token) ? { op, token, owner: line.slice(a + 1, b), key: line.slice(b + 1) } : undefined;
+    if (!isTokenText(token)) return undefined;
+    const c = line.indexOf(' ', b + 1);
+    if (c === -1) return { op, token, owner: line.slice(a + 1, b), key: line.slice(b + 1), slot: undefined };
+    const slot = line.slice(c + 1);
+    if (c === b + 1 || !SLOT.test(slot) || Number(slot) >= MAX_PERMITS) return undefined;
+    return { op, token, owner: line.slice(a + 1, b), key: line.slice(b + 1, c), slot: Number(slot) };
   }
   if (op === 'K') {
     if (b <= a + 1 || line.indexOf(' ', b + 1) !== -1) return undefined;
@@ -408,7 +446,7 @@ export function splitReply(line: string): AnswerReply | undefined {
     return { op, token, key: line.slice(a + 1, b), leaseMs };
   }
   if (b !== -1 || a === line.length - 1) return undefined;
-  if (op === 'T' || op === 'B') return { op, owner: line.slice(2, a), key: line.slice(a + 1) };
+  if (op === 'T' || op === 'B' || op === 'C') return { op, owner: line.slice(2, a), key: line.slice(a + 1) };
   if (op === 'R' || op === 'N' || op === 'G') {
     const token = line.slice(2, a);
     return isTokenText(token) ? { op, token, key: line.slice(a + 1) } : undefined;
@@ -417,7 +455,7 @@ export function splitReply(line: string): AnswerReply | undefined {
 }
 
 /** The replies that answer a request. */
-export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'R' | 'N' | 'K' | 'G' }>;
+export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'C' | 'R' | 'N' | 'K' | 'G' }>;
 
 /** Parses one reply line; `undefined` for anything malformed or unknown. */
 export function parseReply(line: string): Reply | undefined {
@@ -452,16 +490,22 @@ export function parsePartialGrant(partial: string): { token: string; owner: stri
   if (!partial.startsWith('A ')) return undefined;
   const a = partial.indexOf(' ', 2);
   const b = a === -1 ? -1 : partial.indexOf(' ', a + 1);
-  if (b === -1 || partial.indexOf(' ', b + 1) !== -1) return undefined;
+  if (b === -1) return undefined;
+  // A semaphore grant cut off in its slot: the key is whole.
+  const c = partial.indexOf(' ', b + 1);
+  if (c !== -1 && !/^[0-9]*$/.test(partial.slice(c + 1))) return undefined;
   const token = partial.slice(2, a);
   const owner = partial.slice(a + 1, b);
-  const keyPrefix = partial.slice(b + 1);
+  const keyPrefix = c === -1 ? partial.slice(b + 1) : partial.slice(b + 1, c);
   if (!isTokenText(token) || !NAME.test(owner) || !/^[\x21-\x7e]*$/.test(keyPrefix)) return undefined;
   return { token, owner, keyPrefix };
 }
 
-export function formatAcquired(token: bigint | string, owner: string, key: string): string {
-  return `A ${token} ${owner} ${key}\n`;
+export function formatAcquired(token: bigint | string, owner: string, key: string, slot?: number): string {
+  return slot === undefined ? `A ${token} ${owner} ${key}\n` : `A ${token} ${owner} ${key} ${slot}\n`;
+}
+export function formatConflict(owner: string, key: string): string {
+  return `C ${owner} ${key}\n`;
 }
 export function formatTimedOut(owner: string, key: string): string {
   return `T ${owner} ${key}\n`;

@@ -20,6 +20,9 @@ export interface RunOptions {
   readonly tls?: ConnectionOptions | undefined;
   /** 0: fail at once when held; Infinity: wait until a signal. */
   readonly waitMs: number;
+  /** Hold one of N permits (the command gets `TICKETING_SLOT`), or a shared hold. */
+  readonly permits?: number | undefined;
+  readonly shared?: boolean | undefined;
   /** Between SIGTERM and SIGKILL after a loss, ms; undefined: a tenth of the lease. */
   readonly killAfterMs: number | undefined;
   readonly command: readonly string[];
@@ -59,6 +62,8 @@ export async function runCommand(options: RunOptions, say: (line: string) => voi
     try {
       hold = await client.hold(options.key, {
         waitMs: Math.min(options.waitMs, FOREVER_MS),
+        permits: options.permits,
+        shared: options.shared,
         signal: supervision.waitSignal,
         margin:
           options.killAfterMs === undefined
@@ -88,7 +93,12 @@ export async function runCommand(options: RunOptions, say: (line: string) => voi
     const started = await supervision.run({
       supervisor,
       command: options.command,
-      env: { ...process.env, TICKETING_KEY: options.key, TICKETING_TOKEN: String(hold.token) },
+      env: {
+        ...process.env,
+        TICKETING_KEY: options.key,
+        TICKETING_TOKEN: String(hold.token),
+        ...(hold.slot === undefined ? {} : { TICKETING_SLOT: String(hold.slot) }),
+      },
     });
     hold.signal.removeEventListener('abort', onLost);
     if ('notStarted' in started) {

@@ -4,6 +4,8 @@
  * that turn one into the other live in state.ts alone.
  */
 
+import type { LockMode } from './modes.js';
+
 /** Identifies a requester (the server uses its connection id). Opaque to the state machine. */
 export type SessionId = number;
 
@@ -15,6 +17,8 @@ export type Command =
       readonly owner: string;
       /** 0 = do not wait. */
       readonly waitMs: number;
+      /** Default `'x'` (modes.ts). */
+      readonly mode?: LockMode;
     }
   | { readonly type: 'release'; readonly session: SessionId; readonly key: string; readonly token: bigint }
   | { readonly type: 'keep'; readonly session: SessionId; readonly key: string; readonly token: bigint }
@@ -32,8 +36,18 @@ export type Command =
   | { readonly type: 'sweep'; readonly limit?: number }
   /** Cluster mode: registers a grant made elsewhere (a new leader rebuilding the table from etcd),
    * its lease counted from `now`, never from another node's clock. Later tokens are greater than
-   * `token`. Throws if the key is already registered. */
-  | { readonly type: 'adopt'; readonly key: string; readonly owner: string; readonly token: bigint }
+   * `token`. Throws if the grant does not fit the key as registered so far (another kind, a token
+   * or slot already there, beside an exclusive grant). */
+  | {
+      readonly type: 'adopt';
+      readonly key: string;
+      readonly owner: string;
+      readonly token: bigint;
+      /** Default `'x'`. A key's grants are adopted one by one, in token order. */
+      readonly mode?: LockMode;
+      /** A semaphore grant's slot. */
+      readonly slot?: number | undefined;
+    }
   /** Cluster mode: the lease of the key's grant under `token` counts again from `now + slackMs`
    * (default 0), never ending earlier than it did: a grant's lease counts from when its commit let
    * the reply leave. Takes effect only if the key still carries that token. */
@@ -47,9 +61,11 @@ export type GrantPath =
   /** The holder released; the front waiter got it. */
   | 'handoff'
   /** The key expired with waiters; the front waiter got it at the expiry. */
-  | 'expiry';
+  | 'expiry'
+  /** A waiter ahead of it left the queue (its wait ran out or its session went), and it fit. */
+  | 'unblocked';
 
-export type BusyLimit = 'waiters-per-key' | 'waiters' | 'keys' | 'tokens';
+export type BusyLimit = 'waiters-per-key' | 'waiters' | 'keys' | 'tokens' | 'shared-holders' | 'permits';
 
 export type Effect =
   | {
@@ -60,6 +76,9 @@ export type Effect =
       readonly token: bigint;
       readonly expiresAt: number;
       readonly path: GrantPath;
+      readonly mode: LockMode;
+      /** A semaphore grant's slot (0…N−1); undefined for `x` and `s`. */
+      readonly slot: number | undefined;
       /** When the acquire was applied (`now`; for a queued one, when it was queued): the wait
        * from a request's arrival to its grant is `now - requestedAt`. */
       readonly requestedAt: number;
@@ -82,6 +101,9 @@ export type Effect =
       /** held: wait 0 on a held key; waited: the wait ran out; cancelled: `disconnect` with notify. */
       readonly reason: 'held' | 'waited' | 'cancelled';
     }
+  /** The request's mode does not fit the key's kind (or this state machine takes only `x`): refused
+   * at once, not queued, whatever its wait. */
+  | { readonly type: 'conflict'; readonly session: SessionId; readonly key: string; readonly owner: string }
   | {
       readonly type: 'busy';
       readonly session: SessionId;
@@ -145,27 +167,52 @@ export type Effect =
       readonly expiresAt: number;
     };
 
-/** A read-only view of one key, for inspection and tests. */
+/** One grant of a key, for views. */
+export interface HolderView {
+  readonly owner: string;
+  readonly token: bigint;
+  readonly shared: boolean;
+  /** A semaphore holder's slot; undefined for `x` and `s`. */
+  readonly slot: number | undefined;
+  readonly grantedAt: number;
+  readonly expiresAt: number;
+}
+
+/** A read-only view of one key, for inspection and tests. `owner`, `token`, `grantedAt` and
+ * `expiresAt` are those of its newest grant (its only one unless shared or a semaphore). */
 export interface KeyView {
   readonly key: string;
+  /** `lock` (modes x and s) or `semaphore`. */
+  readonly kind: 'lock' | 'semaphore';
+  /** A semaphore's N; undefined for a lock. */
+  readonly permits: number | undefined;
   readonly owner: string;
   readonly token: bigint;
   readonly grantedAt: number;
   readonly expiresAt: number;
+  /** Every grant, oldest first (including expired ones not yet dropped). */
+  readonly holders: readonly HolderView[];
   readonly waiters: ReadonlyArray<{
     readonly id: number;
     readonly session: SessionId;
     readonly owner: string;
+    readonly mode: LockMode;
     readonly deadline: number;
   }>;
 }
 
-/** A held key, in brief (`held`). */
+/** A held key, in brief (`held`); `owner`, `token`, `expiresAt` are its newest live grant's. */
 export interface HeldKey {
   readonly key: string;
+  readonly kind: 'lock' | 'semaphore';
+  readonly permits: number | undefined;
   readonly owner: string;
   readonly token: bigint;
   readonly expiresAt: number;
+  /** Its grants whose lease has not run out, oldest first. */
+  readonly holders: readonly HolderView[];
   /** Requests queued for it. */
   readonly waiters: number;
+  /** Queued requests by mode: `x`, `s`, or N. */
+  readonly waitersByMode: Readonly<Record<string, number>>;
 }

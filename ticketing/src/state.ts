@@ -8,15 +8,23 @@
  * restarts once its commit lets the reply leave (`restart-lease`). The commands, effects and views
  * are declared in state-types.ts.
  *
- * The rules are the two tables of docs/ticketing.md ("Acquire", "Release"):
- * - acquire: free → grant; expired → take over at once (the only non-FIFO path); held and wait 0
- *   → timed out; held and wait > 0 → queue at the back; a cap hit → busy, not queued.
- * - release: matching token → released, and the front waiter gets the key directly (new token,
- *   new expiry, no re-contention); otherwise not released and nothing changes.
- * - expiry: lazy (the next acquire takes over); a key that expires WITH waiters is handed to the
- *   front waiter at its deadline (`expire`, driven by `nextDue`); expired keys without waiters
- *   are removed by `sweep`.
- * - keep: the key held under exactly that token and not expired → its expiry becomes now + the
+ * The rules are the tables of docs/ticketing.md ("Acquire", "Release", "Modes"). A key has a set
+ * of grants (its holders, each with its own token and lease) and a FIFO queue; its kind (a lock
+ * of modes x/s, or a semaphore of N, modes.ts) holds while it has either.
+ * - acquire: a mode that does not fit the key's kind → conflict; a cap hit → busy, not queued;
+ *   nothing queued and it fits the holders → grant; else wait 0 → timed out; else queue at the back.
+ * - lazy takeover: an acquire first drops the key's expired holders. If that leaves no holder, it
+ *   is granted at once when it fits, even ahead of waiters (the only non-FIFO path, as for a
+ *   mutex), and then every waiter that fits; if holders remain, the waiters that now fit are
+ *   granted first and the request follows the FIFO rule.
+ * - release / expire of one grant (exact token): that grant ends, then every waiter that now fits
+ *   is granted in queue order (a run of shared ones together, free semaphore slots in order),
+ *   new tokens and expiries, no re-contention; a waiter that leaves the queue does the same for
+ *   those behind it. Otherwise nothing changes.
+ * - expiry: lazy (the next acquire drops it); a grant that expires while its key has waiters ends
+ *   at its deadline (`expire`, driven by `nextDue`); expired grants of keys without waiters are
+ *   removed by `sweep`.
+ * - keep: a grant held under exactly that token and not expired → its expiry becomes now + the
  *   lease (never earlier than it was); anything else (released, expired even if not yet swept,
  *   taken over, never granted) → gone, and nothing changes. Waiters are not touched.
  * - cluster mode: adopt registers a grant made elsewhere, its lease counted from now; a lease
@@ -24,9 +32,11 @@
  *   had), and does nothing once the key carries another token.
  * The owner is an identifier only: a request whose owner equals the holder's gets nothing special.
  */
-import { DeadlineHeap, type HeapItem } from './deadline-heap.js';
+import { DeadlineHeap } from './deadline-heap.js';
 import { checkNumber, MAX_TIMER_MS, MAX_TOKEN, nextToken } from '#kernel';
-import type { Command, Effect, HeldKey, KeyView, SessionId } from './state-types.js';
+import { DEFAULT_MODE_LIMITS, fits, isLockMode, kindOf, lowestFreeSlot, type LockMode } from './modes.js';
+import type { Command, Effect, GrantPath, HeldKey, KeyView, SessionId } from './state-types.js';
+import { heldView, keyView, type Grant, type KeyEntry, type Waiter } from './state-entries.js';
 import { Table } from './table.js';
 
 export interface TicketStateOptions {
@@ -35,11 +45,15 @@ export interface TicketStateOptions {
   readonly maxKeys?: number;
   readonly maxWaiters?: number;
   readonly maxWaitersPerKey?: number;
+  /** Shared holders of one key at once (modes.ts). */
+  readonly maxSharedHolders?: number;
+  /** The greatest N of a semaphore request (modes.ts). */
+  readonly maxPermits?: number;
   /** Every token issued will be greater than this (a restart's high-water mark). */
   readonly lastToken?: bigint;
-  /** `lazy` (single mode): an expired key is taken over by the next acquire or swept; only a key
-   * with waiters has a deadline. `eager` (cluster mode): every grant has a deadline, so `nextDue`
-   * yields `expire` for every key whose lease ran out and nothing waits for a sweep. */
+  /** `lazy` (single mode): an expired grant is dropped by the next acquire of its key or swept;
+   * only the grants of a key with waiters have deadlines. `eager` (cluster mode): every grant has
+   * a deadline, so `nextDue` yields `expire` for every grant whose lease ran out. */
   readonly expiry?: 'lazy' | 'eager';
 }
 
@@ -47,45 +61,8 @@ export const DEFAULT_LIMITS = {
   maxKeys: 1_000_000,
   maxWaiters: 100_000,
   maxWaitersPerKey: 10_000,
+  ...DEFAULT_MODE_LIMITS,
 } as const;
-
-interface Waiter extends HeapItem {
-  readonly kind: 'wait';
-  readonly id: number;
-  readonly session: SessionId;
-  readonly owner: string;
-  readonly entry: KeyEntry;
-  readonly queuedAt: number;
-  /** The key's queue. */
-  prev: Waiter | undefined;
-  next: Waiter | undefined;
-  /** The session's waiters (for `disconnect`). */
-  sessionPrev: Waiter | undefined;
-  sessionNext: Waiter | undefined;
-}
-
-/** The heap item that hands a key to its front waiter when the lease runs out (lazy expiry: only
- * while the key has waiters, an expired key without waiters is taken over lazily or swept; eager
- * expiry: always). */
-interface ExpiryItem extends HeapItem {
-  readonly kind: 'expiry';
-  readonly entry: KeyEntry;
-}
-
-interface KeyEntry {
-  readonly key: string;
-  owner: string;
-  token: bigint;
-  grantedAt: number;
-  expiresAt: number;
-  head: Waiter | undefined;
-  tail: Waiter | undefined;
-  waiting: number;
-  readonly expiry: ExpiryItem;
-  /** Every registered key, in registration order: the sweep's path through the table. */
-  olderKey: KeyEntry | undefined;
-  newerKey: KeyEntry | undefined;
-}
 
 interface SessionWaiters {
   head: Waiter | undefined;
@@ -98,6 +75,8 @@ export class TicketState {
   readonly maxKeys: number;
   readonly maxWaiters: number;
   readonly maxWaitersPerKey: number;
+  readonly maxSharedHolders: number;
+  readonly maxPermits: number;
 
   // Tables, not Maps, and intrusive lists whose links are cleared on removal: see table.ts (a
   // churning Map keeps dead entries reachable from the old generation and slows every young GC).
@@ -107,7 +86,7 @@ export class TicketState {
   #newestKey: KeyEntry | undefined;
   readonly #waiters = new Table<Waiter>();
   readonly #bySession = new Table<SessionWaiters>();
-  readonly #deadlines = new DeadlineHeap<Waiter | ExpiryItem>();
+  readonly #deadlines = new DeadlineHeap<Waiter | Grant>();
   #lastToken: bigint;
   #seq = 0;
   /** The next key a sweep in progress will visit (undefined: start from the oldest). */
@@ -124,6 +103,12 @@ export class TicketState {
       options.maxWaitersPerKey ?? DEFAULT_LIMITS.maxWaitersPerKey,
       'maxWaitersPerKey',
     );
+    this.maxSharedHolders = checkCount(options.maxSharedHolders ?? DEFAULT_LIMITS.maxSharedHolders, 'maxSharedHolders');
+    this.maxPermits = checkNumber(options.maxPermits ?? DEFAULT_LIMITS.maxPermits, 'maxPermits', {
+      zero: true,
+      integer: true,
+      max: DEFAULT_LIMITS.maxPermits,
+    });
     const last = options.lastToken ?? 0n;
     if (typeof last !== 'bigint' || last < 0n || last > MAX_TOKEN)
       throw new RangeError('lastToken must be a uint64 bigint');
@@ -154,35 +139,28 @@ export class TicketState {
 
   get(key: string): KeyView | undefined {
     const entry = this.#keys.get(key);
-    if (entry === undefined) return undefined;
-    const waiters = [];
-    for (let w = entry.head; w !== undefined; w = w.next)
-      waiters.push({ id: w.id, session: w.session, owner: w.owner, deadline: w.at });
-    return {
-      key,
-      owner: entry.owner,
-      token: entry.token,
-      grantedAt: entry.grantedAt,
-      expiresAt: entry.expiresAt,
-      waiters,
-    };
+    return entry === undefined ? undefined : keyView(entry);
   }
 
-  /** Keys whose lease has not run out at `now` and whose names start with `prefix`, at most
-   * `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
+  /** Keys with a grant whose lease has not run out at `now` and whose names start with `prefix`,
+   * at most `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
   held(now: number, prefix: string, limit: number): HeldKey[] {
     const out: HeldKey[] = [];
     for (let entry = this.#oldestKey; entry !== undefined && out.length < limit; entry = entry.newerKey) {
-      if (now < entry.expiresAt && entry.key.startsWith(prefix)) {
-        const { key, owner, token, expiresAt, waiting } = entry;
-        out.push({ key, owner, token, expiresAt, waiters: waiting });
-      }
+      const view = entry.key.startsWith(prefix) ? heldView(entry, now) : undefined;
+      if (view !== undefined) out.push(view);
     }
     return out;
   }
 
-  /** The earliest instant at which `nextDue` will have work (a wait running out, or a key with
-   * waiters expiring), or `undefined` when nothing is scheduled. */
+  /** One key as `held` lists it, or undefined when none of its grants is live at `now`. */
+  heldKey(key: string, now: number): HeldKey | undefined {
+    const entry = this.#keys.get(key);
+    return entry === undefined ? undefined : heldView(entry, now);
+  }
+
+  /** The earliest instant at which `nextDue` will have work (a wait running out, or a grant of a
+   * key with waiters expiring), or `undefined` when nothing is scheduled. */
   nextDeadline(): number | undefined {
     return this.#deadlines.peek()?.at;
   }
@@ -195,14 +173,14 @@ export class TicketState {
     const item = this.#deadlines.peek();
     if (item === undefined || item.at > now) return undefined;
     if (item.kind === 'wait') return { type: 'wait-timeout', key: item.entry.key, waiter: item.id };
-    return { type: 'expire', key: item.entry.key, token: item.entry.token };
+    return { type: 'expire', key: item.entry.key, token: item.token };
   }
 
   apply(command: Command, now: number): Effect[] {
     if (!(now >= 0 && now < 8.64e15)) throw new RangeError(`now must be epoch milliseconds, got ${now}`);
     switch (command.type) {
       case 'acquire':
-        return this.#acquire(command.session, command.key, command.owner, command.waitMs, now);
+        return this.#acquire(command.session, command.key, command.owner, command.waitMs, command.mode ?? 'x', now);
       case 'release':
         return this.#release(command.session, command.key, command.token, now);
       case 'keep':
@@ -212,11 +190,11 @@ export class TicketState {
       case 'wait-timeout':
         return this.#waitTimeout(command.key, command.waiter, now);
       case 'disconnect':
-        return this.#disconnect(command.session, command.notify === true);
+        return this.#disconnect(command.session, command.notify === true, now);
       case 'sweep':
         return this.#sweep(command.limit ?? Infinity, now);
       case 'adopt':
-        return this.#adopt(command.key, command.owner, command.token, now);
+        return this.#adopt(command.key, command.owner, command.token, command.mode ?? 'x', command.slot, now);
       case 'restart-lease':
         return this.#restartLease(command.key, command.token, now + checkSlack(command.slackMs ?? 0));
       default:
@@ -224,32 +202,74 @@ export class TicketState {
     }
   }
 
-  #acquire(session: SessionId, key: string, owner: string, waitMs: number, now: number): Effects {
-    const entry = this.#keys.get(key);
+  #acquire(session: SessionId, key: string, owner: string, waitMs: number, mode: LockMode, now: number): Effects {
+    if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
+    if (typeof mode === 'number' && mode > this.maxPermits)
+      return [{ type: 'busy', session, key, owner, limit: 'permits' }];
+    const kind = kindOf(mode);
+    const shared = mode === 's';
+    let entry = this.#keys.get(key);
+    let effects: Effects | undefined;
+    let path: GrantPath = 'free';
+    if (entry !== undefined && hasExpired(entry, now)) {
+      // Lazy expiry: drop the expired grants before deciding (see the header).
+      effects = [];
+      this.#dropExpired(entry, now, effects);
+      if (entry.holders.length === 0) path = 'takeover';
+      else this.#grantWaiters(entry, now, 'expiry', effects);
+    }
     if (entry === undefined) {
       if (this.#keys.size >= this.maxKeys) return [{ type: 'busy', session, key, owner, limit: 'keys' }];
-      const token = this.#issue(now);
-      if (token === undefined) return [{ type: 'busy', session, key, owner, limit: 'tokens' }];
-      const fresh = this.#register(key, owner, token, now);
-      return [
-        { type: 'granted', session, key, owner, token, expiresAt: fresh.expiresAt, path: 'free', requestedAt: now },
-      ];
+      entry = this.#register(key, kind);
+    } else if (entry.holders.length === 0 && entry.waiting === 0) {
+      entry.permits = kind;
+    } else if (entry.permits !== kind) {
+      return this.#answer(effects, { type: 'conflict', session, key, owner }, entry, now);
     }
-    if (now >= entry.expiresAt) {
-      // Lazy expiry: the acquire that finds the lease run out takes the key on the spot, even
-      // ahead of queued waiters (the one non-FIFO path).
-      const token = this.#issue(now);
-      if (token === undefined) return [{ type: 'busy', session, key, owner, limit: 'tokens' }];
-      const effects: Effects = [{ type: 'expired', key, owner: entry.owner, token: entry.token }];
-      this.#grant(entry, owner, token, now);
-      const expiresAt = entry.expiresAt;
-      effects.push({ type: 'granted', session, key, owner, token, expiresAt, path: 'takeover', requestedAt: now });
+    const { holders } = entry;
+    if (shared && holders.length >= this.maxSharedHolders && holders[0]!.shared) {
+      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'shared-holders' }, entry, now);
+    }
+    if ((entry.waiting === 0 || path === 'takeover') && fits(kind, shared, holders, this.maxSharedHolders)) {
+      const grant = this.#addHolder(entry, owner, shared, now);
+      if (grant === undefined)
+        return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'tokens' }, entry, now);
+      effects ??= [];
+      const { token, expiresAt } = grant;
+      const slot = kind > 0 ? grant.slot : undefined;
+      effects.push({ type: 'granted', session, key, owner, token, expiresAt, path, mode, slot, requestedAt: now });
+      if (path === 'takeover') this.#grantWaiters(entry, now, 'expiry', effects);
       return effects;
     }
-    if (waitMs === 0) return [{ type: 'timed-out', session, key, owner, reason: 'held' }];
+    if (waitMs === 0)
+      return this.#answer(effects, { type: 'timed-out', session, key, owner, reason: 'held' }, entry, now);
     if (entry.waiting >= this.maxWaitersPerKey)
-      return [{ type: 'busy', session, key, owner, limit: 'waiters-per-key' }];
-    if (this.#waiters.size >= this.maxWaiters) return [{ type: 'busy', session, key, owner, limit: 'waiters' }];
+      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'waiters-per-key' }, entry, now);
+    if (this.#waiters.size >= this.maxWaiters)
+      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'waiters' }, entry, now);
+    const waiter = this.#enqueue(entry, session, owner, mode, now + waitMs, now);
+    const queued: Effect = {
+      type: 'queued',
+      session,
+      key,
+      owner,
+      waiter: waiter.id,
+      deadline: waiter.at,
+      position: entry.waiting,
+    };
+    return this.#answer(effects, queued, entry, now);
+  }
+
+  /** Appends the request's one answer to what the lazy takeover did. A takeover that was not
+   * granted left the key with no holder: its waiters get it (or the key goes). */
+  #answer(effects: Effects | undefined, answer: Effect, entry: KeyEntry, now: number): Effects {
+    effects ??= [];
+    effects.push(answer);
+    if (entry.holders.length === 0) this.#grantWaiters(entry, now, 'expiry', effects);
+    return effects;
+  }
+
+  #enqueue(entry: KeyEntry, session: SessionId, owner: string, mode: LockMode, at: number, now: number): Waiter {
     const id = this.#seq++;
     let mine = this.#bySession.get(String(session));
     if (mine === undefined) this.#bySession.set(String(session), (mine = { head: undefined }));
@@ -257,11 +277,13 @@ export class TicketState {
       kind: 'wait',
       id,
       seq: id,
-      at: now + waitMs,
+      at,
       heapIndex: -1,
       queuedAt: now,
       session,
       owner,
+      mode,
+      shared: mode === 's',
       entry,
       prev: entry.tail,
       next: undefined,
@@ -274,97 +296,118 @@ export class TicketState {
     else entry.tail.next = waiter;
     entry.tail = waiter;
     entry.waiting++;
-    if (entry.waiting === 1) this.#deadlines.update(entry.expiry, entry.expiresAt);
+    if (entry.waiting === 1 && !this.#eager) {
+      for (const grant of entry.holders) this.#deadlines.update(grant, grant.expiresAt);
+    }
     this.#waiters.set(String(id), waiter);
     this.#deadlines.push(waiter);
-    return [{ type: 'queued', session, key, owner, waiter: id, deadline: waiter.at, position: entry.waiting }];
+    return waiter;
   }
 
-  #adopt(key: string, owner: string, token: bigint, now: number): Effects {
-    if (this.#keys.get(key) !== undefined) throw new Error(`key ${key} is already registered`);
+  #adopt(key: string, owner: string, token: bigint, mode: LockMode, slot: number | undefined, now: number): Effects {
     if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN)
       throw new RangeError('token must be a uint64 bigint');
-    const { expiresAt } = this.#register(key, owner, token, now);
+    if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
+    const kind = kindOf(mode);
+    const entry = this.#keys.get(key);
+    const holders = entry?.holders ?? [];
+    if (
+      (entry !== undefined && entry.permits !== kind) ||
+      holders.some((grant) => grant.token === token || grant.slot === slot) ||
+      (kind === 0 && holders.length > 0 && (mode === 'x' || !holders[0]!.shared)) ||
+      (kind > 0 && !(Number.isInteger(slot) && slot! >= 0 && slot! < kind))
+    ) {
+      throw new Error(`key ${key} is already registered: a grant that does not fit it cannot be adopted`);
+    }
+    const grant = this.#hold(entry ?? this.#register(key, kind), owner, token, mode === 's', now, slot);
     if (token > this.#lastToken) this.#lastToken = token;
-    return [{ type: 'adopted', key, owner, token, expiresAt }];
+    return [{ type: 'adopted', key, owner, token, expiresAt: grant.expiresAt }];
   }
 
   #restartLease(key: string, token: bigint, from: number): Effects {
-    const entry = this.#keys.get(key);
-    if (entry === undefined || entry.token !== token) return [];
-    this.#extend(entry, from);
-    const { owner, expiresAt } = entry;
+    const grant = this.#find(key, token);
+    if (grant === undefined) return [];
+    this.#extend(grant, from);
+    const { owner, expiresAt } = grant;
     return [{ type: 'lease-restarted', key, owner, token, expiresAt }];
   }
 
-  /** The grant's lease counts again from `from`: its expiry moves there plus a lease, never earlier. */
-  #extend(entry: KeyEntry, from: number): void {
-    entry.expiresAt = Math.max(entry.expiresAt, from + this.leaseMs);
-    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
+  /** The key's grant under exactly `token`. */
+  #find(key: string, token: bigint): Grant | undefined {
+    const holders = this.#keys.get(key)?.holders;
+    if (holders === undefined) return undefined;
+    for (const grant of holders) if (grant.token === token) return grant;
+    return undefined;
   }
 
-  #register(key: string, owner: string, token: bigint, now: number): KeyEntry {
-    const seq = this.#seq++;
+  /** The grant's lease counts again from `from`: its expiry moves there plus a lease, never earlier. */
+  #extend(grant: Grant, from: number): void {
+    grant.expiresAt = Math.max(grant.expiresAt, from + this.leaseMs);
+    if (grant.entry.waiting > 0 || this.#eager) this.#deadlines.update(grant, grant.expiresAt);
+  }
+
+  #register(key: string, permits: number): KeyEntry {
     const fresh: KeyEntry = {
       key,
-      owner,
-      token,
-      grantedAt: now,
-      expiresAt: now + this.leaseMs,
+      permits,
+      holders: [],
       head: undefined,
       tail: undefined,
       waiting: 0,
-      expiry: undefined as unknown as ExpiryItem,
       olderKey: this.#newestKey,
       newerKey: undefined,
     };
-    (fresh as { expiry: ExpiryItem }).expiry = { kind: 'expiry', entry: fresh, at: 0, seq, heapIndex: -1 };
     this.#keys.set(key, fresh);
     if (this.#newestKey === undefined) this.#oldestKey = fresh;
     else this.#newestKey.newerKey = fresh;
     this.#newestKey = fresh;
-    if (this.#eager) this.#deadlines.update(fresh.expiry, fresh.expiresAt);
     return fresh;
   }
 
   #release(session: SessionId, key: string, token: bigint, now: number): Effects {
     const entry = this.#keys.get(key);
     if (entry === undefined) return [{ type: 'not-released', session, key, token, reason: 'not-registered' }];
-    if (entry.token !== token) return [{ type: 'not-released', session, key, token, reason: 'token-mismatch' }];
-    // Even an expired, not yet swept key is released by its exact token (docs: "R, not N").
+    const grant = this.#find(key, token);
+    if (grant === undefined) return [{ type: 'not-released', session, key, token, reason: 'token-mismatch' }];
+    // Even an expired, not yet swept grant is released by its exact token (docs: "R, not N").
     const effects: Effects = [{ type: 'released', session, key, token }];
-    this.#handOff(entry, now, 'handoff', effects);
+    this.#end(grant, now, 'handoff', effects);
     return effects;
   }
 
   #keep(session: SessionId, key: string, token: bigint, now: number): Effects {
-    const entry = this.#keys.get(key);
-    if (entry === undefined) return [{ type: 'gone', session, key, token, reason: 'not-registered' }];
-    if (entry.token !== token) return [{ type: 'gone', session, key, token, reason: 'token-mismatch' }];
-    // Unlike a release, an expired key that is not yet swept or taken over is not kept: its lease
+    if (this.#keys.get(key) === undefined) return [{ type: 'gone', session, key, token, reason: 'not-registered' }];
+    const grant = this.#find(key, token);
+    if (grant === undefined) return [{ type: 'gone', session, key, token, reason: 'token-mismatch' }];
+    // Unlike a release, an expired grant that is not yet swept or taken over is not kept: its lease
     // ran out, and its holder may already have stopped counting on it.
-    if (now >= entry.expiresAt) return [{ type: 'gone', session, key, token, reason: 'expired' }];
-    this.#extend(entry, now); // never earlier than it was
-    const { owner, expiresAt } = entry;
+    if (now >= grant.expiresAt) return [{ type: 'gone', session, key, token, reason: 'expired' }];
+    this.#extend(grant, now); // never earlier than it was
+    const { owner, expiresAt } = grant;
     return [{ type: 'kept', session, key, owner, token, expiresAt, leaseMs: Math.floor(this.leaseMs) }];
   }
 
   #expire(key: string, token: bigint, now: number): Effects {
-    const entry = this.#keys.get(key);
-    if (entry === undefined || entry.token !== token || now < entry.expiresAt) return [];
-    const effects: Effects = [{ type: 'expired', key, owner: entry.owner, token }];
-    this.#handOff(entry, now, 'expiry', effects);
+    const grant = this.#find(key, token);
+    if (grant === undefined || now < grant.expiresAt) return [];
+    const effects: Effects = [{ type: 'expired', key, owner: grant.owner, token }];
+    this.#end(grant, now, 'expiry', effects);
     return effects;
   }
 
   #waitTimeout(key: string, id: number, now: number): Effects {
     const waiter = this.#waiters.get(String(id));
     if (waiter === undefined || waiter.entry.key !== key || now < waiter.at) return [];
+    const { entry } = waiter;
     this.#unqueue(waiter);
-    return [{ type: 'timed-out', session: waiter.session, key, owner: waiter.owner, reason: 'waited' }];
+    const effects: Effects = [
+      { type: 'timed-out', session: waiter.session, key, owner: waiter.owner, reason: 'waited' },
+    ];
+    this.#grantWaiters(entry, now, 'unblocked', effects);
+    return effects;
   }
 
-  #disconnect(session: SessionId, notify: boolean): Effects {
+  #disconnect(session: SessionId, notify: boolean, now: number): Effects {
     const mine = this.#bySession.get(String(session));
     if (mine === undefined) return [];
     const effects: Effects = [];
@@ -381,6 +424,10 @@ export class TicketState {
           : { type: 'abandoned', session, key, owner: waiter.owner, waiter: waiter.id },
       );
     }
+    // Those queued behind them may fit now.
+    for (const waiter of all)
+      if (this.#keys.get(waiter.entry.key) === waiter.entry)
+        this.#grantWaiters(waiter.entry, now, 'unblocked', effects);
     return effects;
   }
 
@@ -393,11 +440,13 @@ export class TicketState {
     while (entry !== undefined && visited < limit) {
       visited++;
       const next = entry.newerKey;
-      // Keys with waiters are handed off by `expire` at their deadline, never swept.
-      if (entry.waiting === 0 && now >= entry.expiresAt) {
-        removed++;
-        effects.push({ type: 'expired', key: entry.key, owner: entry.owner, token: entry.token });
-        this.#deleteKey(entry);
+      // Keys with waiters have their grants ended by `expire` at their deadlines, never swept.
+      if (entry.waiting === 0 && hasExpired(entry, now)) {
+        this.#dropExpired(entry, now, effects);
+        if (entry.holders.length === 0) {
+          removed++;
+          this.#deleteKey(entry);
+        }
       }
       entry = next;
     }
@@ -410,7 +459,6 @@ export class TicketState {
 
   #deleteKey(entry: KeyEntry): void {
     this.#keys.delete(entry.key);
-    this.#deadlines.remove(entry.expiry);
     const { olderKey, newerKey } = entry;
     if (olderKey === undefined) this.#oldestKey = newerKey;
     else olderKey.newerKey = newerKey;
@@ -421,47 +469,91 @@ export class TicketState {
     entry.olderKey = entry.newerKey = undefined;
   }
 
-  /** Gives the key to the first waiter whose wait has not run out; deletes it when none is left. */
-  #handOff(entry: KeyEntry, now: number, path: 'handoff' | 'expiry', effects: Effects): void {
-    for (let waiter = entry.head; waiter !== undefined; waiter = entry.head) {
-      this.#unqueue(waiter);
-      if (waiter.at <= now) {
-        effects.push({
-          type: 'timed-out',
-          session: waiter.session,
-          key: entry.key,
-          owner: waiter.owner,
-          reason: 'waited',
-        });
-        continue;
+  /** Removes the key's grants whose lease ran out (`expired` for each); the entry stays. */
+  #dropExpired(entry: KeyEntry, now: number, effects: Effects): void {
+    const { holders } = entry;
+    let kept = 0;
+    for (const grant of holders) {
+      if (now >= grant.expiresAt) {
+        this.#deadlines.remove(grant);
+        effects.push({ type: 'expired', key: entry.key, owner: grant.owner, token: grant.token });
+      } else {
+        holders[kept++] = grant;
       }
-      const token = this.#issue(now);
-      if (token === undefined) {
-        effects.push({ type: 'busy', session: waiter.session, key: entry.key, owner: waiter.owner, limit: 'tokens' });
-        continue;
-      }
-      this.#grant(entry, waiter.owner, token, now);
-      effects.push({
-        type: 'granted',
-        session: waiter.session,
-        key: entry.key,
-        owner: waiter.owner,
-        token,
-        expiresAt: entry.expiresAt,
-        path,
-        requestedAt: waiter.queuedAt,
-      });
-      return;
     }
-    this.#deleteKey(entry);
+    holders.length = kept;
   }
 
-  #grant(entry: KeyEntry, owner: string, token: bigint, now: number): void {
-    entry.owner = owner;
-    entry.token = token;
-    entry.grantedAt = now;
-    entry.expiresAt = now + this.leaseMs;
-    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(entry.expiry, entry.expiresAt);
+  /** Ends one grant (released or expired), then grants every waiter that now fits. */
+  #end(grant: Grant, now: number, path: 'handoff' | 'expiry', effects: Effects): void {
+    const { entry } = grant;
+    const { holders } = entry;
+    holders.splice(holders.indexOf(grant), 1);
+    this.#deadlines.remove(grant);
+    this.#grantWaiters(entry, now, path, effects);
+  }
+
+  /** Grants the waiters at the front of the queue while they fit, in order (those whose wait ran
+   * out leave it timed out); deletes the key when it is left with neither holders nor waiters. */
+  #grantWaiters(entry: KeyEntry, now: number, path: GrantPath, effects: Effects): void {
+    for (let waiter = entry.head; waiter !== undefined; waiter = entry.head) {
+      const { session, owner } = waiter;
+      if (waiter.at <= now) {
+        this.#unqueue(waiter);
+        effects.push({ type: 'timed-out', session, key: entry.key, owner, reason: 'waited' });
+        continue;
+      }
+      if (!fits(entry.permits, waiter.shared, entry.holders, this.maxSharedHolders)) break;
+      this.#unqueue(waiter);
+      const grant = this.#addHolder(entry, owner, waiter.shared, now);
+      if (grant === undefined) {
+        effects.push({ type: 'busy', session, key: entry.key, owner, limit: 'tokens' });
+        continue;
+      }
+      const { token, expiresAt } = grant;
+      const { mode, queuedAt: requestedAt } = waiter;
+      const slot = entry.permits > 0 ? grant.slot : undefined;
+      effects.push({
+        type: 'granted',
+        session,
+        key: entry.key,
+        owner,
+        token,
+        expiresAt,
+        path,
+        mode,
+        slot,
+        requestedAt,
+      });
+    }
+    if (entry.holders.length === 0 && entry.waiting === 0) this.#deleteKey(entry);
+  }
+
+  /** A new grant with a new token (undefined when tokens ran out), in the key's lowest free slot. */
+  #addHolder(entry: KeyEntry, owner: string, shared: boolean, now: number): Grant | undefined {
+    const token = this.#issue(now);
+    return token === undefined ? undefined : this.#hold(entry, owner, token, shared, now);
+  }
+
+  #hold(entry: KeyEntry, owner: string, token: bigint, shared: boolean, now: number, slotAt?: number): Grant {
+    const slot = entry.permits > 0 ? (slotAt ?? lowestFreeSlot(entry.holders)) : -1;
+    const expiresAt = now + this.leaseMs;
+    const grant: Grant = {
+      kind: 'expiry',
+      entry,
+      owner,
+      token,
+      shared,
+      slot,
+      grantedAt: now,
+      expiresAt,
+      at: 0,
+      seq: this.#seq++,
+      heapIndex: -1,
+    };
+    entry.holders.push(grant);
+    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(grant, expiresAt);
+    return grant;
   }
 
   #unqueue(waiter: Waiter): void {
@@ -472,7 +564,7 @@ export class TicketState {
     else waiter.next.prev = waiter.prev;
     waiter.prev = waiter.next = undefined;
     entry.waiting--;
-    if (entry.waiting === 0 && !this.#eager) this.#deadlines.remove(entry.expiry);
+    if (entry.waiting === 0 && !this.#eager) for (const grant of entry.holders) this.#deadlines.remove(grant);
     this.#deadlines.remove(waiter);
     this.#waiters.delete(String(waiter.id));
     const mine = this.#bySession.get(String(waiter.session))!;
@@ -483,17 +575,20 @@ export class TicketState {
     if (mine.head === undefined) this.#bySession.delete(String(waiter.session));
   }
 
-  /**
-   * Tokens: max(last + 1, wall-clock microseconds). Strictly increasing across the whole server
-   * (not per key), and greater than anything an earlier process issued as long as the clock did
-   * not step back (the server's optional state file covers that case). `undefined` at 2^64-1.
-   */
-  /** The kernel's token rule, max(last + 1, wall-clock µs), shared with the file lease. */
+  /** The kernel's token rule, max(last + 1, wall-clock µs), shared with the file lease: strictly
+   * increasing across the whole server, so every grant on a key, whatever its mode, has a greater
+   * token than every earlier one. `undefined` at 2^64-1. */
   #issue(now: number): bigint | undefined {
     const token = nextToken(this.#lastToken, now);
     if (token !== undefined) this.#lastToken = token;
     return token;
   }
+}
+
+/** Has any grant of the key run out? */
+function hasExpired(entry: KeyEntry, now: number): boolean {
+  for (const grant of entry.holders) if (now >= grant.expiresAt) return true;
+  return false;
 }
 
 /** Counts: whole numbers, the kernel's rule. */

@@ -15,6 +15,8 @@ export interface TicketLeaseGrant {
   readonly owner: string;
   readonly token: bigint;
   readonly expiry: Date;
+  /** A permit's slot (acquired with `permits`); absent otherwise. */
+  readonly slot?: number | undefined;
 }
 
 /** The longest wait the server takes for an `A`, ms: what `waitMs: Infinity` becomes. */
@@ -30,20 +32,27 @@ export class TicketLease {
   async acquire(
     sessionId: string,
     owner: string,
-    options: { waitMs?: number | undefined; signal?: AbortSignal | undefined } = {},
+    options: {
+      waitMs?: number | undefined;
+      signal?: AbortSignal | undefined;
+      /** One of N permits, or a shared hold: as `client.acquire`'s options. */
+      permits?: number | undefined;
+      shared?: boolean | undefined;
+    } = {},
   ): Promise<TicketLeaseGrant> {
     checkText(sessionId, 'sessionId');
     checkText(owner, 'owner');
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
     const waitMs = options.waitMs === Infinity ? LONGEST_WAIT_MS : (options.waitMs ?? 0);
-    const result = await this.#client.acquire(sessionId, { owner, waitMs, signal: options.signal });
+    const { signal, permits, shared } = options;
+    const result = await this.#client.acquire(sessionId, { owner, waitMs, signal, permits, shared });
     if (result.status !== 'acquired') {
       throw new LeaseHeldError(
         `lease ${JSON.stringify(sessionId)} is held${result.status === 'busy' ? ' (the server is busy)' : ''}`,
         sessionId,
       );
     }
-    return this.#keep({ sessionId, owner, token: result.token, expiry: result.expiresAt });
+    return this.#keep({ sessionId, owner, token: result.token, expiry: result.expiresAt, slot: result.slot });
   }
 
   renew(grant: TicketLeaseGrant): Promise<TicketLeaseGrant> {
@@ -68,6 +77,7 @@ export class TicketLease {
         owner: grant.owner,
         token: grant.token,
         expiry: kept.expiresAt,
+        ...(grant.slot === undefined ? {} : { slot: grant.slot }),
       });
     } catch (error) {
       if (error instanceof LockLostError) {

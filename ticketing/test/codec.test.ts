@@ -6,6 +6,7 @@ import {
   ReplyBuffer,
   RequestReader,
   formatAcquired,
+  formatConflict,
   formatBusy,
   formatError,
   formatGone,
@@ -24,7 +25,7 @@ function viaReader(line: string): unknown {
   const r = new RequestReader().read(buf, start, start + Buffer.byteLength(line, 'latin1'));
   switch (r.op) {
     case 'A':
-      return { op: 'A', key: r.key, owner: r.owner, waitMs: r.waitMs };
+      return { op: 'A', key: r.key, owner: r.owner, waitMs: r.waitMs, mode: r.mode };
     case 'R':
     case 'K':
       return { op: r.op, key: r.key, token: r.token, tokenText: r.token.toString() };
@@ -81,6 +82,16 @@ describe('RequestReader', () => {
     'K k 1 ',
     'K k\u00e9 1',
     'K',
+    'A k o 1 x',
+    'A k o 1 s',
+    'A k o 0 1',
+    'A k o 0 65535',
+    'A k o 0 65536',
+    'A k o 0 0',
+    'A k o 0 01',
+    'A k o 0 S',
+    'A k o 0 s ',
+    'A k o 0 s 1',
     'KK k 1',
     'k k 1',
     'H s3cret',
@@ -99,7 +110,7 @@ describe('RequestReader', () => {
   });
 
   test('random lines over the request alphabet read as parseRequest parses them', () => {
-    const alphabet = ['A', 'R', 'K', 'H', ' ', '0', '1', '9', 'k', '~', '\r', '\u0000', '\u00ff'];
+    const alphabet = ['A', 'R', 'K', 'H', ' ', '0', '1', '9', 'k', 's', 'x', '~', '\r', '\u0000', '\u00ff'];
     let seed = 12345;
     const rand = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
     for (let i = 0; i < 5000; i++) {
@@ -127,6 +138,10 @@ describe('ReplyBuffer', () => {
     for (const token of [...tokens, MAX_TOKEN]) {
       out.acquired(token, owner, key);
       expected.push(formatAcquired(token, owner, key));
+      out.acquired(token, owner, key, 65534);
+      expected.push(formatAcquired(token, owner, key, 65534));
+      out.refused(0x43, owner, key);
+      expected.push(formatConflict(owner, key));
       out.releaseReply(0x52, token, 'orders');
       expected.push(formatReleased(token, 'orders'));
       out.releaseReply(0x4e, token, key);

@@ -6,24 +6,12 @@
 import { afterEach, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { parseReply } from '../src/protocol.js';
-import { LineSocket, sleep, startServer, until } from './helpers.js';
+import { LineSocket, prng, sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
-
-/** Deterministic PRNG (mulberry32), so a failure can be replayed from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const VALID = ['A k1 o1 0', 'A k1 o2 50', 'A k2 o3 0', 'R k1 1', 'R k2 18446744073709551615', 'H x', 'A hot fuzz 20'];
 

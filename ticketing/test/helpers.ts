@@ -224,7 +224,19 @@ export async function runCli(
 
 /** Reads a token out of an `A <token> <owner> <key>` line. */
 export function tokenOf(line: string): bigint {
-  const m = /^A (\d+) \S+ \S+$/.exec(line);
+  const m = /^A (\d+) \S+ \S+(?: \d+)?$/.exec(line); // a semaphore grant ends with its slot
   if (m === null) throw new Error(`not an A line: ${JSON.stringify(line)}`);
   return BigInt(m[1]!);
+}
+
+/** Deterministic PRNG (mulberry32), so a failure can be replayed from its seed. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
 }

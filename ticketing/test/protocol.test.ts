@@ -4,7 +4,9 @@ import {
   LineFramer,
   MAX_TOKEN,
   formatAcquired,
+  formatAcquire,
   formatBusy,
+  formatConflict,
   formatError,
   formatGone,
   formatKeep,
@@ -24,8 +26,17 @@ import {
 
 describe('requests', () => {
   test('A, R and H parse; numbers are exact', () => {
-    expect(parseRequest('A orders worker-1 2500')).toEqual({ op: 'A', key: 'orders', owner: 'worker-1', waitMs: 2500 });
-    expect(parseRequest('A k o 0')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 0 });
+    expect(parseRequest('A orders worker-1 2500')).toEqual({
+      op: 'A',
+      key: 'orders',
+      owner: 'worker-1',
+      waitMs: 2500,
+      mode: 'x',
+    });
+    expect(parseRequest('A k o 0')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 0, mode: 'x' });
+    expect(parseRequest('A k o 0 x')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 0, mode: 'x' });
+    expect(parseRequest('A k o 5 s')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 5, mode: 's' });
+    expect(parseRequest('A k o 5 65535')).toEqual({ op: 'A', key: 'k', owner: 'o', waitMs: 5, mode: 65535 });
     expect(parseRequest(`R k ${MAX_TOKEN}`)).toEqual({
       op: 'R',
       key: 'k',
@@ -66,9 +77,13 @@ describe('requests', () => {
     ['', 'unknown request'],
     ['X k o 1', 'unknown request'],
     ['a k o 1', 'unknown request'],
-    ['A k o', 'A takes 3 fields'],
-    ['A k o 1 extra', 'A takes 3 fields'],
-    ['A  k o 1', 'A takes 3 fields'],
+    ['A k o', 'A takes 3 or 4 fields'],
+    ['A k o 1 extra', 'mode must be'],
+    ['A k o 1 0', 'mode must be'],
+    ['A k o 1 65536', 'mode must be'],
+    ['A k o 1 007', 'mode must be'],
+    ['A k o 1 s x', 'A takes 3 or 4 fields'],
+    ['A  k o 1', 'key must be'],
     ['A  k o', 'key must be'],
     ['A k o -1', 'wait_ms'],
     ['A k o 01', 'wait_ms'],
@@ -76,7 +91,7 @@ describe('requests', () => {
     ['A k o 99999999999999999', 'wait_ms'],
     [`A ${'k'.repeat(257)} o 1`, 'key must be'],
     [`A k ${'o'.repeat(257)} 1`, 'owner must be'],
-    ['A k\to 1', 'A takes 3 fields'],
+    ['A k\to 1', 'A takes 3 or 4 fields'],
     ['A k\u00e9 o 1', 'key must be'],
     ['R k 0', 'token'],
     ['R k 007', 'token'],
@@ -128,6 +143,14 @@ describe('replies', () => {
     expect(parseReply(formatAcquired(42n, 'o', 'k').trimEnd())).toEqual({ op: 'A', token: '42', owner: 'o', key: 'k' });
     expect(parseReply(formatTimedOut('o', 'k').trimEnd())).toEqual({ op: 'T', owner: 'o', key: 'k' });
     expect(parseReply(formatBusy('o', 'k').trimEnd())).toEqual({ op: 'B', owner: 'o', key: 'k' });
+    expect(parseReply(formatConflict('o', 'k').trimEnd())).toEqual({ op: 'C', owner: 'o', key: 'k' });
+    expect(parseReply(formatAcquired(42n, 'o', 'k', 3).trimEnd())).toEqual({
+      op: 'A',
+      token: '42',
+      owner: 'o',
+      key: 'k',
+      slot: 3,
+    });
     expect(parseReply(formatReleased(42n, 'k').trimEnd())).toEqual({ op: 'R', token: '42', key: 'k' });
     expect(parseReply(formatNotReleased(42n, 'k').trimEnd())).toEqual({ op: 'N', token: '42', key: 'k' });
     expect(parseReply(formatKept(42n, 'k', 30_000).trimEnd())).toEqual({
@@ -151,6 +174,12 @@ describe('replies', () => {
     expect(formatAcquired(7n, 'own', 'key')).toBe('A 7 own key\n');
     expect(formatTimedOut('own', 'key')).toBe('T own key\n');
     expect(formatBusy('own', 'key')).toBe('B own key\n');
+    expect(formatConflict('own', 'key')).toBe('C own key\n');
+    expect(formatAcquired(7n, 'own', 'key', 0)).toBe('A 7 own key 0\n');
+    expect(formatAcquire('key', 'own', 0)).toBe('A key own 0\n');
+    expect(formatAcquire('key', 'own', 0, 'x')).toBe('A key own 0\n');
+    expect(formatAcquire('key', 'own', 5, 's')).toBe('A key own 5 s\n');
+    expect(formatAcquire('key', 'own', 5, 8)).toBe('A key own 5 8\n');
     expect(formatReleased(7n, 'key')).toBe('R 7 key\n');
     expect(formatNotReleased(7n, 'key')).toBe('N 7 key\n');
     expect(formatKept(7n, 'key', 30_000)).toBe('K 7 key 30000\n');
@@ -190,6 +219,13 @@ describe('replies', () => {
     'Z x',
     'AA 1 o k',
     'A 1 o k\u00ff',
+    'A 1 o k 01',
+    'A 1 o k 65535',
+    'A 1 o k s',
+    'A 1 o k 1 2',
+    'A 1 o  1',
+    'C o',
+    'C o k x',
   ])('%j is malformed', (line) => {
     expect(parseReply(line)).toBeUndefined();
   });
@@ -298,5 +334,6 @@ describe('the reply grammar has one home', () => {
     expect(parsePartialGrant('A 077 o2 k')).toBeUndefined();
     expect(parsePartialGrant('T o2 k')).toBeUndefined();
     expect(parsePartialGrant('A 77 o2 k x')).toBeUndefined();
+    expect(parsePartialGrant('A 77 o2 k 1')).toEqual({ token: '77', owner: 'o2', keyPrefix: 'k' });
   });
 });

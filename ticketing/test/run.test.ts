@@ -50,6 +50,26 @@ function groupAlive(pgid: number): boolean {
 }
 
 describe('ticketing run', () => {
+  test('--permits N gives the command TICKETING_SLOT; --shared holds beside other shared holders', async () => {
+    const address = await serve('60s'); // the client's grants outlast the slow spawns
+    const d = dir();
+    const client = new TicketClient({ addresses: [address] });
+    cleanups.push(() => client.destroy());
+    expect(await client.acquire('pool', { permits: 2 })).toMatchObject({ slot: 0 });
+    const r = run(address, ['--key', 'pool', '--permits', '2'], `echo "$TICKETING_SLOT" > ${d}/slot`);
+    expect(await r.exit).toEqual({ code: 0, signal: null });
+    expect(readFileSync(join(d, 'slot'), 'latin1').trim()).toBe('1');
+    expect(await client.acquire('doc', { shared: true })).toMatchObject({ status: 'acquired' });
+    const shared = run(address, ['--key', 'doc', '--shared'], `echo "[$TICKETING_SLOT]" > ${d}/shared`);
+    expect(await shared.exit).toEqual({ code: 0, signal: null });
+    expect(readFileSync(join(d, 'shared'), 'latin1').trim()).toBe('[]');
+    const conflict = run(address, ['--key', 'doc', '--permits', '2'], `touch ${d}/ran`);
+    expect(await conflict.exit).toEqual({ code: 1, signal: null });
+    expect(existsSync(join(d, 'ran'))).toBe(false);
+    const usage = run(address, ['--key', 'doc', '--permits', '2', '--shared'], 'true');
+    expect((await usage.exit).code).toBe(64);
+  });
+
   test('passes TICKETING_KEY and TICKETING_TOKEN, releases at the end, and exits with the command status', async () => {
     const address = await serve('2s');
     const d = dir();

@@ -35,9 +35,31 @@ describe('locks(): the held keys, for an admin view', () => {
     c.write('A orders/1 dave 60000\n');
     await until(() => s.stats().waiters === 1, 'the waiter', 5_000);
     now += 4_000;
+    const holder = (owner: string, token: bigint | undefined) => [
+      { owner, token, shared: false, slot: undefined, expiresInMs: 6_000 },
+    ];
+    const lock = { kind: 'lock', permits: undefined };
     expect(s.locks({ prefix: 'orders/' })).toEqual([
-      { key: 'orders/1', owner: 'alice', token: tokens[0], expiresInMs: 6_000, waiters: 1 },
-      { key: 'orders/2', owner: 'bob', token: tokens[1], expiresInMs: 6_000, waiters: 0 },
+      {
+        key: 'orders/1',
+        ...lock,
+        owner: 'alice',
+        token: tokens[0],
+        expiresInMs: 6_000,
+        holders: holder('alice', tokens[0]),
+        waiters: 1,
+        waitersByMode: { x: 1 },
+      },
+      {
+        key: 'orders/2',
+        ...lock,
+        owner: 'bob',
+        token: tokens[1],
+        expiresInMs: 6_000,
+        holders: holder('bob', tokens[1]),
+        waiters: 0,
+        waitersByMode: {},
+      },
     ]);
     expect(s.locks({ limit: 1 }).map((l) => l.key)).toEqual(['orders/1']);
     expect(s.locks().map((l) => l.key)).toEqual(['orders/1', 'orders/2', 'users/1']);
@@ -47,6 +69,22 @@ describe('locks(): the held keys, for an admin view', () => {
     now += 6_000;
     expect(s.locks().map((l) => l.key)).toEqual([]);
     expect(() => s.locks({ limit: -1 })).toThrow(RangeError);
+    // Modes: every holder with its slot or share, waiters by mode.
+    c.write('A gpu a 0 2\nA gpu b 0 2\nA gpu c 60000 2\nA doc r1 0 s\nA doc r2 0 s\nA doc w 60000\n');
+    await c.readLines(4);
+    await until(() => s.locks({ prefix: 'doc' })[0]?.waiters === 1, 'the writer queued');
+    const [gpu] = s.locks({ prefix: 'gpu' });
+    const [doc] = s.locks({ prefix: 'doc' });
+    expect(gpu).toMatchObject({ key: 'gpu', kind: 'semaphore', permits: 2, waiters: 1, waitersByMode: { 2: 1 } });
+    expect(gpu!.holders.map((h) => [h.owner, h.slot])).toEqual([
+      ['a', 0],
+      ['b', 1],
+    ]);
+    expect(doc).toMatchObject({ key: 'doc', kind: 'lock', waiters: 1, waitersByMode: { x: 1 } });
+    expect(doc!.holders.map((h) => [h.owner, h.shared])).toEqual([
+      ['r1', true],
+      ['r2', true],
+    ]);
     expect(() => s.locks({ prefix: 1 as unknown as string })).toThrow(TypeError);
   });
 });

@@ -49,6 +49,8 @@ describe('acquire table', () => {
         token: expect.any(BigInt) as unknown,
         expiresAt: T0 + LEASE,
         path: 'free',
+        mode: 'x',
+        slot: undefined,
         requestedAt: T0,
       },
     ]);

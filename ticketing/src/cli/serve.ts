@@ -153,6 +153,13 @@ export function addServeCommand(program: Command): void {
       SERVER_DEFAULTS.maxWaitersPerKey,
     )
     .option(
+      '--max-shared-holders <n>',
+      'shared holders per key',
+      integer(1, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxSharedHolders,
+    )
+    .option('--max-permits <n>', 'largest semaphore N', integer(0, 65535), SERVER_DEFAULTS.maxPermits)
+    .option(
       '--max-waiters <n>',
       'queued requests in total',
       integer(0, Number.MAX_SAFE_INTEGER),
@@ -285,6 +292,8 @@ export function addServeCommand(program: Command): void {
         secret,
         stateFile: flags.stateFile as string | undefined,
         maxWaitersPerKey: flags.maxWaitersPerKey as number,
+        maxSharedHolders: flags.maxSharedHolders as number,
+        maxPermits: flags.maxPermits as number,
         maxWaiters: flags.maxWaiters as number,
         maxKeys: flags.maxKeys as number,
         maxConnections: flags.maxConnections as number,
@@ -309,6 +318,8 @@ export function addServeCommand(program: Command): void {
           maxKeys: options.maxKeys!,
           maxWaiters: options.maxWaiters!,
           maxWaitersPerKey: options.maxWaitersPerKey!,
+          maxSharedHolders: options.maxSharedHolders,
+          maxPermits: options.maxPermits,
         });
       }
       const server = new TicketServer({ ...options, gate: node });

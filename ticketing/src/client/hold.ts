@@ -25,6 +25,8 @@ export interface TicketHold extends AsyncDisposable {
   readonly owner: string;
   /** Fencing token: pass it to the guarded resource. */
   readonly token: bigint;
+  /** A permit's slot (`permits` given), 0…N−1; undefined otherwise. */
+  readonly slot: number | undefined;
   /** The lease the server applies, ms (from its last `K` reply). */
   readonly leaseMs: number;
   /** The local deadline (wall clock): stop by then unless a keep moves it. */
@@ -103,7 +105,7 @@ export async function startHold(host: HoldHost, key: string, options: HoldOption
     }
     throw error;
   }
-  const hold = new Hold(host, key, acquired.owner, acquired.token, first, keepEveryMs, margin, options.signal);
+  const hold = new Hold(host, key, acquired, first, keepEveryMs, margin, options.signal);
   if (hold.signal.aborted) throw hold.signal.reason as Error; // a lease shorter than one round trip and the margin
   return hold;
 }
@@ -183,6 +185,7 @@ class Hold implements TicketHold {
   readonly key: string;
   readonly owner: string;
   readonly token: bigint;
+  readonly slot: number | undefined;
   readonly #tokenText: string;
   readonly #host: HoldHost;
   readonly #keepEveryMs: number | undefined;
@@ -202,8 +205,7 @@ class Hold implements TicketHold {
   constructor(
     host: HoldHost,
     key: string,
-    owner: string,
-    token: bigint,
+    { owner, token, slot }: { readonly owner: string; readonly token: bigint; readonly slot?: number | undefined },
     first: KeepResult,
     keepEveryMs: number | undefined,
     margin: DeadlineMargin,
@@ -213,6 +215,7 @@ class Hold implements TicketHold {
     this.key = key;
     this.owner = owner;
     this.token = token;
+    this.slot = slot;
     this.#tokenText = token.toString();
     this.#keepEveryMs = keepEveryMs;
     this.#margin = margin;

@@ -22,6 +22,7 @@ import {
 } from '../errors.js';
 import { channels, publish } from '../events.js';
 import { endedRequestError, lockGone, salvageGrant, type ConnectionEnd, type RefusalClass } from './outcomes.js';
+import { UNMATCHED, settleRefused, slotAnswers } from './answers.js';
 import { backoffDelay } from './backoff.js';
 import { REFUSALS, notSentInTime, plainTextPeer, unlistedLeader, whenTlsPeer } from './refusals.js';
 import { isCertificateError, openSocket } from './transport.js';
@@ -47,7 +48,6 @@ export interface LaneHost {
 
 const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed', 'capacity']);
 const RTT_SAMPLES = 8;
-const UNMATCHED = { T: 'acquire', B: 'acquire', R: 'release', N: 'release', K: 'keep', G: 'keep' } as const;
 
 /**
  * One connection and its requests: queued (unsent) ones, and sent ones indexed for matching.
@@ -278,21 +278,22 @@ export class Lane {
       switch (answer.op) {
         case 'A': {
           const p = this.#sentAcquire(answer.owner, answer.key);
-          if (p === undefined) break;
-          this.#granted(p, answer.token);
+          if (p === undefined || !slotAnswers(answer.slot, p.permits)) break;
+          this.#granted(p, answer.token, answer.slot);
           return true;
         }
         case 'T':
-        case 'B': {
+        case 'B':
+        case 'C': {
           const p = this.#sentAcquire(answer.owner, answer.key);
           if (p === undefined) break;
-          this.#refused(p, answer.op === 'B');
+          this.#refused(p, answer.op);
           return true;
         }
         case 'R':
         case 'N': {
-          const p = this.#sentRelease(answer.token, answer.key);
-          if (p === undefined) break;
+          const p = this.registry.findRelease(answer.token, answer.key);
+          if (p === undefined || p.lane !== this || p.sentAt < 0) break;
           this.#released(p, answer.op === 'R');
           return true;
         }
@@ -323,12 +324,7 @@ export class Lane {
     return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
   }
 
-  #sentRelease(token: string, key: string): PendingRelease | undefined {
-    const p = this.registry.findRelease(token, key);
-    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
-  }
-
-  #granted(p: PendingAcquire, token: string): void {
+  #granted(p: PendingAcquire, token: string, slot: number | undefined): void {
     const receivedAt = now();
     if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
     this.#failures = 0;
@@ -339,21 +335,22 @@ export class Lane {
     const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
     const expiresAt = wallClock(leaseEnd(grantedNotBefore, this.options.leaseMs), receivedAt);
     this.#settle(p);
-    p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt });
+    p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt, slot });
   }
 
-  #refused(p: PendingAcquire, busy: boolean): void {
-    if (p.waitMs === 0 || busy) this.#sample(now() - p.sentAt);
+  /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued). */
+  #refused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
+    if (p.waitMs === 0 || op === 'B') this.#sample(now() - p.sentAt);
     this.#failures = 0;
     this.#answered = true;
-    if (busy && this.host.retryBusy(p)) {
+    if (op === 'B' && this.host.retryBusy(p)) {
       // Not settled: it goes back to the queue after a backoff, with what is left of its wait
       // budget (same owner: B is definitive, nothing is pending under it).
       this.#detach(p);
       return;
     }
     this.#settle(p);
-    p.resolve({ status: busy ? 'busy' : 'timed-out', key: p.key, owner: p.owner });
+    settleRefused(p, op);
   }
 
   #released(p: PendingRelease, released: boolean): void {
@@ -381,6 +378,7 @@ export class Lane {
         return false;
       case 'T':
       case 'B':
+      case 'C':
       case 'R':
       case 'N':
       case 'K':

@@ -8,6 +8,7 @@ import { hostname } from 'node:os';
 import { checkNumber } from '#kernel';
 import { ClientClosedError } from '../errors.js';
 import { DEFAULT_MAX_LINE_BYTES, MAX_TOKEN, isAddress, isName, isTokenText } from '../protocol.js';
+import { MAX_PERMITS, type LockMode } from '../modes.js';
 
 export interface BackoffOptions {
   /** First reconnect delay after a failure, ms. Default 50. Doubles per consecutive failure. */
@@ -62,6 +63,10 @@ export interface AcquireOptions {
   readonly signal?: AbortSignal | undefined;
   /** Overrides the client's `retryBusy` for this call. */
   readonly retryBusy?: boolean | undefined;
+  /** Ask for one of N permits (a semaphore of N, 1–65535): the grant has a `slot`. */
+  readonly permits?: number | undefined;
+  /** Ask for a shared hold (many shared holders at once, never beside an exclusive one). */
+  readonly shared?: boolean | undefined;
 }
 
 export interface ReleaseOptions {
@@ -75,6 +80,8 @@ export type AcquireResult =
       readonly owner: string;
       /** Fencing token: pass it to the guarded resource, which rejects lower tokens. */
       readonly token: bigint;
+      /** A permit's slot, 0…N−1 (the lowest free one when granted); absent for `x` and `s`. */
+      readonly slot?: number;
       /** When the lease runs out, estimated on this host's clock (see docs: conservative for an
        * immediate grant; for a grant that waited, it assumes the grant's reply travelled no slower
        * than recent round trips). Renewals do not exist: release before it, or be fenced off. */
@@ -198,7 +205,13 @@ export function checkAcquire(
   key: unknown,
   options: AcquireOptions,
   closed: boolean,
-): { waitMs: number; signal: AbortSignal | undefined; owner: string | undefined; retryBusy: boolean | undefined } {
+): {
+  waitMs: number;
+  signal: AbortSignal | undefined;
+  owner: string | undefined;
+  retryBusy: boolean | undefined;
+  mode: LockMode;
+} {
   checkKey(key);
   if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
   const waitMs = options.waitMs ?? 0;
@@ -215,9 +228,10 @@ export function checkAcquire(
   const retryBusy = options.retryBusy;
   if (retryBusy !== undefined && typeof retryBusy !== 'boolean')
     throw new TypeError('options.retryBusy must be a boolean');
+  const mode = checkMode(options);
   if (closed) throw new ClientClosedError('the client is closed');
   signal?.throwIfAborted();
-  return { waitMs, signal, owner, retryBusy };
+  return { waitMs, signal, owner, retryBusy, mode };
 }
 
 /** `release`'s arguments, checked: the token as canonical text. */
@@ -276,4 +290,16 @@ function backoffOptions(
   const maxMs = checkNumber(value.maxMs ?? defaults.maxMs, `${what}.maxMs`);
   if (maxMs < initialMs) throw new RangeError(`${what}.maxMs must be >= ${what}.initialMs`);
   return { initialMs, maxMs };
+}
+
+/** The mode asked for by `permits` / `shared` (at most one of them). */
+export function checkMode(options: { readonly permits?: unknown; readonly shared?: unknown }): LockMode {
+  const { permits, shared } = options;
+  if (shared !== undefined && typeof shared !== 'boolean') throw new TypeError('options.shared must be a boolean');
+  if (permits === undefined) return shared === true ? 's' : 'x';
+  if (typeof permits !== 'number') throw new TypeError('options.permits must be a number');
+  if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS)
+    throw new RangeError(`options.permits must be an integer in 1..${MAX_PERMITS}, got ${permits}`);
+  if (shared === true) throw new TypeError('options.permits and options.shared exclude each other');
+  return permits;
 }

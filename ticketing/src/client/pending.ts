@@ -44,6 +44,8 @@ export interface PendingAcquire extends PendingBase {
   readonly retryBusy: Required<BackoffOptions> | undefined;
   attempt: number;
   retryTimer: NodeJS.Timeout | undefined;
+  /** A semaphore request's N (its grant carries a slot); 0 for `x` and `s`. */
+  readonly permits: number;
   line: string;
   readonly resolve: (result: AcquireResult) => void;
   readonly reject: (error: unknown) => void;

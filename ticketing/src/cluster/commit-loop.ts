@@ -18,7 +18,7 @@ import type { TicketState } from '../state.js';
 import { asAccessError } from './etcd.js';
 import type { LeaseConfidence } from './lease-confidence.js';
 import { CommitWindow, type Batch } from './pipeline.js';
-import { encodeGrant, type KeyLayout } from './store.js';
+import { encodeHolders, type KeyLayout } from './store.js';
 
 /** See `#commit`: how much later than its write a grant's lease starts. */
 const DELIVERY_SLACK_MS = 100;
@@ -146,7 +146,7 @@ export class CommitLoop {
       ops.push(
         view === undefined
           ? { request_delete_range: { key: name } }
-          : { request_put: { key: name, value: encodeGrant(view.token, view.owner) } },
+          : { request_put: { key: name, value: encodeHolders(view) } },
       );
     }
     return ops;

@@ -297,12 +297,16 @@ export class Leadership {
         maxKeys: this.#options.maxKeys,
         maxWaiters: this.#options.maxWaiters,
         maxWaitersPerKey: this.#options.maxWaitersPerKey,
+        maxSharedHolders: this.#options.maxSharedHolders,
+        maxPermits: this.#options.maxPermits,
         lastToken: reservation,
         expiry: 'eager',
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
-      for (const { key, owner, token } of grants) state.apply({ type: 'adopt', key, owner, token }, now);
+      for (const { key, owner, token, mode, slot } of grants) {
+        state.apply({ type: 'adopt', key, owner, token, mode, slot }, now);
+      }
       this.#commits = new CommitLoop({
         kv: this.#client!.kv,
         layout: this.#layout,

@@ -26,6 +26,9 @@ export interface ClusterNodeOptions {
   readonly maxKeys: number;
   readonly maxWaiters: number;
   readonly maxWaitersPerKey: number;
+  /** Shared holders per key, and the greatest N of a semaphore (state.ts defaults when absent). */
+  readonly maxSharedHolders?: number | undefined;
+  readonly maxPermits?: number | undefined;
   /** Deadline of every etcd call, ms. Default 1000. */
   readonly callTimeoutMs?: number;
   /** etcd's `--max-txn-ops`. Default 128. */

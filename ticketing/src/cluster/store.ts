@@ -1,13 +1,17 @@
 /**
  * Where cluster mode keeps its state in etcd, under the node's prefix: `leader` (the leader's
- * advertise address, bound to its etcd lease), `keys/<key>` (`<token> <owner>`, one per grant)
+ * advertise address, bound to its etcd lease), `keys/<key>` (one per granted key, every holder:
+ * `<token> <owner>` for one exclusive holder, the only form before modes; `s <token> <owner>…`
+ * shared; `n<N> <token> <owner> <slot>…` a semaphore of N; in token order)
  * and `hwm` (the token reservation: a decimal mark no committed token exceeds; the key keeps its
  * old name for compatibility). Its invariant: a snapshot decodes whole or not at all (a foreign or
  * corrupt value stops a takeover rather than be skipped). The layout and why it is safe:
  * docs/ticketing-cluster.md, "How it works" and "Tokens".
  */
 import type { IKeyValue } from 'etcd3';
+import { MAX_PERMITS, type LockMode } from '../modes.js';
 import { MAX_TOKEN, isName, isTokenText } from '../protocol.js';
+import type { KeyView } from '../state-types.js';
 
 export class KeyLayout {
   readonly leader: Buffer;
@@ -35,10 +39,54 @@ export interface StoredGrant {
   readonly key: string;
   readonly owner: string;
   readonly token: bigint;
+  readonly mode: LockMode;
+  /** A semaphore grant's slot; undefined otherwise. */
+  readonly slot: number | undefined;
 }
 
 export function encodeGrant(token: bigint, owner: string): Buffer {
   return Buffer.from(`${token} ${owner}`, 'latin1');
+}
+
+/** A key's grants as stored (see the header): one exclusive holder in the form before modes. */
+export function encodeHolders(view: KeyView): Buffer {
+  const { holders } = view;
+  if (view.kind === 'lock' && !holders[0]!.shared) return encodeGrant(holders[0]!.token, holders[0]!.owner);
+  const fields = view.kind === 'lock' ? ['s'] : [`n${view.permits}`];
+  for (const { token, owner, slot } of holders) {
+    fields.push(String(token), owner);
+    if (slot !== undefined) fields.push(String(slot));
+  }
+  return Buffer.from(fields.join(' '), 'latin1');
+}
+
+/** One stored value's grants, or undefined when it is not one. */
+function decodeHolders(key: string, value: string): StoredGrant[] | undefined {
+  const fields = value.split(' ');
+  const head = fields[0]!;
+  const permits = /^n[1-9][0-9]{0,4}$/.test(head) ? Number(head.slice(1)) : 0;
+  if (permits > MAX_PERMITS) return undefined;
+  const mode: LockMode = head === 's' ? 's' : permits > 0 ? permits : 'x';
+  const start = mode === 'x' ? 0 : 1;
+  const width = permits > 0 ? 3 : 2;
+  const count = (fields.length - start) / width;
+  if (!Number.isInteger(count) || count < 1 || (mode === 'x' && count !== 1) || (permits > 0 && count > permits)) {
+    return undefined;
+  }
+  const grants: StoredGrant[] = [];
+  const slots = new Set<number>();
+  for (let i = start; i < fields.length; i += width) {
+    const [token, owner, slotText] = fields.slice(i, i + width) as [string, string, string | undefined];
+    if (!isTokenText(token) || !isName(owner)) return undefined;
+    let slot: number | undefined;
+    if (permits > 0) {
+      slot = Number(slotText);
+      if (!/^(?:0|[1-9][0-9]*)$/.test(slotText!) || slot >= permits || slots.has(slot)) return undefined;
+      slots.add(slot);
+    }
+    grants.push({ key, owner, token: BigInt(token), mode, slot });
+  }
+  return grants;
 }
 
 /** Reads a range over the whole prefix: the grants and the token reservation (0 when absent).
@@ -58,18 +106,9 @@ export function decodeSnapshot(
       reservation = BigInt(value);
     } else if (name.startsWith(layout.keysPrefix)) {
       const key = name.slice(layout.keysPrefix.length);
-      const [token, owner, extra] = value.split(' ');
-      if (
-        !isName(key) ||
-        token === undefined ||
-        !isTokenText(token) ||
-        owner === undefined ||
-        !isName(owner) ||
-        extra !== undefined
-      ) {
-        throw new Error(`etcd ${name}: not a grant: ${JSON.stringify(value)}`);
-      }
-      grants.push({ key, owner, token: BigInt(token) });
+      const stored = isName(key) ? decodeHolders(key, value) : undefined;
+      if (stored === undefined) throw new Error(`etcd ${name}: not a grant: ${JSON.stringify(value)}`);
+      grants.push(...stored);
     }
   }
   if (reservation > MAX_TOKEN) throw new Error('etcd hwm: beyond 2^64-1');

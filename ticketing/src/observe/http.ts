@@ -14,6 +14,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
+import type { LockView } from '../server/server.js';
 import { DEFAULT_LOCKS_LIMIT } from '../server/server.js';
 import { LockConsole, type ConsoleOptions } from './console.js';
 
@@ -21,13 +22,7 @@ import { LockConsole, type ConsoleOptions } from './console.js';
 interface EndpointServer extends Pick<ConsoleOptions['server'], 'lock' | 'inspect' | 'stats' | 'leaseMs'> {
   /** Would a request sent now be served (a leader, a follower that redirects, single mode)? */
   readiness(): { readonly ready: boolean; readonly reason?: string | undefined; readonly leader?: string | undefined };
-  locks(options: { readonly prefix: string; readonly limit: number }): ReadonlyArray<{
-    readonly key: string;
-    readonly owner: string;
-    readonly token: bigint;
-    readonly expiresInMs: number;
-    readonly waiters: number;
-  }>;
+  locks(options: { readonly prefix: string; readonly limit: number }): readonly LockView[];
   /** Whether `secret` (from `Authorization: Bearer`) is the server's; true when it has none. */
   authorizes(secret: string | undefined): boolean;
 }
@@ -216,10 +211,20 @@ export class HttpEndpoint {
     if (leader !== undefined) return json(503, { error: 'not_leader', leader });
     const locks = server.locks(query).map((lock) => ({
       key: lock.key,
+      kind: lock.kind,
+      ...(lock.permits === undefined ? {} : { permits: lock.permits }),
       owner: lock.owner,
       token: String(lock.token),
       expiresInMs: Math.ceil(lock.expiresInMs),
+      holders: lock.holders.map((holder) => ({
+        owner: holder.owner,
+        token: String(holder.token),
+        mode: lock.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
+        ...(holder.slot === undefined ? {} : { slot: holder.slot }),
+        expiresInMs: Math.ceil(holder.expiresInMs),
+      })),
       waiters: lock.waiters,
+      waitersByMode: lock.waitersByMode,
     }));
     return json(200, locks);
   }

@@ -1,8 +1,8 @@
 /**
  * The console's view of a key: one row per key, read from the server's read-only queries
- * (`locks`, `lock`, `inspect`). The row has room for kinds other than an exclusive lock: a key
- * has a list of holders, each with its own lease.
+ * (`locks`, `lock`, `inspect`): its kind, every holder with its own lease, and its queue.
  */
+import type { LockView } from '../server/server.js';
 
 /** One holder of a key. */
 interface HolderRow {
@@ -11,12 +11,16 @@ interface HolderRow {
   readonly token: string;
   /** How long its lease has left when the row was read, whole ms (> 0). */
   readonly expiresInMs: number;
+  /** `x`, `s`, or `permit` (with its `slot`). */
+  readonly mode: 'x' | 's' | 'permit';
+  readonly slot?: number;
 }
 
 export interface KeyRow {
   readonly key: string;
-  /** `lock`: an exclusive lock, at most one holder. */
-  readonly kind: 'lock';
+  /** `lock` (modes x and s) or `semaphore` (of `permits`). */
+  readonly kind: 'lock' | 'semaphore';
+  readonly permits?: number;
   readonly holders: readonly HolderRow[];
   /** Requests queued for the key. */
   readonly waiters: number;
@@ -26,17 +30,9 @@ export interface KeyRow {
 
 /** What the rows are read from (TicketServer's queries). */
 export interface RowServer {
-  locks(options: { readonly prefix: string; readonly limit: number }): ReadonlyArray<HeldLock>;
-  lock(key: string): HeldLock | undefined;
+  locks(options: { readonly prefix: string; readonly limit: number }): readonly LockView[];
+  lock(key: string): LockView | undefined;
   inspect(key: string): { readonly waiters: ReadonlyArray<{ readonly owner: string }> } | undefined;
-}
-
-interface HeldLock {
-  readonly key: string;
-  readonly owner: string;
-  readonly token: bigint;
-  readonly expiresInMs: number;
-  readonly waiters: number;
 }
 
 const QUEUE_SHOWN = 3;
@@ -59,15 +55,22 @@ export class LockRows {
     return held === undefined ? undefined : this.#row(held);
   }
 
-  #row(held: HeldLock): KeyRow {
+  #row(held: LockView): KeyRow {
     const queue =
       held.waiters === 0
         ? []
         : (this.#server.inspect(held.key)?.waiters ?? []).slice(0, QUEUE_SHOWN).map((waiter) => waiter.owner);
     return {
       key: held.key,
-      kind: 'lock',
-      holders: [{ owner: held.owner, token: String(held.token), expiresInMs: Math.ceil(held.expiresInMs) }],
+      kind: held.kind,
+      ...(held.permits === undefined ? {} : { permits: held.permits }),
+      holders: held.holders.map((holder) => ({
+        owner: holder.owner,
+        token: String(holder.token),
+        expiresInMs: Math.ceil(holder.expiresInMs),
+        mode: held.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
+        ...(holder.slot === undefined ? {} : { slot: holder.slot }),
+      })),
       waiters: held.waiters,
       queue,
     };

@@ -43,6 +43,7 @@ export class TicketMetrics {
   readonly #node: MetricsNode | undefined;
   readonly #requests: Counter<'op' | 'result'>;
   readonly #wait: Histogram;
+  readonly #grants: Counter<'mode'>;
   readonly #expirations: Counter;
   readonly #leaseRestarts: Counter;
   readonly #leaderChanges: Counter;
@@ -68,7 +69,14 @@ export class TicketMetrics {
       registers,
     });
     // Every pair exists from the start, so that a rate over it is defined before the first one.
-    for (const result of ['acquired', 'timeout', 'busy']) this.#requests.inc({ op: 'acquire', result }, 0);
+    for (const result of ['acquired', 'timeout', 'busy', 'conflict']) this.#requests.inc({ op: 'acquire', result }, 0);
+    this.#grants = new Counter({
+      name: 'ticketing_grants_total',
+      help: 'Grants, by mode: x (exclusive), s (shared), permit (one of a semaphore).',
+      labelNames: ['mode'] as const,
+      registers,
+    });
+    for (const mode of ['x', 's', 'permit']) this.#grants.inc({ mode }, 0);
     for (const result of ['released', 'not_held']) this.#requests.inc({ op: 'release', result }, 0);
     for (const result of ['kept', 'gone']) this.#requests.inc({ op: 'keep', result }, 0);
     this.#wait = new Histogram({
@@ -166,6 +174,7 @@ export class TicketMetrics {
     switch (effect.type) {
       case 'granted': {
         this.#requests.inc({ op: 'acquire', result: 'acquired' });
+        this.#grants.inc({ mode: typeof effect.mode === 'number' ? 'permit' : effect.mode });
         // Granted at expiresAt - leaseMs; requested at its arrival (or queueing).
         const waitedMs = effect.expiresAt - this.#server.leaseMs - effect.requestedAt;
         this.#wait.observe(Math.max(0, waitedMs) / 1000);
@@ -176,6 +185,9 @@ export class TicketMetrics {
         return;
       case 'busy':
         this.#requests.inc({ op: 'acquire', result: 'busy' });
+        return;
+      case 'conflict':
+        this.#requests.inc({ op: 'acquire', result: 'conflict' });
         return;
       case 'released':
         // The server's own releases (of a grant nobody could receive) have negative sessions.

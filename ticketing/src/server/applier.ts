@@ -9,7 +9,7 @@ import type { Command, Effect } from '../state-types.js';
 import type { TicketState } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection, OpenConnections } from './connection.js';
-import { B, G, N, R, T, type ReplySink } from './replies.js';
+import { B, C, G, N, R, T, type ReplySink } from './replies.js';
 
 /** Sessions for grants made by the server itself (an undeliverable grant's release). */
 const INTERNAL_SESSION = -1;
@@ -74,7 +74,7 @@ export class CommandApplier {
           for (const more of state.apply(release, now)) effects.push(more);
           return;
         }
-        sink.acquired(conn, effect.token, effect.owner, effect.key);
+        sink.acquired(conn, effect.token, effect.owner, effect.key, effect.slot ?? -1);
         this.#holds(conn, effect.expiresAt, now);
         return;
       }
@@ -82,6 +82,8 @@ export class CommandApplier {
         return sink.refused(effect.session, T, effect.owner, effect.key);
       case 'busy':
         return sink.refused(effect.session, B, effect.owner, effect.key);
+      case 'conflict':
+        return sink.refused(effect.session, C, effect.owner, effect.key);
       case 'released':
         return sink.releaseReply(effect.session, R, effect.token, effect.key);
       case 'not-released':

@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import { checkNumber, MAX_TIMER_MS } from '#kernel';
 import { DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES, isName } from '../protocol.js';
+import { MAX_PERMITS } from '../modes.js';
 import { DEFAULT_LIMITS } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
 import { TlsMaterial } from './tls-material.js';
@@ -26,6 +27,10 @@ export interface TicketServerOptions {
   readonly maxWaiters?: number;
   /** Registered keys in total (beyond it: `B`). Default 1 000 000. */
   readonly maxKeys?: number;
+  /** Shared holders of one key at once (an `s` request that finds this many: `B`). Default 10 000. */
+  readonly maxSharedHolders?: number;
+  /** The greatest N of a semaphore request (above it: `B`). Default and most 65 535. */
+  readonly maxPermits?: number;
   /** Open connections (beyond it: `E capacity` and close). Default 10 000. */
   readonly maxConnections?: number;
   /** Longest request line in bytes, terminator included (beyond it: `E too_long`). Default 1024. */
@@ -99,7 +104,13 @@ export interface ServerConfig {
   readonly leaseMs: number;
   readonly maxConnections: number;
   readonly maxLineBytes: number;
-  readonly limits: { readonly maxKeys: number; readonly maxWaiters: number; readonly maxWaitersPerKey: number };
+  readonly limits: {
+    readonly maxKeys: number;
+    readonly maxWaiters: number;
+    readonly maxWaitersPerKey: number;
+    readonly maxSharedHolders: number;
+    readonly maxPermits: number;
+  };
   readonly secret: string | undefined;
   readonly stateFile: string | undefined;
   readonly sweepIntervalMs: number;
@@ -147,6 +158,8 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
       maxKeys: count(options.maxKeys ?? d.maxKeys, 'maxKeys', 1),
       maxWaiters: count(options.maxWaiters ?? d.maxWaiters, 'maxWaiters', 0),
       maxWaitersPerKey: count(options.maxWaitersPerKey ?? d.maxWaitersPerKey, 'maxWaitersPerKey', 0),
+      maxSharedHolders: count(options.maxSharedHolders ?? d.maxSharedHolders, 'maxSharedHolders', 1),
+      maxPermits: integerIn(options.maxPermits ?? d.maxPermits, 'maxPermits', 0, MAX_PERMITS),
     },
     secret,
     stateFile,

@@ -8,6 +8,7 @@ import {
   ReplyBuffer,
   formatAcquired,
   formatBusy,
+  formatConflict,
   formatGone,
   formatKept,
   formatNotReleased,
@@ -19,16 +20,17 @@ import type { Connection, OpenConnections } from './connection.js';
 
 export const T = 0x54;
 export const B = 0x42;
+export const C = 0x43;
 export const R = 0x52;
 export const N = 0x4e;
 export const G = 0x47;
 
 /** Where the replies to requests go. */
 export interface ReplySink {
-  /** `A`, to a connection that can receive it. */
-  acquired(conn: Connection, token: bigint, owner: string, key: string): void;
-  /** `T` or `B` to a session. */
-  refused(session: number, op: typeof T | typeof B, owner: string, key: string): void;
+  /** `A`, to a connection that can receive it (with a semaphore grant's slot, else -1). */
+  acquired(conn: Connection, token: bigint, owner: string, key: string, slot: number): void;
+  /** `T`, `B` or `C` to a session. */
+  refused(session: number, op: typeof T | typeof B | typeof C, owner: string, key: string): void;
   /** `R`, `N` or `G` to a session. */
   releaseReply(session: number, op: typeof R | typeof N | typeof G, token: bigint, key: string): void;
   /** `K` (kept) to a session. */
@@ -42,7 +44,7 @@ export function directReplies(outbox: Outbox, open: OpenConnections): ReplySink 
     return conn === undefined || conn.closing ? undefined : outbox.output(conn);
   };
   return {
-    acquired: (conn, token, owner, key) => outbox.output(conn).acquired(token, owner, key),
+    acquired: (conn, token, owner, key, slot) => outbox.output(conn).acquired(token, owner, key, slot),
     refused: (session, op, owner, key) => replyTo(session)?.refused(op, owner, key),
     releaseReply: (session, op, token, key) => replyTo(session)?.releaseReply(op, token, key),
     kept: (session, token, key, leaseMs) => replyTo(session)?.kept(token, key, leaseMs),
@@ -52,9 +54,10 @@ export function directReplies(outbox: Outbox, open: OpenConnections): ReplySink 
 /** Cluster mode: held by the gate until committed, then written by `GateHost.deliver`. */
 export function gatedReplies(gate: ServerGate): ReplySink {
   return {
-    acquired: (conn, token, owner, key) => gate.hold(conn.id, formatAcquired(token, owner, key), { key, token }),
+    acquired: (conn, token, owner, key, slot) =>
+      gate.hold(conn.id, formatAcquired(token, owner, key, slot >= 0 ? slot : undefined), { key, token }),
     refused: (session, op, owner, key) =>
-      gate.hold(session, op === T ? formatTimedOut(owner, key) : formatBusy(owner, key), undefined),
+      gate.hold(session, (op === T ? formatTimedOut : op === B ? formatBusy : formatConflict)(owner, key), undefined),
     releaseReply: (session, op, token, key) =>
       gate.hold(
         session,

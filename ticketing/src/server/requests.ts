@@ -20,6 +20,7 @@ export class RequestHandler {
     key: '',
     owner: '',
     waitMs: 0,
+    mode: 'x',
   };
   readonly #releaseCommand: Mutable<Extract<Command, { type: 'release' }>> = {
     type: 'release',
@@ -95,6 +96,7 @@ export class RequestHandler {
         command.key = request.key;
         command.owner = request.owner;
         command.waitMs = request.waitMs;
+        command.mode = request.mode;
         applier.apply(command);
         break;
       }

@@ -20,7 +20,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import tls from 'node:tls';
 import { channels, publish } from '../events.js';
-import type { KeyView } from '../state-types.js';
+import type { HeldKey, KeyView } from '../state-types.js';
 import { TicketState } from '../state.js';
 import { TokenStore } from '../token-store.js';
 import { CommandApplier } from './applier.js';
@@ -46,12 +46,24 @@ export { SERVER_DEFAULTS, type ServerAddress, type ServerStats, type TicketServe
 /** One held key, for an admin view. */
 export interface LockView {
   readonly key: string;
+  /** `lock` (modes x and s) or `semaphore` (with `permits`, its N). */
+  readonly kind: 'lock' | 'semaphore';
+  readonly permits: number | undefined;
+  /** The newest live grant's owner, token and lease left (ms, > 0). */
   readonly owner: string;
   readonly token: bigint;
-  /** How long the lease has left, ms (> 0). */
   readonly expiresInMs: number;
-  /** Requests queued for the key. */
+  /** Every live grant, oldest first (`shared` for mode s; `slot` for a semaphore's). */
+  readonly holders: ReadonlyArray<{
+    readonly owner: string;
+    readonly token: bigint;
+    readonly shared: boolean;
+    readonly slot: number | undefined;
+    readonly expiresInMs: number;
+  }>;
+  /** Requests queued for the key, and by mode (`x`, `s`, or N). */
   readonly waiters: number;
+  readonly waitersByMode: Readonly<Record<string, number>>;
 }
 
 /** Would a request sent now be served? `reason` says why not (the refusal's text); `leader` is
@@ -150,23 +162,15 @@ export class TicketServer extends EventEmitter {
     const state = this.#applier.state;
     if (state === undefined) return [];
     const now = this.#config.clock();
-    return state.held(now, prefix, limit).map((held) => ({
-      key: held.key,
-      owner: held.owner,
-      token: held.token,
-      expiresInMs: held.expiresAt - now,
-      waiters: held.waiters,
-    }));
+    return state.held(now, prefix, limit).map((held) => lockView(held, now));
   }
 
   /** The key as `locks()` would list it, or `undefined` when it is not held now (free, or its
    * lease ran out). Reads one key: for a view that follows changes key by key. */
   lock(key: string): LockView | undefined {
-    const view = this.#applier.state?.get(key);
-    if (view === undefined) return undefined;
-    const expiresInMs = view.expiresAt - this.#config.clock();
-    if (!(expiresInMs > 0)) return undefined;
-    return { key, owner: view.owner, token: view.token, expiresInMs, waiters: view.waiters.length };
+    const now = this.#config.clock();
+    const held = this.#applier.state?.heldKey(key, now);
+    return held === undefined ? undefined : lockView(held, now);
   }
 
   /** Whether a request sent now would be served (single mode: while listening; cluster mode: on
@@ -334,4 +338,21 @@ export class TicketServer extends EventEmitter {
 function certificateRefusal(socket: tls.TLSSocket): string {
   if (Object.keys(socket.getPeerCertificate()).length === 0) return 'no client certificate: pass one (cert, key)';
   return String(socket.authorizationError);
+}
+
+/** A held key as the operator's views show it: lease left instead of an expiry instant. */
+function lockView(held: HeldKey, now: number): LockView {
+  return {
+    key: held.key,
+    kind: held.kind,
+    permits: held.permits,
+    owner: held.owner,
+    token: held.token,
+    expiresInMs: held.expiresAt - now,
+    holders: held.holders.map(({ owner, token, shared, slot, expiresAt }) => {
+      return { owner, token, shared, slot, expiresInMs: expiresAt - now };
+    }),
+    waiters: held.waiters,
+    waitersByMode: held.waitersByMode,
+  };
 }

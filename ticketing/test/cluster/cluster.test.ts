@@ -76,7 +76,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       etcdEndpoints: cluster.endpoints,
       leaderTtl: '2s',
       lease: '1s',
-      extraArgs: ['--max-waiters-per-key', '1'],
+      extraArgs: ['--max-waiters-per-key', '1', '--max-permits', '4'],
     });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     for (const node of group.nodes) {
@@ -123,6 +123,15 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     // a request the owner of which equals the holder's gets nothing special
     s.write('A w a 0\n');
     expect(await s.readLine()).toBe('T a w');
+    // modes: shared holders together, a semaphore grant with its slot, a kind conflict answered C
+    s.write('A m o8 0 s\nA m o9 0 3\nA m o10 0 s\nA n o11 0 2\n');
+    const modes = await s.readLines(4);
+    expect(modes[0]).toMatch(/^A \d+ o8 m$/);
+    expect(modes[1]).toBe('C o9 m');
+    expect(modes[2]).toMatch(/^A \d+ o10 m$/);
+    expect(modes[3]).toMatch(/^A \d+ o11 n 0$/);
+    s.write('A p o12 0 5\n'); // N above --max-permits
+    expect(await s.readLine()).toBe('B o12 p');
     s.destroy();
   }, 60_000);
 

@@ -1,6 +1,7 @@
 /** The etcd key layout and its decoding (no etcd needed: the values are what a range returns). */
 import { describe, expect, it } from 'vitest';
-import { KeyLayout, decodeSnapshot, encodeGrant } from '../../src/cluster/store.js';
+import { KeyLayout, decodeSnapshot, encodeGrant, encodeHolders } from '../../src/cluster/store.js';
+import { TicketState } from '../../src/state.js';
 
 const kv = (key: string, value: string) => ({ key: Buffer.from(key), value: Buffer.from(value) }) as never;
 
@@ -25,8 +26,8 @@ describe('cluster key layout', () => {
     expect(snapshot).toEqual({
       reservation: 99n,
       grants: [
-        { key: 'a', owner: 'w1', token: 7n },
-        { key: 'b', owner: 'w2', token: 9n },
+        { key: 'a', owner: 'w1', token: 7n, mode: 'x', slot: undefined },
+        { key: 'b', owner: 'w2', token: 9n, mode: 'x', slot: undefined },
       ],
     });
   });
@@ -37,7 +38,46 @@ describe('cluster key layout', () => {
     ['an extra field', [kv('/t/keys/a', '7 w1 z')]],
     ['a bad reservation', [kv('/t/hwm', '-1')]],
     ['a token beyond 2^64-1', [kv('/t/keys/a', '18446744073709551616 w1')]],
+    ['shared without holders', [kv('/t/keys/a', 's')]],
+    ['a shared holder without owner', [kv('/t/keys/a', 's 7 w1 8')]],
+    ['a slot out of range', [kv('/t/keys/a', 'n2 7 w1 2')]],
+    ['a slot twice', [kv('/t/keys/a', 'n2 7 w1 0 8 w2 0')]],
+    ['more holders than N', [kv('/t/keys/a', 'n1 7 w1 0 8 w2 1')]],
+    ['N beyond 65535', [kv('/t/keys/a', 'n65536 7 w1 0')]],
+    ['a semaphore holder without slot', [kv('/t/keys/a', 'n2 7 w1')]],
   ])('refuses %s (a takeover must not skip what it cannot read)', (_, kvs) => {
     expect(() => decodeSnapshot(layout, kvs)).toThrow(/etcd \/t\//);
+  });
+});
+
+describe('modes in etcd', () => {
+  const layout = new KeyLayout('/t/');
+  it('one exclusive holder keeps the form before modes; shared and semaphore keys store every holder', () => {
+    const state = new TicketState({ leaseMs: 1000, expiry: 'eager' });
+    const at = 1_800_000_000_000;
+    const acquire = (key: string, owner: string, mode: 'x' | 's' | number) =>
+      state.apply({ type: 'acquire', session: 1, key, owner, waitMs: 0, mode }, at);
+    acquire('x', 'w', 'x');
+    acquire('doc', 'r1', 's');
+    acquire('doc', 'r2', 's');
+    acquire('gpu', 'g1', 4);
+    acquire('gpu', 'g2', 4);
+    const stored = ['x', 'doc', 'gpu'].map((key) => kv(`/t/keys/${key}`, encodeHolders(state.get(key)!).toString()));
+    const [x, doc, gpu] = stored.map((e: { value: Buffer }) => e.value.toString());
+    const t = (key: string, i: number) => state.get(key)!.holders[i]!.token;
+    expect(x).toBe(`${t('x', 0)} w`);
+    expect(doc).toBe(`s ${t('doc', 0)} r1 ${t('doc', 1)} r2`);
+    expect(gpu).toBe(`n4 ${t('gpu', 0)} g1 0 ${t('gpu', 1)} g2 1`);
+    // Read back and adopted by a new leader: the same holders, kinds and slots.
+    const { grants } = decodeSnapshot(layout, stored);
+    const next = new TicketState({ leaseMs: 1000, expiry: 'eager' });
+    for (const { key, owner, token, mode, slot } of grants)
+      next.apply({ type: 'adopt', key, owner, token, mode, slot }, at);
+    for (const key of ['x', 'doc', 'gpu']) {
+      const strip = (view: ReturnType<TicketState['get']>) =>
+        view!.holders.map(({ owner, token, shared, slot }) => ({ owner, token, shared, slot }));
+      expect(strip(next.get(key))).toEqual(strip(state.get(key)));
+      expect(next.get(key)!.kind).toBe(state.get(key)!.kind);
+    }
   });
 });

@@ -69,6 +69,9 @@ export interface Grant {
   resent?: boolean;
   /** Keeps sent for it, in order. */
   keeps?: Keep[];
+  /** Its mode (default `x`) and, for a permit, its slot. */
+  mode?: 'x' | 's' | number;
+  slot?: number;
 }
 
 export interface Load {
@@ -84,7 +87,15 @@ export interface Load {
  */
 export function startLoad(
   addresses: readonly string[],
-  options: { workers: number; keys: number; leaseMs: number; holdMs?: number; keyPrefix?: string },
+  options: {
+    workers: number;
+    keys: number;
+    leaseMs: number;
+    holdMs?: number;
+    keyPrefix?: string;
+    /** Each request's mode (default exclusive), by key and by the worker's cycle number. */
+    modeOf?: (key: string, n: number) => 'x' | 's' | number;
+  },
 ): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
@@ -118,16 +129,19 @@ export function startLoad(
     try {
       while (running) {
         const key = `${options.keyPrefix ?? 'load-'}${(worker + n++) % options.keys}`;
+        const mode = options.modeOf?.(key, n) ?? 'x';
         let result;
         try {
-          result = await client.acquire(key, { waitMs: 200 });
+          const modeOptions = mode === 's' ? { shared: true } : mode === 'x' ? {} : { permits: mode };
+          result = await client.acquire(key, { waitMs: 200, ...modeOptions });
         } catch (error) {
           count(error);
           await sleep(20);
           continue;
         }
         if (result.status !== 'acquired') continue;
-        const grant: Grant = { key, token: result.token, worker, ackAt: performance.now() };
+        const grant: Grant = { key, token: result.token, worker, ackAt: performance.now(), mode };
+        if (result.slot !== undefined) grant.slot = result.slot;
         grants.push(grant);
         await sleep(options.holdMs ?? 5);
         grant.releaseSentAt = performance.now();
@@ -178,17 +192,63 @@ export function checkHistory(grants: readonly Grant[], leaseMs: number): void {
       // Released (R acknowledged, a release whose outcome is unknown, or N to a re-sent release,
       // which a lost copy may have done): the next grant came after the R was sent. Otherwise only
       // the lease's end frees the key.
-      const freedAt =
-        previous.released === 'released' ||
-        previous.released === 'indeterminate' ||
-        (previous.released === 'not-held' && previous.resent === true)
-          ? previous.releaseSentAt!
-          : validUntil(previous, leaseMs);
+      const freedAt = freedAtOf(previous, leaseMs);
       expect(
         next.ackAt,
         `${key}: token ${next.token} acknowledged at ${next.ackAt.toFixed(1)} while token ${previous.token} was held until ${freedAt.toFixed(1)}` +
           ` (acknowledged at ${previous.ackAt.toFixed(1)}, kept by K sent at ${JSON.stringify(kept(previous).map((k) => Math.round(k.sentAt)))})`,
       ).toBeGreaterThanOrEqual(freedAt - 1);
+    }
+  }
+}
+
+/** When a grant stopped counting: when its release was sent (R acknowledged, a release whose
+ * outcome is unknown, or N to a re-sent release, which a lost copy may have done), else the end
+ * of its validity. */
+function freedAtOf(grant: Grant, leaseMs: number): number {
+  return grant.released === 'released' ||
+    grant.released === 'indeterminate' ||
+    (grant.released === 'not-held' && grant.resent === true)
+    ? grant.releaseSentAt!
+    : validUntil(grant, leaseMs);
+}
+
+/**
+ * The history checker for modes, by the same reading of time as `checkHistory` (a grant counts
+ * from its acknowledgement until `freedAtOf`; a later grant must be acknowledged after what it
+ * must not overlap was freed). Per key, in token order: tokens are unique; a semaphore key never
+ * has more than its N grants at once and never two on one slot (each slot's tokens rise); on a
+ * lock key no grant overlaps an exclusive one (shared ones may overlap each other).
+ */
+export function checkModeHistory(grants: readonly Grant[], leaseMs: number): void {
+  const byKey = new Map<string, Grant[]>();
+  for (const grant of grants) byKey.set(grant.key, [...(byKey.get(grant.key) ?? []), grant]);
+  for (const [key, list] of byKey) {
+    list.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+    const seen: Grant[] = [];
+    for (const next of list) {
+      const at = next.ackAt + 1;
+      const what = `${key}: token ${next.token} (${String(next.mode ?? 'x')}) acknowledged at ${next.ackAt.toFixed(1)}`;
+      expect(seen.at(-1)?.token, `${key}: token ${next.token} issued twice`).not.toBe(next.token);
+      // The earlier grants still counting when this one was acknowledged.
+      const live = seen.filter((g) => freedAtOf(g, leaseMs) > at);
+      const mode = next.mode ?? 'x';
+      if (typeof mode === 'number') {
+        expect(live.length, `${what}: ${live.length} of ${mode} permits still held`).toBeLessThan(mode);
+        const sameSlot = live.filter((g) => g.slot === next.slot);
+        expect(
+          sameSlot.map((g) => g.token),
+          `${what}: slot ${next.slot} still held`,
+        ).toEqual([]);
+        expect(next.slot, `${what}: slot out of range`).toBeLessThan(mode);
+      } else {
+        const clashing = live.filter((g) => mode === 'x' || (g.mode ?? 'x') === 'x');
+        expect(
+          clashing.map((g) => `${g.token} ${String(g.mode ?? 'x')}`),
+          `${what}: overlaps`,
+        ).toEqual([]);
+      }
+      seen.push(next);
     }
   }
 }

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
+import { locksText } from '../../src/inspect.js';
 import { CLI, runCli, sleep, until } from '../helpers.js';
 import { makePki, type TestPki } from '../tls-helpers.js';
 import { request, startObserved, type Observed } from './support.js';
@@ -159,9 +160,9 @@ describe('ticketing serve --http and ticketing inspect', () => {
     const table = await runCli(['inspect', '--http', address]);
     expect(table.code).toBe(0);
     const lines = table.stdout.trimEnd().split('\n');
-    expect(lines[0]).toMatch(/^KEY +OWNER +TOKEN +EXPIRES +WAITERS$/);
+    expect(lines[0]).toMatch(/^KEY +KIND +MODE +OWNER +TOKEN +EXPIRES +WAITERS$/);
     // A 60 s lease, some of it gone by the time inspect asks (seconds on a loaded machine).
-    expect(lines[1]).toMatch(new RegExp(`^orders +back\\\\\\\\slash +${token} +in (1m00s|[1-5]?\\ds) +0$`));
+    expect(lines[1]).toMatch(new RegExp(`^orders +lock +x +back\\\\\\\\slash +${token} +in (1m00s|[1-5]?\\ds) +0$`));
     expect(lines).toHaveLength(3);
     const json = await runCli(['inspect', '--http', address, '--json', '--prefix', 'ord']);
     expect(json.code).toBe(0);
@@ -262,4 +263,30 @@ describe('ticketing serve --http and ticketing inspect', () => {
     expect(unreachable.code).toBe(1);
     expect(unreachable.stderr).toMatch(/ECONNREFUSED/);
   });
+});
+
+test('inspect shows every holder of a semaphore or shared key, its slot or mode, and waiters by mode', () => {
+  const text = locksText(
+    [
+      {
+        key: 'gpu',
+        kind: 'semaphore',
+        permits: 2,
+        owner: 'b',
+        token: '8',
+        expiresInMs: 5_000,
+        holders: [
+          { owner: 'a', token: '7', mode: 'permit', slot: 0, expiresInMs: 4_000 },
+          { owner: 'b', token: '8', mode: 'permit', slot: 1, expiresInMs: 5_000 },
+        ],
+        waiters: 3,
+        waitersByMode: { 2: 3 },
+      },
+    ],
+    undefined,
+    100,
+  );
+  const lines = text.trimEnd().split('\n');
+  expect(lines[1]).toMatch(/^gpu +2 permits +slot 0 +a +7 +in 4s +3 \(3 2\)$/);
+  expect(lines[2]).toMatch(/^ +slot 1 +b +8 +in 5s *$/);
 });

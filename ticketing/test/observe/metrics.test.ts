@@ -116,6 +116,24 @@ describe('ticketing_ metrics', () => {
     expect(sample(await o.scrape(), 'ticketing_expirations_total')).toBe(1);
   });
 
+  test('grants by mode, and conflicts, are counted apart', async () => {
+    const o = await observed();
+    const c = client(o.port);
+    const first = await o.scrape();
+    for (const mode of ['x', 's', 'permit']) expect(sample(first, 'ticketing_grants_total', { mode })).toBe(0);
+    expect(requests(first, 'acquire', 'conflict')).toBe(0);
+    await c.acquire('x1');
+    await c.acquire('s1', { shared: true });
+    await c.acquire('s1', { shared: true });
+    await c.acquire('p1', { permits: 3 });
+    await c.acquire('p1', { permits: 2 }).catch(() => {});
+    const text = await o.scrape();
+    expect(sample(text, 'ticketing_grants_total', { mode: 'x' })).toBe(1);
+    expect(sample(text, 'ticketing_grants_total', { mode: 's' })).toBe(2);
+    expect(sample(text, 'ticketing_grants_total', { mode: 'permit' })).toBe(1);
+    expect(requests(text, 'acquire', 'conflict')).toBe(1);
+  });
+
   test('two servers in one process keep their own metrics', async () => {
     const a = await observed();
     const b = await observed();
