@@ -54,8 +54,3 @@ export function lowestFreeSlot(holders: readonly HolderLike[]): number {
   for (const holder of holders) if (holder.slot < used.length) used[holder.slot] = 1;
   return used.indexOf(0);
 }
-
-/** The wire form of a mode, as the fifth field of `A` (undefined for `x`, which is sent without one). */
-export function modeField(mode: LockMode): string | undefined {
-  return mode === 'x' ? undefined : String(mode);
-}

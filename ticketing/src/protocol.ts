@@ -34,7 +34,7 @@ const PRINTABLE = /^[\x20-\x7e]*$/;
 const MODE = /^(?:x|s|[1-9][0-9]{0,4})$/;
 
 /** Parses an `A` request's fifth field; undefined when it is not a mode. */
-export function parseMode(text: string): LockMode | undefined {
+function parseMode(text: string): LockMode | undefined {
   if (!MODE.test(text)) return undefined;
   if (text === 'x' || text === 's') return text;
   const permits = Number(text);

@@ -293,7 +293,7 @@ function backoffOptions(
 }
 
 /** The mode asked for by `permits` / `shared` (at most one of them). */
-export function checkMode(options: { readonly permits?: unknown; readonly shared?: unknown }): LockMode {
+function checkMode(options: { readonly permits?: unknown; readonly shared?: unknown }): LockMode {
   const { permits, shared } = options;
   if (shared !== undefined && typeof shared !== 'boolean') throw new TypeError('options.shared must be a boolean');
   if (permits === undefined) return shared === true ? 's' : 'x';
