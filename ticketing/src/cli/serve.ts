@@ -359,9 +359,15 @@ export function addServeCommand(program: Command): void {
           },
         );
       };
+      /** The log's `fatal` line; a person at a terminal gets a plain `ticketing:` line too, while a
+       * log collector (a pipe, a file) gets JSON lines only. */
+      const fatal = (error: unknown, logMessage: string): void => {
+        logger.fatal({ err: error }, logMessage);
+        if (process.stderr.isTTY) process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
+      };
       reloadOnHangup(logger, server, material, endpoint, flags.secretFile as string | undefined);
       server.on('error', (error: unknown) => {
-        logger.fatal({ err: error }, 'serving is unsafe: closing');
+        fatal(error, 'serving is unsafe: closing');
         exitCode = 1;
         stop('error');
       });
@@ -373,11 +379,7 @@ export function addServeCommand(program: Command): void {
           logger.info({ ...(await endpoint.listen()), tls: endpoint.secure }, 'http listening');
         process.stdout.write(`listening ${formatListening(host, port)}\n`);
       } catch (error) {
-        const message = (error as Error).message ?? String(error);
-        logger.fatal({ err: error }, message);
-        // A person at a terminal gets the plain line too; a log collector (a pipe, a file) gets
-        // JSON lines only.
-        if (process.stderr.isTTY) process.stderr.write(`ticketing: ${message}\n`);
+        fatal(error, (error as Error).message ?? String(error));
         process.exit(1);
       }
     });

@@ -54,7 +54,7 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
 
   /** `ticketing serve --cluster` on the secure etcd with `args` swapped into its access flags:
    * resolves its exit code, output and how long it ran. */
-  async function serveRefused(replace: Record<string, string | null>) {
+  async function serveRefused(replace: Record<string, string | null>, { tty = false } = {}) {
     const args = [...cluster.ticketingArgs];
     for (const [flag, value] of Object.entries(replace)) {
       const at = args.indexOf(flag);
@@ -62,22 +62,24 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
       else args[at + 1] = value;
     }
     const started = performance.now();
-    const child = spawn(
+    const argv = [
       process.execPath,
-      [
-        TICKETING_CLI,
-        'serve',
-        '--cluster',
-        '--etcd',
-        cluster.endpoints.join(','),
-        '--advertise',
-        '127.0.0.1:1',
-        '--prefix',
-        '/ticketing-refused/',
-        ...args,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+      TICKETING_CLI,
+      'serve',
+      '--cluster',
+      '--etcd',
+      cluster.endpoints.join(','),
+      '--advertise',
+      '127.0.0.1:1',
+      '--prefix',
+      '/ticketing-refused/',
+      ...args,
+    ];
+    // With `tty`, under script(1): stderr is a terminal, and all of it comes out on `stdout`.
+    const quoted = argv.map((arg) => `'${arg.replaceAll("'", "'\\''")}'`).join(' ');
+    const child = tty
+      ? spawn('script', ['-qefc', quoted, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
@@ -185,5 +187,11 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a secure etcd (TLS, 
     // Every line on stderr is JSON (a pipe is no terminal: no plain line), grpc's warnings included.
     for (const line of result.stderr.split('\n').filter((l) => l !== ''))
       expect(() => JSON.parse(line) as unknown).not.toThrow();
+    // A person at a terminal gets one plain line besides the JSON ones.
+    const atTerminal = await serveRefused({ '--etcd-user': null, '--etcd-password-file': null }, { tty: true });
+    expect(atTerminal.code).toBe(1);
+    const plain = atTerminal.stdout.split(/\r?\n/).filter((line) => line.startsWith('ticketing: '));
+    expect(plain).toHaveLength(1);
+    expect(plain[0]).toMatch(/^ticketing: etcd: user ".+" \(its client certificate's CN\) may not read and write/);
   }, 30_000);
 });
