@@ -8,8 +8,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // Three files at a time on 2 cores (vitest's default there is one): most of the suite waits on
-    // child processes, sockets, etcd and leases, not on the CPU. Measured on 2 cores: the whole
-    // suite 527 s of wall time with two workers, 389 s with three.
+    // child processes, sockets, etcd and leases, not on the CPU.
     maxWorkers: Math.max(3, os.availableParallelism() - 1),
   },
 });
