@@ -173,6 +173,7 @@ export class TicketClient {
         retryBusy,
         attempt: 0,
         retryTimer: undefined,
+        mode,
         permits: typeof mode === 'number' ? mode : 0,
         line: formatAcquire(key, owner, waitMs, mode),
         ...unsent(signal, submittedAt),
@@ -412,7 +413,7 @@ export class TicketClient {
       }
       const left = Math.max(0, Math.floor(p.deadline - performance.now()));
       p.waitMs = left;
-      p.line = formatAcquire(p.key, p.owner, left);
+      p.line = formatAcquire(p.key, p.owner, left, p.mode);
       p.submittedAt = performance.now();
       this.#acquireLane.submit(p);
     }, delay);

@@ -234,6 +234,21 @@ describe('B (busy)', () => {
     expect(await a).toMatchObject({ status: 'acquired', token: 3n });
   });
 
+  test.each([
+    [{ permits: 3 }, ' 3', 'A 3 o k 2', { slot: 2 }],
+    [{ shared: true }, ' s', 'A 3 o k', {}],
+  ])('a busy retry asks for the same mode (%o)', async (mode, field, granted, more) => {
+    const server = await fake();
+    const c = client(server.port, { retryBusy: { initialMs: 20, maxMs: 40 } });
+    const a = c.acquire('k', { waitMs: 5_000, owner: 'o', ...mode });
+    const conn = await server.connection(0);
+    expect(await conn.readLine()).toBe(`A k o 5000${field}`);
+    conn.write('B o k\n');
+    expect(await conn.readLine()).toMatch(new RegExp(`^A k o \\d+${field}$`));
+    conn.write(`${granted}\n`);
+    expect(await a).toMatchObject({ status: 'acquired', token: 3n, ...more });
+  });
+
   test('opt-in retry never outlives the wait budget: busy when no retry fits', async () => {
     const server = await fake();
     const c = client(server.port, { retryBusy: { initialMs: 50, maxMs: 100 } });

@@ -254,7 +254,7 @@ export class Lane {
         const left = Math.max(0, Math.floor(p.deadline - sentAt));
         if (left < p.waitMs) {
           p.waitMs = left;
-          p.line = formatAcquire(p.key, p.owner, left);
+          p.line = formatAcquire(p.key, p.owner, left, p.mode);
         }
       }
       // Registered (in the client's tables since the call; now as sent on this connection) before

@@ -8,6 +8,7 @@
  */
 import type { AcquireResult, BackoffOptions, ReleaseResult } from './options.js';
 import type { KeepResult } from './keep.js';
+import type { LockMode } from '../modes.js';
 import { Table } from '../table.js';
 
 /** Where a request is sent (the connection lane's identity, opaque here). */
@@ -44,6 +45,8 @@ export interface PendingAcquire extends PendingBase {
   readonly retryBusy: Required<BackoffOptions> | undefined;
   attempt: number;
   retryTimer: NodeJS.Timeout | undefined;
+  /** Its mode: every line sent for it asks for this one. */
+  readonly mode: LockMode;
   /** A semaphore request's N (its grant carries a slot); 0 for `x` and `s`. */
   readonly permits: number;
   line: string;
