@@ -244,14 +244,10 @@ try {
       const first = { lease: [], 'floor-handoff': [], 'node-floor-handoff': [] };
       const runners = {
         lease: async (r) => {
-          const { fromLetGo, fromCall } = await wakeUp({
-            key: 'lease',
-            dir: join(dir, `wake-${r}`),
-            samples: warmup + perRound,
-          });
-          first.lease.push(...fromLetGo.slice(0, warmup));
-          raw.lease.push(...fromLetGo.slice(warmup));
-          raw.leaseFromCall.push(...fromCall.slice(warmup));
+          const wake = await wakeUp({ key: 'lease', dir: join(dir, `wake-${r}`), samples: perRound, warmup });
+          first.lease.push(...wake.first);
+          raw.lease.push(...wake.fromLetGo);
+          raw.leaseFromCall.push(...wake.fromCall);
         },
       };
       // The two floors' hand-offs: the same protocol, in C and in Node.
@@ -280,11 +276,11 @@ try {
         },
       };
       for (const key of CROSS_PROCESS_IMPLS.filter((k) => k !== 'lease')) {
-        const wake = await wakeUp({ key, dir: join(dir, 'wake'), samples: warmup + samples.peers });
+        const wake = await wakeUp({ key, dir: join(dir, 'wake'), samples: samples.peers, warmup });
         out[key] = {
-          ...summarize(wake.fromLetGo.slice(warmup)),
-          fromReleaseCall: summarize(wake.fromCall.slice(warmup)),
-          first: summarize(wake.fromLetGo.slice(0, warmup)),
+          ...summarize(wake.fromLetGo),
+          fromReleaseCall: summarize(wake.fromCall),
+          first: summarize(wake.first),
         };
       }
       for (const key of ['floor-handoff', 'node-floor-handoff'])
