@@ -138,6 +138,22 @@ export class ModeConflictError extends TicketError {
 }
 
 /**
+ * The server answered `F`: its access rules do not give this client's identity the verb the
+ * request needs on the key (`lock` for acquire, release and keep; docs/ticketing-access.md).
+ * Definitive and at once: nothing changed, and the connection stays open. Retrying does not help;
+ * the server's `--acl-file` must grant it.
+ */
+export class ForbiddenError extends TicketError {
+  readonly code = 'ETICKETFORBIDDEN';
+  constructor(
+    message: string,
+    readonly key: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
  * The lock is no longer held under this token: the server answered `G` to a keep (released,
  * expired, taken over, or never granted), or, for a `hold()`, its local deadline passed before a
  * keep was confirmed (the server may already have let it go). Definitive: stop using the token.

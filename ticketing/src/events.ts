@@ -33,6 +33,12 @@ export const channels = {
   serverReserve: diagnostics.channel('ticketing:server:reserve'),
   /** A connection could not be accepted (e.g. EMFILE at the descriptor limit): `{ server, error }`. */
   serverAcceptError: diagnostics.channel('ticketing:server:accept-error'),
+  /** Access control refused a request: `{ server, connection, identity, verb, key }`, with `verb`
+   * `lock` or `observe` (answered `F`), or `maxHeld` / `maxWaiting` (a quota: answered `B`). */
+  serverRefused: diagnostics.channel('ticketing:server:refused'),
+  /** An `--acl-file` was loaded again: `{ server, identities, closed }` (`closed`: connections of
+   * identities it no longer has). */
+  serverAccessReload: diagnostics.channel('ticketing:server:access-reload'),
 
   /** A TLS handshake with a client failed (a plain-TCP client on a TLS port, a refused client
    * certificate, …): `{ server, error, remoteAddress }`. */

@@ -8,6 +8,7 @@ export {
   type LockView,
   type Readiness,
 } from './server/server.js';
+export { AccessRules, AccessFileError, type Verb } from './server/access.js';
 export { TlsMaterial, TlsMaterialError, TLS_MIN_VERSION, type TlsFiles } from './server/tls-material.js';
 export {
   TicketClient,
@@ -33,6 +34,7 @@ export {
   UnlistedLeaderError,
   DuplicateRequestError,
   ModeConflictError,
+  ForbiddenError,
   LockLostError,
   NotAcquiredError,
   LeaseHeldError,

@@ -404,6 +404,9 @@ export type Reply =
   /** `C`: the request's mode does not fit the key's kind (refused at once, not queued). */
   | { readonly op: 'T' | 'B' | 'C'; readonly owner: string; readonly key: string }
   | { readonly op: 'R' | 'N'; readonly token: string; readonly key: string }
+  /** Forbidden by access control: `id` is the acquire's owner, or the release's or keep's token
+   * (docs/ticketing-access.md). */
+  | { readonly op: 'F'; readonly id: string; readonly key: string }
   /** Kept: the grant's expiry is now at least `leaseMs` after the server applied the `K`. */
   | { readonly op: 'K'; readonly token: string; readonly key: string; readonly leaseMs: number }
   /** Gone: the key is not held under this token. */
@@ -416,7 +419,7 @@ export type Reply =
   | { readonly op: 'E'; readonly code: string; readonly detail: string };
 
 /**
- * Splits a request-answering reply (`A`/`T`/`B`/`C`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
+ * Splits a request-answering reply (`A`/`T`/`B`/`C`/`F`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
  * op, field count and the token's form. Key and owner are NOT checked: a client that looks them up
  * among its own (already valid) pending requests learns their validity from the match, at no cost;
  * anything it cannot match goes through `parseReply`, which checks everything. `undefined` for
@@ -447,6 +450,7 @@ export function splitReply(line: string): AnswerReply | undefined {
   }
   if (b !== -1 || a === line.length - 1) return undefined;
   if (op === 'T' || op === 'B' || op === 'C') return { op, owner: line.slice(2, a), key: line.slice(a + 1) };
+  if (op === 'F') return { op, id: line.slice(2, a), key: line.slice(a + 1) };
   if (op === 'R' || op === 'N' || op === 'G') {
     const token = line.slice(2, a);
     return isTokenText(token) ? { op, token, key: line.slice(a + 1) } : undefined;
@@ -455,13 +459,14 @@ export function splitReply(line: string): AnswerReply | undefined {
 }
 
 /** The replies that answer a request. */
-export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'C' | 'R' | 'N' | 'K' | 'G' }>;
+export type AnswerReply = Extract<Reply, { readonly op: 'A' | 'T' | 'B' | 'C' | 'F' | 'R' | 'N' | 'K' | 'G' }>;
 
 /** Parses one reply line; `undefined` for anything malformed or unknown. */
 export function parseReply(line: string): Reply | undefined {
   const answer = splitReply(line);
   if (answer !== undefined) {
     if (!NAME.test(answer.key) || ('owner' in answer && !NAME.test(answer.owner))) return undefined;
+    if ('id' in answer && !NAME.test(answer.id)) return undefined;
     return answer;
   }
   const op = line[0];
@@ -512,6 +517,11 @@ export function formatTimedOut(owner: string, key: string): string {
 }
 export function formatBusy(owner: string, key: string): string {
   return `B ${owner} ${key}\n`;
+}
+/** `F <id> <key>`: refused by access control; `id` is what the request is matched by (an
+ * acquire's owner, a release's or keep's token). */
+export function formatForbidden(id: bigint | string, key: string): string {
+  return `F ${id} ${key}\n`;
 }
 export function formatReleased(token: bigint | string, key: string): string {
   return `R ${token} ${key}\n`;

@@ -142,12 +142,12 @@ export class TicketState {
     return entry === undefined ? undefined : keyView(entry);
   }
 
-  /** Keys with a grant whose lease has not run out at `now` and whose names start with `prefix`,
-   * at most `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
-  held(now: number, prefix: string, limit: number): HeldKey[] {
+  /** Keys with a grant whose lease has not run out at `now`, named with `prefix`, that `accept`
+   * takes (if given), at most `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
+  held(now: number, prefix: string, limit: number, accept?: (key: string) => boolean): HeldKey[] {
     const out: HeldKey[] = [];
     for (let entry = this.#oldestKey; entry !== undefined && out.length < limit; entry = entry.newerKey) {
-      const view = entry.key.startsWith(prefix) ? heldView(entry, now) : undefined;
+      const view = entry.key.startsWith(prefix) && accept?.(entry.key) !== false ? heldView(entry, now) : undefined;
       if (view !== undefined) out.push(view);
     }
     return out;

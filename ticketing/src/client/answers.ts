@@ -1,15 +1,17 @@
 /**
  * The client's reading of an answer reply beyond matching it: which request each kind answers,
- * a semaphore grant's slot, and `T`/`B`/`C` settling an acquire (docs/ticketing.md "Modes").
+ * a semaphore grant's slot, `T`/`B`/`C` settling an acquire (docs/ticketing.md "Modes"), and the
+ * request an `F` refuses (docs/ticketing-access.md).
  */
-import { ModeConflictError } from '../errors.js';
-import type { PendingAcquire } from './pending.js';
+import { ForbiddenError, ModeConflictError } from '../errors.js';
+import type { Pending, PendingRegistry } from './pending.js';
 
 /** The request each answer reply answers (for the error about one that matches nothing). */
 export const UNMATCHED = {
   T: 'acquire',
   B: 'acquire',
   C: 'acquire',
+  F: 'request',
   R: 'release',
   N: 'release',
   K: 'keep',
@@ -21,10 +23,29 @@ export function slotAnswers(slot: number | undefined, permits: number): boolean 
   return slot === undefined ? permits === 0 : slot < permits;
 }
 
+/** The sent request on `lane` that `F <id> <key>` refuses: an acquire by its owner, else a release
+ * or a keep by its token. */
+export function forbiddenRequest(
+  registry: PendingRegistry,
+  lane: object,
+  id: string,
+  key: string,
+): Pending | undefined {
+  for (const p of [registry.findAcquire(id, key), registry.findRelease(id, key), registry.findKeep(id, key)]) {
+    if (p !== undefined && p.lane === lane && p.sentAt >= 0) return p;
+  }
+  return undefined;
+}
+
 /** Settles an acquire answered `T` (timed out), `B` (busy) or `C` (its mode does not fit the
- * key's kind: rejected with a ModeConflictError, nothing granted or queued). */
-export function settleRefused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
-  if (op === 'C') {
+ * key's kind: rejected with a ModeConflictError, nothing granted or queued), or any request
+ * answered `F` (rejected with a ForbiddenError: nothing changed). */
+export function settleRefused(p: Pending, op: 'T' | 'B' | 'C' | 'F'): void {
+  if (op === 'F') {
+    p.reject(new ForbiddenError(`${p.key}: the server's access rules do not let this client ${p.kind} it`, p.key));
+  } else if (p.kind !== 'acquire') {
+    throw new TypeError(`${op} answers an acquire, not a ${p.kind}`);
+  } else if (op === 'C') {
     p.reject(new ModeConflictError(`${p.key}: the requested mode does not fit the key's current kind`, p.key, p.owner));
   } else {
     p.resolve({ status: op === 'B' ? 'busy' : 'timed-out', key: p.key, owner: p.owner });

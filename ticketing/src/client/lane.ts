@@ -22,7 +22,7 @@ import {
 } from '../errors.js';
 import { channels, publish } from '../events.js';
 import { endedRequestError, lockGone, salvageGrant, type ConnectionEnd, type RefusalClass } from './outcomes.js';
-import { UNMATCHED, settleRefused, slotAnswers } from './answers.js';
+import { UNMATCHED, forbiddenRequest, settleRefused, slotAnswers } from './answers.js';
 import { backoffDelay } from './backoff.js';
 import { REFUSALS, notSentInTime, plainTextPeer, unlistedLeader, whenTlsPeer } from './refusals.js';
 import { isCertificateError, openSocket } from './transport.js';
@@ -138,10 +138,7 @@ export class Lane {
       'connection-lost',
       new Error('the connection was closed because another request sent on it was aborted'),
       undefined,
-      {
-        p,
-        reason,
-      },
+      { p, reason },
     );
   }
 
@@ -284,8 +281,12 @@ export class Lane {
         }
         case 'T':
         case 'B':
-        case 'C': {
-          const p = this.#sentAcquire(answer.owner, answer.key);
+        case 'C':
+        case 'F': {
+          const p =
+            answer.op === 'F'
+              ? forbiddenRequest(this.registry, this, answer.id, answer.key)
+              : this.#sentAcquire(answer.owner, answer.key);
           if (p === undefined) break;
           this.#refused(p, answer.op);
           return true;
@@ -338,12 +339,13 @@ export class Lane {
     p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt, slot });
   }
 
-  /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued). */
-  #refused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
-    if (p.waitMs === 0 || op === 'B') this.#sample(now() - p.sentAt);
+  /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued),
+   * or `F` to any request (forbidden: rejected, nothing changed). */
+  #refused(p: Pending, op: 'T' | 'B' | 'C' | 'F'): void {
+    if (p.kind !== 'acquire' || p.waitMs === 0 || op === 'B') this.#sample(now() - p.sentAt);
     this.#failures = 0;
     this.#answered = true;
-    if (op === 'B' && this.host.retryBusy(p)) {
+    if (op === 'B' && p.kind === 'acquire' && this.host.retryBusy(p)) {
       // Not settled: it goes back to the queue after a backoff, with what is left of its wait
       // budget (same owner: B is definitive, nothing is pending under it).
       this.#detach(p);
@@ -379,6 +381,7 @@ export class Lane {
       case 'T':
       case 'B':
       case 'C':
+      case 'F':
       case 'R':
       case 'N':
       case 'K':

@@ -9,6 +9,7 @@ import type { Command, Effect } from '../state-types.js';
 import type { TicketState } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection, OpenConnections } from './connection.js';
+import type { QuotaLedger } from './quotas.js';
 import { B, C, G, N, R, T, type ReplySink } from './replies.js';
 
 /** Sessions for grants made by the server itself (an undeliverable grant's release). */
@@ -31,6 +32,8 @@ export class CommandApplier {
     private readonly sink: ReplySink,
     /** Where a grant's connection is looked up (a grant to one that is gone is released). */
     private readonly open: OpenConnections,
+    /** Access control's quotas: count every effect. */
+    private readonly quotas?: Pick<QuotaLedger, 'count'>,
   ) {}
 
   apply(command: Command): void {
@@ -44,6 +47,7 @@ export class CommandApplier {
       const effect = effects[i]!;
       this.publish(effect);
       gate?.effect(effect);
+      this.quotas?.count(state, effect);
       this.#deliver(state, effect, effects, now);
     }
   }

@@ -2,9 +2,19 @@
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
+import type { Identity } from './access.js';
+import type { Usage } from './quotas.js';
 
 /** Every open connection, by its id (its session in the state machine). */
 export type OpenConnections = Map<number, Connection>;
+
+/** A connection's identity under access control, its quotas' usage, and what proved it (a
+ * certificate's CN, or the SHA-256 of the `H` secret), looked up again when the rules change. */
+export interface Peer {
+  identity: Identity;
+  readonly usage: Usage;
+  readonly credential: string | Buffer;
+}
 
 export class Connection {
   readonly framer: LineFramer;
@@ -29,6 +39,8 @@ export class Connection {
   lineSince = -1;
   /** performance.now() when the last lease granted on this connection runs out. */
   holdsUntil = 0;
+  /** Access control: who the connection is, once it proved it (authorizer.ts). */
+  peer: Peer | undefined;
   /** Why the connection is closing (for the disconnect event). */
   reason = 'closed';
   readonly onLine: (buf: Buffer, start: number, end: number) => boolean;

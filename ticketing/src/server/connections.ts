@@ -41,7 +41,7 @@ export class Connections implements ReadControl {
     private readonly outbox: Outbox,
     private readonly applier: CommandApplier,
     private readonly closer: Closer,
-    private readonly requests: Pick<RequestHandler, 'needsAuth' | 'handleLine'>,
+    private readonly requests: Pick<RequestHandler, 'needsAuth' | 'handleLine' | 'identifyCertificate'>,
     private readonly deadlines: Pick<DeadlineTimer, 'schedule' | 'afterEvent'>,
   ) {}
 
@@ -57,8 +57,9 @@ export class Connections implements ReadControl {
   }
 
   /** `badCertificate`: why the client's certificate was refused (mutual TLS); the connection is
-   * answered `E bad_certificate` and closed. */
-  accept(accepted: net.Socket, badCertificate?: string): void {
+   * answered `E bad_certificate` and closed. `peerName`: a verified client certificate's subject
+   * CN (access control identifies the connection by it). */
+  accept(accepted: net.Socket, badCertificate?: string, peerName?: string): void {
     const { config, closer, outbox } = this;
     accepted.on('error', noop); // a reset peer is an ordinary close here; 'close' follows
     if (this.#closing) {
@@ -78,6 +79,7 @@ export class Connections implements ReadControl {
     const socket = adoptSocket(accepted, this.#readBuffer, (chunk) => this.#onData(conn, chunk));
     const conn = new Connection(id, socket, config.maxLineBytes, !this.requests.needsAuth, this.#onLine);
     this.open.set(id, conn);
+    if (!conn.authed && peerName !== undefined) conn.authed = this.requests.identifyCertificate(conn, peerName);
     if (!conn.authed) {
       conn.authTimer = setTimeout(() => {
         closer.fail(conn, 'auth_failed', 'no H line in time');
@@ -158,11 +160,13 @@ export class Connections implements ReadControl {
   }
 
   #onClose(conn: Connection): void {
-    this.open.delete(conn.id);
     conn.clearTimers();
     conn.closing = true;
     conn.out = undefined;
+    // Still open while its queued requests leave, so that what they leave is counted against its
+    // identity (quotas.ts).
     this.applier.apply({ type: 'disconnect', session: conn.id });
+    this.open.delete(conn.id);
     this.outbox.flush();
     publish(channels.serverDisconnect, () => ({ server: this.owner, connection: conn.id, reason: conn.reason }));
     if (this.open.size === 0) this.#allClosed?.();

@@ -8,6 +8,7 @@ import { checkNumber, MAX_TIMER_MS } from '#kernel';
 import { DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES, isName } from '../protocol.js';
 import { MAX_PERMITS } from '../modes.js';
 import { DEFAULT_LIMITS } from '../state.js';
+import { AccessRules } from './access.js';
 import type { ServerGate } from './cluster-host.js';
 import { TlsMaterial } from './tls-material.js';
 
@@ -67,6 +68,9 @@ export interface TicketServerOptions {
   /** Serve TLS (1.2 or later) with this material; with its CA, clients must present a certificate
    * it signed. `material.reload()` applies to connections opened from then on. */
   readonly tls?: TlsMaterial | undefined;
+  /** Access control (docs/ticketing-access.md): identities with key-prefix rules and quotas
+   * (`AccessRules.parse(text)`); `setAccess` replaces them. Excludes `secret`. */
+  readonly access?: AccessRules | undefined;
 }
 
 export const SERVER_DEFAULTS = {
@@ -123,6 +127,7 @@ export interface ServerConfig {
   readonly clock: () => number;
   readonly gate: ServerGate | undefined;
   readonly tls: TlsMaterial | undefined;
+  readonly access: AccessRules | undefined;
 }
 
 const MIN_OUTPUT_HIGH_WATER = 16 * 1024;
@@ -146,6 +151,10 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
   if (gate !== undefined && stateFile !== undefined) throw new TypeError('stateFile and gate exclude each other');
   if (options.tls !== undefined && !(options.tls instanceof TlsMaterial))
     throw new TypeError('tls must be a TlsMaterial (TlsMaterial.load({ cert, key, ca }))');
+  if (options.access !== undefined && !(options.access instanceof AccessRules))
+    throw new TypeError('access must be AccessRules (AccessRules.parse(text))');
+  if (options.access !== undefined && secret !== undefined)
+    throw new TypeError('secret and access exclude each other (an identity has its own secret)');
   const count = (value: unknown, what: string, min: number): number =>
     integerIn(value, what, min, Number.MAX_SAFE_INTEGER);
   return {
@@ -178,6 +187,7 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
     clock: options.clock ?? monotonicWallClock,
     gate,
     tls: options.tls,
+    access: options.access,
   };
 }
 

@@ -6,6 +6,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { RequestReader, SERVING_LINE } from '../protocol.js';
 import type { Command } from '../state-types.js';
 import type { CommandApplier } from './applier.js';
+import type { Authorizer } from './authorizer.js';
 import type { Closer } from './closer.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection } from './connection.js';
@@ -37,6 +38,8 @@ export class RequestHandler {
     private readonly gate: Pick<ServerGate, 'refusal'> | undefined,
     /** Where the leader probe's answer goes. */
     private readonly outbox: Pick<Outbox, 'send'>,
+    /** Access control (`--acl-file`): who a connection is, and what it may do. */
+    private readonly access?: Authorizer,
   ) {
     this.setSecret(secret);
   }
@@ -55,14 +58,20 @@ export class RequestHandler {
   }
 
   get needsAuth(): boolean {
-    return this.#secretDigest !== undefined;
+    return this.#secretDigest !== undefined || this.access !== undefined;
+  }
+
+  /** Access control: a connection whose verified client certificate names an identity needs no
+   * `H` (returns whether it did). */
+  identifyCertificate(conn: Connection, cn: string | undefined): boolean {
+    return this.access?.identifyCertificate(conn, cn) ?? false;
   }
 
   /** One request line. Returns false to stop reading this connection's buffered lines (it is
    * closing). */
   readonly handleLine = (conn: Connection, buf: Buffer, start: number, end: number): boolean => {
     if (conn.closing) return false;
-    const { applier, closer } = this;
+    const { applier, closer, access } = this;
     const request = this.#request.read(buf, start, end);
     const fresh = conn.fresh;
     conn.fresh = false;
@@ -71,7 +80,10 @@ export class RequestHandler {
       return false;
     }
     if (!conn.authed) {
-      if (request.op !== 'H' || !this.authorizes(request.secret)) {
+      if (
+        request.op !== 'H' ||
+        (access === undefined ? !this.authorizes(request.secret) : !access.identifySecret(conn, request.secret))
+      ) {
         closer.fail(conn, 'auth_failed', undefined, 'auth_failed');
         return false;
       }
@@ -90,6 +102,7 @@ export class RequestHandler {
     }
     switch (request.op) {
       case 'A': {
+        if (access !== undefined && !access.acquire(conn, request.key, request.owner, request.waitMs)) break;
         // One command object, refilled per request: the state machine keeps none of it.
         const command = this.#acquireCommand;
         command.session = conn.id;
@@ -101,9 +114,11 @@ export class RequestHandler {
         break;
       }
       case 'K':
+        if (access !== undefined && !access.token(conn, request.key, request.token)) break;
         applier.apply({ type: 'keep', session: conn.id, key: request.key, token: request.token });
         break;
       case 'R': {
+        if (access !== undefined && !access.token(conn, request.key, request.token)) break;
         const command = this.#releaseCommand;
         command.session = conn.id;
         command.key = request.key;

@@ -23,7 +23,9 @@ import { channels, publish } from '../events.js';
 import type { HeldKey, KeyView } from '../state-types.js';
 import { TicketState } from '../state.js';
 import { TokenStore } from '../token-store.js';
+import type { AccessRules } from './access.js';
 import { CommandApplier } from './applier.js';
+import { Authorizer } from './authorizer.js';
 import { Closer } from './closer.js';
 import type { OpenConnections } from './connection.js';
 import { Connections } from './connections.js';
@@ -38,6 +40,7 @@ import {
   type ServerStats,
   type TicketServerOptions,
 } from './options.js';
+import { QuotaLedger } from './quotas.js';
 import { directReplies, gatedReplies, Outbox } from './replies.js';
 import { RequestHandler } from './requests.js';
 
@@ -96,6 +99,8 @@ export class TicketServer extends EventEmitter {
   readonly #deadlines: DeadlineTimer;
   readonly #closer: Closer;
   readonly #requests: RequestHandler;
+  /** Access control, with `access` rules. */
+  readonly #access: Authorizer | undefined;
   readonly #connections: Connections;
   readonly #housekeeping: Housekeeping;
   /** The state file (single mode, with `stateFile`), once listening. */
@@ -123,10 +128,12 @@ export class TicketServer extends EventEmitter {
       resume: (conn) => this.#connections.resume(conn),
     }));
     const sink = gate === undefined ? directReplies(outbox, open) : gatedReplies(gate);
-    const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open));
+    const quotas = config.access && new QuotaLedger((session) => open.get(session)?.peer?.usage);
+    const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open, quotas));
     const deadlines = (this.#deadlines = new DeadlineTimer(applier, clock, outbox));
     const closer = (this.#closer = new Closer(outbox, applier, config.writeTimeoutMs));
-    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox));
+    const access = (this.#access = quotas && new Authorizer(config.access, this, quotas, outbox, closer, open));
+    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox, access));
     this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines);
     this.#housekeeping = new Housekeeping(this, config, applier, open, closer, outbox);
   }
@@ -155,14 +162,21 @@ export class TicketServer extends EventEmitter {
    * The keys held now whose names start with `prefix`, at most `limit` of them, oldest key first
    * (empty while a cluster node does not lead). Walks the table: meant for an operator's view.
    */
-  locks(options: { readonly prefix?: string; readonly limit?: number } = {}): LockView[] {
-    const { prefix = '', limit = DEFAULT_LOCKS_LIMIT } = options;
+  locks(
+    options: {
+      readonly prefix?: string;
+      readonly limit?: number;
+      /** Only the keys it accepts (access control's `read`: `readableBy`). */
+      readonly readable?: ((key: string) => boolean) | undefined;
+    } = {},
+  ): LockView[] {
+    const { prefix = '', limit = DEFAULT_LOCKS_LIMIT, readable } = options;
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
     if (!Number.isSafeInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
     const state = this.#applier.state;
     if (state === undefined) return [];
     const now = this.#config.clock();
-    return state.held(now, prefix, limit).map((held) => lockView(held, now));
+    return state.held(now, prefix, limit, readable).map((held) => lockView(held, now));
   }
 
   /** The key as `locks()` would list it, or `undefined` when it is not held now (free, or its
@@ -185,13 +199,33 @@ export class TicketServer extends EventEmitter {
   }
 
   /** Whether `secret` is the server's `H` secret (true when it has none), compared in constant
-   * time: for an endpoint that takes the same secret (`Authorization: Bearer`). */
-  authorizes(secret: string | undefined): boolean {
-    return this.#requests.authorizes(secret);
+   * time: for an endpoint that takes the same secret (`Authorization: Bearer`). With access rules:
+   * whether the secret, or the client certificate's CN, is an identity's that may read every key. */
+  authorizes(secret: string | undefined, cn?: string): boolean {
+    return this.#access === undefined ? this.#requests.authorizes(secret) : this.readableBy(secret, cn)?.('') === true;
+  }
+
+  /** The keys a reader may see: everything (or undefined: not authorized) without access rules;
+   * with them, what `read` grants the identity that the secret or certificate CN proves. */
+  readableBy(secret: string | undefined, cn?: string): ((key: string) => boolean) | undefined {
+    const access = this.#access;
+    if (access === undefined) return this.#requests.authorizes(secret) ? () => true : undefined;
+    const identity = access.reader(secret, cn);
+    return identity && ((key) => identity.may('read', key));
+  }
+
+  /** Replaces the access rules (a server started with `access` only). Connections whose identity
+   * they no longer admit are answered `E auth_failed` and closed; returns how many. */
+  setAccess(rules: AccessRules): number {
+    if (this.#access === undefined) throw new Error('this server was started without access rules');
+    const closed = this.#access.replace(rules);
+    this.#outbox.flush();
+    return closed;
   }
 
   /** Replaces the `H` secret for connections opened from now on (undefined: none). */
   setSecret(secret: string | undefined): void {
+    if (this.#access !== undefined) throw new Error('a server with access rules has no shared secret');
     this.#requests.setSecret(checkSecret(secret));
   }
 
@@ -256,7 +290,7 @@ export class TicketServer extends EventEmitter {
       },
       (socket) => {
         const refused = material.mutual && !socket.authorized;
-        connections.accept(socket, refused ? certificateRefusal(socket) : undefined);
+        connections.accept(socket, refused ? certificateRefusal(socket) : undefined, peerName(socket));
       },
     );
     server.on('tlsClientError', (error, socket) =>
@@ -338,6 +372,13 @@ export class TicketServer extends EventEmitter {
 function certificateRefusal(socket: tls.TLSSocket): string {
   if (Object.keys(socket.getPeerCertificate()).length === 0) return 'no client certificate: pass one (cert, key)';
   return String(socket.authorizationError);
+}
+
+/** A verified client certificate's subject CN (access control's identity), if it has one. */
+export function peerName(socket: tls.TLSSocket): string | undefined {
+  if (!socket.authorized) return undefined;
+  const cn: unknown = socket.getPeerCertificate().subject?.CN;
+  return typeof cn === 'string' ? cn : undefined;
 }
 
 /** A held key as the operator's views show it: lease left instead of an expiry instant. */
