@@ -7,6 +7,7 @@ import { timerDuration } from '#kernel/flags';
 import { checkLeaderTtlMs, checkPrefix } from '../cluster/options.js';
 import { parseListenAddress } from '../observe/http.js';
 import { isAddress, isName } from '../protocol.js';
+import { AccessFileError, AccessRules } from '../server/access.js';
 
 export function integer(min: number, max: number) {
   return (text: string): number => {
@@ -47,6 +48,17 @@ export function readSecretFile(path: string): string {
   if (!isName(secret))
     throw new Error(`secret file ${path}: the secret must be 1-256 bytes of printable ASCII without spaces`);
   return secret;
+}
+
+/** The `--acl-file`'s rules. A file that cannot be read throws an Error; one that is not a valid
+ * ACL, an AccessFileError (a usage error at start-up); each names the file. */
+export function readAccessFile(path: string): AccessRules {
+  const text = readNamedFile(path, 'ACL file', 'utf8');
+  try {
+    return AccessRules.parse(text);
+  } catch (error) {
+    throw new AccessFileError(`ACL file ${path}: ${(error as Error).message}`, { cause: error });
+  }
 }
 
 /** `http://host:port` or `https://host:port`, comma-separated, all of one scheme. */

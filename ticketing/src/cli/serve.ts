@@ -1,7 +1,7 @@
 /**
  * `ticketing serve`: runs a TicketServer. Prints `listening <host>:<port>` once it listens (stdout
  * has nothing else; the log is JSON lines on stderr); SIGTERM/SIGINT drain and exit 0 (a second
- * signal exits at once); SIGHUP reloads the TLS and secret files. The secret and the etcd password
+ * signal exits at once); SIGHUP reloads the TLS, secret and ACL files. The secret and the etcd password
  * are read from files only, never from argv (argv is visible to every user of the host).
  *
  * `--cluster` makes the server one node of a lock space kept in etcd (cluster/node.ts); only then
@@ -14,6 +14,7 @@ import { CLUSTER_DEFAULTS, MAX_COMMIT_WINDOW, type ClusterNodeOptions } from '..
 import { HttpEndpoint } from '../observe/http.js';
 import { createLogger, LOG_LEVELS, logProcessWarnings, ServerLog, type Logger, type LogLevel } from '../observe/log.js';
 import { TicketMetrics } from '../observe/metrics.js';
+import { AccessFileError, type AccessRules } from '../server/access.js';
 import { SERVER_DEFAULTS, TicketServer, type TicketServerOptions } from '../server/server.js';
 import { TlsMaterial } from '../server/tls-material.js';
 import { durationOption, packageVersion } from '#kernel/flags';
@@ -25,6 +26,7 @@ import {
   integer,
   leaderTtl,
   listenAddress,
+  readAccessFile,
   readNamedFile,
   readSecretFile,
 } from './flags.js';
@@ -94,18 +96,28 @@ function isLoopback(host: string): boolean {
 }
 
 /** SIGHUP: reload the TLS files (the server and the HTTPS endpoint take the new material; ServerLog
- * logs the outcome) and the secret file. A file that fails keeps the old one in force. */
+ * logs the outcome), the secret file and the ACL file. A file that fails keeps the old one in force. */
 function reloadOnHangup(
   logger: Logger,
   server: TicketServer,
   material: TlsMaterial | undefined,
   endpoint: HttpEndpoint | undefined,
   secretFile: string | undefined,
+  aclFile: string | undefined,
 ): void {
   if (material !== undefined && endpoint?.secure === true)
     material.on('reload', () => endpoint.setTls(material.secureContextOptions));
   process.on('SIGHUP', () => {
     material?.reload();
+    if (aclFile !== undefined) {
+      try {
+        const rules = readAccessFile(aclFile);
+        const closed = server.setAccess(rules);
+        logger.info({ file: aclFile, identities: rules.identities.length, closed }, 'access rules reloaded');
+      } catch (error) {
+        logger.error({ err: error }, 'access rules reload failed: keeping the previous rules');
+      }
+    }
     if (secretFile === undefined) return;
     try {
       server.setSecret(readSecretFile(secretFile));
@@ -142,6 +154,10 @@ export function addServeCommand(program: Command): void {
     .option('--port <port>', 'port to listen on (0 = pick a free one)', integer(0, 65535), 0)
     .addOption(durationOption('--lease <dur>', 'lease length of every grant, e.g. 500ms, 30s', SERVER_DEFAULTS.leaseMs))
     .option('--secret-file <path>', 'file holding the shared secret (clients must send H <secret> first)')
+    .option(
+      '--acl-file <path>',
+      'access control: identities (by secret hash or client certificate CN), key-prefix rules and quotas, JSON; reloaded on SIGHUP; excludes --secret-file',
+    )
     .option(
       '--state-file <path>',
       'token high-water mark file: tokens stay unique across restarts even if the clock steps back',
@@ -258,14 +274,19 @@ export function addServeCommand(program: Command): void {
         command.error('error: --tls-cert and --tls-key go together');
       if (flags.tlsCa !== undefined && flags.tlsCert === undefined)
         command.error('error: --tls-ca needs --tls-cert and --tls-key');
+      if (flags.aclFile !== undefined && flags.secretFile !== undefined)
+        command.error(
+          'error: --acl-file and --secret-file exclude each other: give each client its own secret in the ACL file (secretSha256)',
+        );
+      const secretFlag = flags.secretFile !== undefined ? '--secret-file' : '--acl-file';
       if (
-        flags.secretFile !== undefined &&
+        (flags.secretFile !== undefined || flags.aclFile !== undefined) &&
         flags.tlsCert === undefined &&
         flags.allowPlaintextSecret !== true &&
         !isLoopback(flags.host as string)
       ) {
         command.error(
-          `error: --secret-file on --host ${flags.host as string} without --tls-cert would send the secret over the network in clear text; add --tls-cert/--tls-key, or --allow-plaintext-secret to accept that`,
+          `error: ${secretFlag} on --host ${flags.host as string} without --tls-cert would send the secret over the network in clear text; add --tls-cert/--tls-key, or --allow-plaintext-secret to accept that`,
         );
       }
       // Hangups are handled from the start: the default action of SIGHUP would end the process.
@@ -280,6 +301,13 @@ export function addServeCommand(program: Command): void {
             });
       const clock = testClock();
       const secret = flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string);
+      let access: AccessRules | undefined;
+      try {
+        access = flags.aclFile === undefined ? undefined : readAccessFile(flags.aclFile as string);
+      } catch (error) {
+        if (error instanceof AccessFileError) command.error(`error: ${error.message}`);
+        throw error;
+      }
       const etcdAccess = cluster ? readEtcdAccess(flags) : {};
       const logger = createLogger(flags.logLevel as LogLevel);
       logProcessWarnings(logger);
@@ -290,6 +318,7 @@ export function addServeCommand(program: Command): void {
         port: flags.port as number,
         leaseMs: flags.lease as number,
         secret,
+        access,
         stateFile: flags.stateFile as string | undefined,
         maxWaitersPerKey: flags.maxWaitersPerKey as number,
         maxSharedHolders: flags.maxSharedHolders as number,
@@ -333,6 +362,7 @@ export function addServeCommand(program: Command): void {
               node,
               metrics: new TicketMetrics({ server, node }),
               tls: material?.secureContextOptions,
+              clientCertificates: access !== undefined && material?.mutual === true,
               ...http,
             });
       // Handlers first: whoever reads the listening line may signal at once (a write to a pipe is
@@ -365,7 +395,14 @@ export function addServeCommand(program: Command): void {
         logger.fatal({ err: error }, logMessage);
         if (process.stderr.isTTY) process.stderr.write(`ticketing: ${(error as Error).message ?? String(error)}\n`);
       };
-      reloadOnHangup(logger, server, material, endpoint, flags.secretFile as string | undefined);
+      reloadOnHangup(
+        logger,
+        server,
+        material,
+        endpoint,
+        flags.secretFile as string | undefined,
+        flags.aclFile as string | undefined,
+      );
       server.on('error', (error: unknown) => {
         fatal(error, 'serving is unsafe: closing');
         exitCode = 1;

@@ -2,8 +2,9 @@
  * The HTTP endpoint of a server (`ticketing serve --http`): health and readiness for probes and
  * load balancers, Prometheus metrics, a JSON view of the held locks, and the live console (its
  * page at `/`, `/v1/node` and the event stream `/v1/locks/events`: console.ts). Over HTTPS when
- * given a certificate (client certificates are not asked for). It only reads: the server's
- * queries (`readiness`, `locks`, `authorizes`, …) and the metrics registry.
+ * given a certificate; client certificates are asked for only with `clientCertificates` (access
+ * control identifies a reader by its CN). It only reads: the server's queries (`readiness`,
+ * `locks`, `readableBy`, `authorizes`, …) and the metrics registry.
  *
  * Bounded: a request must arrive whole within `requestTimeoutMs`, idle keep-alive connections are
  * closed after it, at most `maxConnections` are open, and one listing returns at most `MAX_LIMIT`
@@ -13,7 +14,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { SecureContextOptions } from 'node:tls';
+import type { SecureContextOptions, TLSSocket } from 'node:tls';
 import type { LockView } from '../server/server.js';
 import { DEFAULT_LOCKS_LIMIT } from '../server/server.js';
 import { LockConsole, type ConsoleOptions } from './console.js';
@@ -22,9 +23,16 @@ import { LockConsole, type ConsoleOptions } from './console.js';
 interface EndpointServer extends Pick<ConsoleOptions['server'], 'lock' | 'inspect' | 'stats' | 'leaseMs'> {
   /** Would a request sent now be served (a leader, a follower that redirects, single mode)? */
   readiness(): { readonly ready: boolean; readonly reason?: string | undefined; readonly leader?: string | undefined };
-  locks(options: { readonly prefix: string; readonly limit: number }): readonly LockView[];
-  /** Whether `secret` (from `Authorization: Bearer`) is the server's; true when it has none. */
-  authorizes(secret: string | undefined): boolean;
+  locks(options: {
+    readonly prefix: string;
+    readonly limit: number;
+    readonly readable: (key: string) => boolean;
+  }): readonly LockView[];
+  /** Whether `secret` (from `Authorization: Bearer`), or the client certificate's CN, opens every
+   * view; true when the server has no secret. */
+  authorizes(secret: string | undefined, cn?: string): boolean;
+  /** The keys the bearer of `secret` or `cn` may list; undefined: none (401). */
+  readableBy(secret: string | undefined, cn?: string): ((key: string) => boolean) | undefined;
 }
 
 /** What the endpoint serves at `/metrics`. */
@@ -44,6 +52,9 @@ export interface HttpEndpointOptions {
   readonly port?: number;
   /** Serve HTTPS with this certificate and key (`cert`, `key`, …); `setTls` replaces it. */
   readonly tls?: SecureContextOptions | undefined;
+  /** With `tls` (its `ca`): ask clients for a certificate, optional, whose verified CN names the
+   * reader (access control). Default false. */
+  readonly clientCertificates?: boolean;
   /** A request's headers must arrive within this long, the whole request too. Default 5000 ms. */
   readonly requestTimeoutMs?: number;
   /** Open connections at most. Default 64. */
@@ -89,7 +100,15 @@ export class HttpEndpoint {
     this.#http =
       options.tls === undefined
         ? http.createServer(bounds, handler)
-        : https.createServer({ ...bounds, ...options.tls, minVersion: 'TLSv1.2' }, handler);
+        : https.createServer(
+            {
+              ...bounds,
+              ...options.tls,
+              minVersion: 'TLSv1.2',
+              ...(options.clientCertificates === true ? { requestCert: true, rejectUnauthorized: false } : {}),
+            },
+            handler,
+          );
     this.#http.maxConnections = options.maxConnections ?? 64;
     const lockConsole = (this.#console = new LockConsole({
       server: options.server,
@@ -184,22 +203,18 @@ export class HttpEndpoint {
   }
 
   #authorized(request: http.IncomingMessage): boolean {
-    return this.#options.server.authorizes(bearer(request.headers.authorization));
+    return this.#options.server.authorizes(bearer(request.headers.authorization), certificateName(request));
   }
 
   /** 401 unless the request's bearer secret is the server's (or it has none). */
   #unauthorized(request: http.IncomingMessage): Reply | undefined {
-    if (this.#authorized(request)) return undefined;
-    return {
-      ...json(401, { error: 'unauthorized' }),
-      headers: { 'content-type': JSON_TYPE, 'www-authenticate': 'Bearer' },
-    };
+    return this.#authorized(request) ? undefined : UNAUTHORIZED;
   }
 
   #locks(url: URL, request: http.IncomingMessage): Reply {
     const server = this.#options.server;
-    const refused = this.#unauthorized(request);
-    if (refused !== undefined) return refused;
+    const readable = server.readableBy(bearer(request.headers.authorization), certificateName(request));
+    if (readable === undefined) return UNAUTHORIZED;
     let query;
     try {
       query = lockQuery(url.searchParams);
@@ -209,7 +224,7 @@ export class HttpEndpoint {
     const { ready, reason, leader } = server.readiness();
     if (!ready) return json(503, { error: 'not_ready', reason });
     if (leader !== undefined) return json(503, { error: 'not_leader', leader });
-    const locks = server.locks(query).map((lock) => ({
+    const locks = server.locks({ ...query, readable }).map((lock) => ({
       key: lock.key,
       kind: lock.kind,
       ...(lock.permits === undefined ? {} : { permits: lock.permits }),
@@ -237,6 +252,19 @@ export function parseListenAddress(text: string): { host: string; port: number }
   if (match === null || port > 65535)
     throw new Error(`expected host:port (IPv6 in brackets), got ${JSON.stringify(text)}`);
   return { host: match[1] ?? match[2]!, port };
+}
+
+const UNAUTHORIZED: Reply = {
+  ...json(401, { error: 'unauthorized' }),
+  headers: { 'content-type': JSON_TYPE, 'www-authenticate': 'Bearer' },
+};
+
+/** The verified client certificate's subject CN, if the request came with one. */
+function certificateName(request: http.IncomingMessage): string | undefined {
+  const socket = request.socket as Partial<TLSSocket>;
+  if (socket.authorized !== true) return undefined;
+  const cn: unknown = socket.getPeerCertificate?.().subject?.CN;
+  return typeof cn === 'string' ? cn : undefined;
 }
 
 function text(status: number, body: string): Reply {

@@ -78,6 +78,8 @@ export class ServerLog {
   readonly #server: object;
   readonly #node: object | undefined;
   readonly #limit: RateLimit;
+  /** Access control's refusals have a limit of their own: a flood of them hides no other error. */
+  readonly #refusalLimit: RateLimit;
   /** Remote address of each open connection, for its error line. */
   readonly #remotes = new Map<unknown, string>();
   #leader: unknown;
@@ -92,6 +94,12 @@ export class ServerLog {
     this.#limit = new RateLimit(options.burst ?? 10, options.windowMs ?? 10_000, (suppressed, windowMs) =>
       logger.warn({ suppressed, windowMs }, 'connection errors not logged (rate limit)'),
     );
+    this.#refusalLimit = new RateLimit(options.burst ?? 10, options.windowMs ?? 10_000, (suppressed, windowMs) =>
+      logger.warn({ suppressed, windowMs }, 'access refusals not logged (rate limit)'),
+    );
+    this.#on(channels.serverRefused, ({ connection, identity, verb, key }) => {
+      if (this.#refusalLimit.allow()) logger.warn({ identity, verb, key, connection }, 'refused by access control');
+    });
     this.#on(channels.serverListening, ({ host, port }) => logger.info({ host, port }, 'listening'));
     this.#on(channels.serverExpired, ({ key, owner, token }) =>
       logger.info({ key, owner, token: String(token) }, 'lease expired: the holder never released'),
@@ -137,6 +145,7 @@ export class ServerLog {
     for (const [channel, listener] of this.#subscriptions) channel.unsubscribe(listener);
     this.#subscriptions.length = 0;
     this.#limit.close();
+    this.#refusalLimit.close();
   }
 
   #onRole({ role, reason, error, grants }: Message): void {

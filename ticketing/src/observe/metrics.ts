@@ -133,6 +133,16 @@ export class TicketMetrics {
       registers,
     });
     this.#subscribe(channels.serverEffect, (message) => this.#onEffect((message as { effect: Effect }).effect));
+    const refusals = new Counter({
+      name: 'ticketing_access_refusals_total',
+      help: 'Access control: requests refused, by identity and verb (lock, observe: answered F; maxHeld, maxWaiting: a quota, answered B).',
+      labelNames: ['identity', 'verb'] as const,
+      registers,
+    });
+    this.#subscribe(channels.serverRefused, (message) => {
+      const { identity, verb } = message as { identity: string; verb: string };
+      refusals.inc({ identity, verb });
+    });
     this.#subscribe(channels.clusterLeader, (message) => {
       const { leader } = message as { leader: string | undefined };
       if (leader !== undefined && leader !== this.#lastLeader) this.#leaderChanges.inc();
