@@ -14,22 +14,16 @@ export const DEFAULT_MAX_LINE_BYTES = 1024;
 export const MIN_MAX_LINE_BYTES = 64;
 /** `key` and `owner`: 1–256 bytes of printable ASCII without spaces. */
 export const MAX_NAME_BYTES = 256;
-/** Tokens are uint64, never 0. */
-import { MAX_TOKEN } from '#kernel';
 import { MAX_PERMITS, type LockMode } from './modes.js';
+import { electionReply, electionRequest, type ElectionReply, type ElectionRequest } from './election-wire.js';
+import { isName, isTokenText, MAX_TOKEN, NAME, parseMs, PRINTABLE } from './protocol-fields.js';
 
-export { MAX_TOKEN };
-const MAX_TOKEN_TEXT = MAX_TOKEN.toString();
+export { isName, isTokenText, MAX_TOKEN };
 
-const NAME = /^[\x21-\x7e]{1,256}$/;
-const TOKEN = /^[1-9][0-9]{0,19}$/;
-/** Milliseconds (an `A` request's wait, a `K` reply's lease). */
-const MS = /^(?:0|[1-9][0-9]{0,15})$/;
 /** A semaphore grant's slot: 0…65534. */
 const SLOT = /^(?:0|[1-9][0-9]{0,4})$/;
 /** E codes are lower-case words; details are free printable text. */
 const ERROR_CODE = /^[a-z][a-z_]{0,63}$/;
-const PRINTABLE = /^[\x20-\x7e]*$/;
 /** An `A` request's mode field (docs/ticketing.md "Modes"): `x`, `s`, or N in 1–65535. */
 const MODE = /^(?:x|s|[1-9][0-9]{0,4})$/;
 
@@ -39,24 +33,6 @@ function parseMode(text: string): LockMode | undefined {
   if (text === 'x' || text === 's') return text;
   const permits = Number(text);
   return permits <= MAX_PERMITS ? permits : undefined;
-}
-
-/** Is `value` a valid key or owner (1–256 bytes of printable ASCII without spaces)? */
-export function isName(value: string): boolean {
-  return NAME.test(value);
-}
-
-/** Is `text` a canonical decimal token in 1..2^64-1? */
-export function isTokenText(text: string): boolean {
-  if (!TOKEN.test(text)) return false;
-  return text.length < 20 || text <= MAX_TOKEN_TEXT; // same length: string order is numeric order
-}
-
-/** A canonical decimal of at most 2^53-1 ms (beyond that a number loses precision). */
-function parseMs(text: string): number | undefined {
-  if (!MS.test(text)) return undefined;
-  const value = Number(text);
-  return Number.isSafeInteger(value) ? value : undefined;
 }
 
 /** `host:port`, `[v6]:port`; port 1–65535. Used for M/L leader addresses. */
@@ -80,7 +56,9 @@ export type Request =
   /** Keep (docs/ticketing.md "Keep"): the same fields and rules as `R`. */
   | { readonly op: 'K'; readonly key: string; readonly token: bigint; readonly tokenText: string }
   /** Serving? (the leader probe): changes nothing; answered `W` by a node that applies requests. */
-  | { readonly op: 'W' };
+  | { readonly op: 'W' }
+  /** Publish, observe, unobserve (election-wire.ts). */
+  | ElectionRequest;
 
 /** A request line that breaks the format: the server answers `E bad_request <detail>` and closes. */
 export interface RequestError {
@@ -122,6 +100,12 @@ export function parseRequest(line: string): Request | RequestError {
     }
     case 'W':
       return fields.length === 1 ? { op: 'W' } : bad('W takes no fields');
+    case 'P':
+    case 'O':
+    case 'U': {
+      const request = electionRequest(line);
+      return typeof request === 'string' ? bad(request) : request;
+    }
     default:
       return bad(PRINTABLE.test(line) ? 'unknown request' : 'non-ASCII or control bytes');
   }
@@ -142,13 +126,15 @@ const MAX_SAFE_TOKEN = BigInt(Number.MAX_SAFE_INTEGER);
  * exactly its own.
  */
 export class RequestReader {
-  op: 'A' | 'R' | 'K' | 'H' | 'W' | 'error' = 'error';
+  op: Request['op'] | 'error' = 'error';
   key = '';
   owner = '';
   waitMs = 0;
   mode: LockMode = 'x';
   token = 0n;
   secret = '';
+  /** A `P` request's value. */
+  value = '';
   /** The `RequestError` detail when `op` is `'error'`. */
   detail = '';
 
@@ -175,6 +161,15 @@ export class RequestReader {
         break;
       case 'H':
         this.secret = request.secret;
+        break;
+      case 'P':
+        this.key = request.key;
+        this.token = request.token;
+        this.value = request.value;
+        break;
+      case 'O':
+      case 'U':
+        this.key = request.key;
         break;
       case 'W':
         break;
@@ -416,7 +411,9 @@ export type Reply =
    * was confirmed when it answered; or a single-mode server). */
   | { readonly op: 'W' }
   /** `code` is any lower-case word: an unknown code is still an error (and fatal to the client). */
-  | { readonly op: 'E'; readonly code: string; readonly detail: string };
+  | { readonly op: 'E'; readonly code: string; readonly detail: string }
+  /** Published, a pushed view, unobserved (election-wire.ts). */
+  | ElectionReply;
 
 /**
  * Splits a request-answering reply (`A`/`T`/`B`/`C`/`F`/`R`/`N`/`K`/`G`) into its fields by the grammar's shape:
@@ -483,6 +480,7 @@ export function parseReply(line: string): Reply | undefined {
     return isAddress(address) ? { op, address } : undefined;
   }
   if (op === 'W' && line.length === 1) return { op };
+  if (op === 'P' || op === 'V' || op === 'U') return electionReply(line);
   return undefined;
 }
 
