@@ -518,9 +518,7 @@ export function formatBusy(owner: string, key: string): string {
 }
 /** `F <id> <key>`: refused by access control; `id` is what the request is matched by (an
  * acquire's owner, a release's or keep's token). */
-export function formatForbidden(id: bigint | string, key: string): string {
-  return `F ${id} ${key}\n`;
-}
+export const formatForbidden = (id: bigint | string, key: string): string => `F ${id} ${key}\n`;
 export function formatReleased(token: bigint | string, key: string): string {
   return `R ${token} ${key}\n`;
 }
