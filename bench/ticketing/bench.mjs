@@ -27,6 +27,8 @@
  *
  * TLS's cost: `npm run bench:ticketing -- --tls [--rounds 5]`: see tls.mjs.
  *
+ * Access control's cost: `npm run bench:ticketing -- --acl [--rounds 7]`: see acl.mjs.
+ *
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
@@ -51,7 +53,16 @@ import {
 } from './servers.mjs';
 
 function parseArgs(argv) {
-  const options = { quick: false, keep: false, tls: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
+  const options = {
+    quick: false,
+    keep: false,
+    tls: false,
+    acl: false,
+    rounds: 3,
+    durationMs: 3_000,
+    warmupMs: 1_000,
+    out: here,
+  };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -59,7 +70,7 @@ function parseArgs(argv) {
       Object.assign(options, { quick: true, rounds: 1, durationMs: 200, warmupMs: 100 });
       continue;
     }
-    if (flag === '--keep' || flag === '--tls') {
+    if (flag === '--keep' || flag === '--tls' || flag === '--acl') {
       options[flag.slice(2)] = true;
       continue;
     }
@@ -85,6 +96,7 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.keep) return keepMain(options);
   if (options.tls) return (await import('./tls.mjs')).tlsMain(options);
+  if (options.acl) return (await import('./acl.mjs')).aclMain(options);
   const loadgen = buildLoadgen();
   const redisBinary = findRedis();
   const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();

@@ -16,6 +16,8 @@
  * - Redis: `SET key value NX PX 30000`, then `EVALSHA <compare-and-delete> 1 key value`; replies
  *   come in order per connection. A failed SET (the key is held) is retried at once
  *   (BACKOFF_US 0) or after BACKOFF_US.
+ * With LOADGEN_SECRET in the environment (never in argv), each Ticketing connection sends
+ * `H <secret>` first (a server with a secret, or an access-control identity's).
  * Prints one JSON object: cycles/s, p50/p99 cycle latency, server CPU (utime/stime of
  * /proc/SERVER_PID/stat, all threads) and this process's CPU over the measured window, and the
  * system-call counts of the loop.
@@ -434,6 +436,12 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nconns; i++) {
     struct conn *c = &conns[i];
     c->fd = connect_to(port);
+    const char *secret = getenv("LOADGEN_SECRET");
+    if (proto == TICKETING && secret != NULL) {
+      char hello[300];
+      int n = snprintf(hello, sizeof hello, "H %s\n", secret);
+      if (n >= (int)sizeof hello || write(c->fd, hello, (size_t)n) != n) die("write H");
+    }
     if (proto == REDIS && i == 0) redis_script_load(c->fd);
     c->in = malloc(IN_CAP);
     c->out = malloc(OUT_CAP);

@@ -79,7 +79,9 @@ export function runLoadgen(system, workload, server, options, prefix) {
   ];
   return new Promise((resolve, reject) => {
     const timeout = options.warmupMs + options.durationMs + 30_000;
-    execFile(LOADGEN_BIN, args, { timeout }, (error, stdout, stderr) => {
+    // A secret (`system.secret`) goes in the environment, never in argv.
+    const env = system.secret === undefined ? process.env : { ...process.env, LOADGEN_SECRET: system.secret };
+    execFile(LOADGEN_BIN, args, { timeout, env }, (error, stdout, stderr) => {
       if (error)
         reject(Object.assign(new Error(`loadgen ${args.join(' ')}: ${stderr || error.message}`), { cause: error }));
       else {
