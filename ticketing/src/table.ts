@@ -60,8 +60,8 @@ export class Table<T> {
     return this.get(key) !== undefined;
   }
 
-  /** Values must not be `undefined`. */
-  set(key: string, value: T): void {
+  /** Values must not be `undefined`. Returns the value it replaced, if any. */
+  set(key: string, value: T): T | undefined {
     const keys = this.#keys;
     const mask = this.#mask;
     let free = -1;
@@ -70,8 +70,9 @@ export class Table<T> {
       const k = keys[i];
       if (k === undefined) break;
       if (k === key) {
+        const previous = this.#values[i];
         this.#values[i] = value;
-        return;
+        return previous;
       }
       if (k === TOMBSTONE && free < 0) free = i;
     }
@@ -86,20 +87,27 @@ export class Table<T> {
     this.#size++;
     // Keep at least half the slots never used, so probes stay short.
     if (this.#used * 2 > mask + 1) this.#resize();
+    return undefined;
   }
 
   delete(key: string): boolean {
+    return this.take(key) !== undefined;
+  }
+
+  /** Removes the key; returns its value, if it had one. */
+  take(key: string): T | undefined {
     const keys = this.#keys;
     const mask = this.#mask;
     for (let i = hashOf(key) & mask; ; i = (i + 1) & mask) {
       const k = keys[i];
-      if (k === undefined) return false;
+      if (k === undefined) return undefined;
       if (k === key) {
+        const value = this.#values[i];
         keys[i] = TOMBSTONE;
         this.#values[i] = undefined;
         this.#size--;
         if (this.#size * 8 < mask + 1 && mask + 1 > SHRINK_ABOVE) this.#resize();
-        return true;
+        return value;
       }
     }
   }

@@ -212,6 +212,26 @@ describe('quotas, counted per identity across its connections', () => {
     one.write('A orders/4 e 0\n');
     expect(await one.readLine()).toMatch(/^A \d+ e orders\/4$/);
   });
+
+  test('shared grants of one key count against each holder, and end one by one', async () => {
+    const one = { ...ORDERS, allow: [{ prefix: '', verbs: ['lock'] }], maxHeld: 1 };
+    const two = { ...BILLING, cn: undefined, allow: [{ prefix: '', verbs: ['lock'] }], maxHeld: 1 };
+    const { port } = await aclServer(rules(one, two));
+    const [a, b] = [await lines(port), await lines(port)];
+    a.write('H orders-secret\nA shared/k a1 0 s\n');
+    b.write('H billing-secret\nA shared/k b1 0 s\n');
+    const [tokenA, tokenB] = [tokenOf(await a.readLine()), tokenOf(await b.readLine())];
+    a.write('A other/k a2 0\n');
+    b.write('A other/k b2 0\n');
+    expect([await a.readLine(), await b.readLine()]).toEqual(['B a2 other/k', 'B b2 other/k']);
+    b.write(`R shared/k ${tokenB}\nA other/k b3 0\n`);
+    expect(await b.readLine()).toBe(`R ${tokenB} shared/k`);
+    expect(await b.readLine()).toMatch(/^A \d+ b3 other\/k$/);
+    a.write('A other/j a3 0\n'); // `a` still holds its shared grant
+    expect(await a.readLine()).toBe('B a3 other/j');
+    a.write(`R shared/k ${tokenA}\nA other/j a4 0\n`);
+    expect(await a.readLines(2)).toEqual([`R ${tokenA} shared/k`, expect.stringMatching(/^A \d+ a4 other\/j$/)]);
+  });
 });
 
 describe('credentials that name no identity are refused', () => {

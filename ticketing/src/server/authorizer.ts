@@ -48,7 +48,9 @@ export class Authorizer {
 
   #identify(conn: Connection, identity: Identity | undefined, credential: Buffer | string): boolean {
     if (identity === undefined) return false;
-    conn.peer = { identity, usage: this.ledger.usage(identity.name), credential };
+    const usage = this.ledger.usage(identity.name);
+    usage.countsHeld = identity.maxHeld !== Infinity;
+    conn.peer = { identity, usage, credential };
     return true;
   }
 
@@ -104,6 +106,7 @@ export class Authorizer {
       const identity = typeof credential === 'string' ? rules.byCertificate(credential) : rules.byDigest(credential);
       if (identity?.name === peer.identity.name) {
         peer.identity = identity;
+        peer.usage.countsHeld = identity.maxHeld !== Infinity;
       } else {
         this.closer.fail(conn, 'auth_failed', 'the access rules no longer admit this identity');
         closed++;

@@ -6,8 +6,10 @@
  *   (whichever connection releases them, and after their connection closed);
  * - waiting: its requests in a queue, until granted, timed out, or dropped with their connection.
  *
- * The counts belong to one lock table: a cluster node that leads again starts from zero (the grants
- * it adopts from etcd carry no connection, so they count against no identity).
+ * Held grants are counted only for identities with a `maxHeld` (each costs a table entry while it
+ * lasts); a quota that a reload adds counts the grants made from then on. The counts belong to one
+ * lock table: a cluster node that leads again starts from zero (the grants it adopts from etcd carry
+ * no connection, so they count against no identity).
  */
 import type { Effect, SessionId } from '../state-types.js';
 import { Table } from '../table.js';
@@ -16,6 +18,8 @@ import { Table } from '../table.js';
 export class Usage {
   held = 0;
   waiting = 0;
+  /** Whether grants are counted in `held` (the identity has a `maxHeld`). */
+  countsHeld = false;
 }
 
 /** A grant counted against an identity; a key's grants are chained (shared and semaphore keys
@@ -54,9 +58,11 @@ export class QuotaLedger {
         if (usage === undefined) return;
         // A grant from the queue (any other path than free or takeover) was waiting until now.
         if (effect.path !== 'free' && effect.path !== 'takeover') usage.waiting--;
+        if (!usage.countsHeld) return;
         usage.held++;
-        const grants = this.#grants;
-        grants.set(effect.key, { token: effect.token, usage, next: grants.get(effect.key) });
+        const counted: CountedGrant = { token: effect.token, usage, next: undefined };
+        // Chained behind it: the key's other counted grants (shared or semaphore), if any.
+        counted.next = this.#grants.set(effect.key, counted);
         return;
       }
       case 'queued': {
@@ -86,16 +92,20 @@ export class QuotaLedger {
 
   #ended(key: string, token: bigint): void {
     const grants = this.#grants;
-    const first = grants.get(key);
+    if (grants.size === 0) return;
+    const first = grants.take(key);
+    if (first === undefined) return;
     let previous: CountedGrant | undefined;
-    for (let grant = first; grant !== undefined; previous = grant, grant = grant.next) {
+    let grant: CountedGrant | undefined = first;
+    for (; grant !== undefined; previous = grant, grant = grant.next) {
       if (grant.token !== token) continue;
       grant.usage.held--;
       if (previous !== undefined) previous.next = grant.next;
-      else if (grant.next !== undefined) grants.set(key, grant.next);
-      else grants.delete(key);
-      return;
+      break;
     }
+    // The key's other counted grants stay.
+    const rest = grant === first ? first.next : first;
+    if (rest !== undefined) grants.set(key, rest);
   }
 
   #reset(table: object): void {
