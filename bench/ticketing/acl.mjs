@@ -1,11 +1,12 @@
 /**
  * Access control's cost (`npm run bench:ticketing -- --acl [--rounds 7]`): two `ticketing serve`s,
  * one without access rules and one with an `--acl-file` of 100 identities and 1,000 rules (10 per
- * identity, on disjoint prefixes; each with quotas), driven by the same C load generator at
- * distinct 4×16 (acquire + release cycles). On the ACL server the load generator is one identity
- * (it sends `H <secret>`, its secret from the environment), so every `A` and `R` is checked against
- * its rules and quotas, and counted. Each round runs both, alternating which goes first; reports
- * cycles/s, the ratio (median and range of the rounds' ratios) and each process's CPU.
+ * identity, on disjoint prefixes), driven by the same C load generator at distinct 4×16 (acquire +
+ * release cycles). On the ACL server the load generator is one identity (it sends `H <secret>`, its
+ * secret from the environment), so every `A` and `R` is checked against its rules: once as an
+ * identity without quotas, once as one with `maxHeld` and `maxWaiting` (its grants counted too).
+ * Each round runs the three sides in an order that rotates by round; reports cycles/s, the ratios
+ * to no ACL (median and range of the rounds' ratios) and each process's CPU.
  * Results: markdown on stdout, JSON in <out>/acl-results.json (default bench/ticketing/).
  */
 import { createHash } from 'node:crypto';
@@ -17,12 +18,12 @@ import { buildLoadgen, runLoadgen, SERVER_WORKLOADS } from './servers.mjs';
 
 const IDENTITIES = 100;
 const RULES_PER_IDENTITY = 10;
-/** The identity the load generator is: one in the middle of the file. */
-const LOADED = 50;
-const SECRET = 'bench-secret-50';
+/** The identities the load generator is, in the middle of the file: one with quotas, one without. */
+const WITH_QUOTAS = 50;
+const WITHOUT_QUOTAS = 51;
 
-/** The ACL file: identity i has secret `bench-secret-<i>` and `lock` (and `observe` on half) on
- * ten prefixes `t<i>/…`; the loaded identity's first rule covers the load generator's keys. */
+/** The ACL file: identity i has secret `bench-secret-<i>`, `lock` (and `observe` on half) on ten
+ * prefixes, the first `t<i>/` (the load generator's keys), and quotas, except WITHOUT_QUOTAS. */
 function aclFile() {
   const identities = Array.from({ length: IDENTITIES }, (_, i) => ({
     name: `team-${i}`,
@@ -31,10 +32,35 @@ function aclFile() {
       prefix: j === 0 ? `t${i}/` : `other${i}/p${j}/`,
       verbs: j % 2 === 0 ? ['lock'] : ['lock', 'observe'],
     })),
-    maxHeld: 10_000,
-    maxWaiting: 10_000,
+    ...(i === WITHOUT_QUOTAS ? {} : { maxHeld: 10_000, maxWaiting: 10_000 }),
   }));
   return JSON.stringify({ identities });
+}
+
+const serverUs = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
+
+/** A side's medians over rounds, and its per-round ratios to `base` (no ACL). */
+function summarise(list, base) {
+  const m = (f) => medianOf(list.map(f));
+  const ratios = list.map((run, i) => run.cyclesPerSecond / base[i].cyclesPerSecond);
+  return {
+    cyclesPerSecond: m((r) => r.cyclesPerSecond),
+    min: Math.min(...list.map((r) => r.cyclesPerSecond)),
+    max: Math.max(...list.map((r) => r.cyclesPerSecond)),
+    p99Us: m((r) => r.p99Us),
+    serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
+    serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
+    serverCpuShare: m((r) => r.serverCpuShare),
+    clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
+    clientCpuShare: m((r) => r.clientCpuShare),
+    failures: list.reduce((n, r) => n + r.failures, 0),
+    vsNoAcl: {
+      cyclesPerSecond: medianOf(ratios),
+      min: Math.min(...ratios),
+      max: Math.max(...ratios),
+      serverCpuPerCycle: medianOf(list.map((run, i) => serverUs(run) / serverUs(base[i]))),
+    },
+  };
 }
 
 export async function aclMain(options) {
@@ -43,74 +69,55 @@ export async function aclMain(options) {
   const dir = mkdtempSync(join(tmpdir(), 'ticketing-acl-bench-'));
   const file = join(dir, 'acl.json');
   writeFileSync(file, aclFile());
+  const side = (id, identity, secret) => ({ id, identity, secret, proto: 'ticketing', backoffUs: 0 });
   const sides = [
-    { id: 'no ACL', proto: 'ticketing', backoffUs: 0, flags: [] },
-    { id: 'ACL', proto: 'ticketing', backoffUs: 0, flags: ['--acl-file', file], secret: SECRET },
+    side('no ACL', WITH_QUOTAS, undefined),
+    side('ACL', WITHOUT_QUOTAS, `bench-secret-${WITHOUT_QUOTAS}`),
+    side('ACL + quotas', WITH_QUOTAS, `bench-secret-${WITH_QUOTAS}`),
   ];
   const loadStart = loadavg();
-  const runs = { 'no ACL': [], ACL: [] };
+  const runs = Object.fromEntries(sides.map(({ id }) => [id, []]));
+  const servers = [];
   try {
-    for (const side of sides) side.server = await startTicketing(...side.flags);
+    const plain = await startTicketing();
+    servers.push(plain);
+    const guarded = await startTicketing('--acl-file', file);
+    servers.push(guarded);
     for (let round = 1; round <= options.rounds; round++) {
-      for (const side of round % 2 === 0 ? [...sides].reverse() : sides) {
-        // Keys under the loaded identity's first prefix (it may lock them); the other side, the same.
-        const run = await runLoadgen(
-          side,
-          workload,
-          side.server,
-          options,
-          `t${LOADED}/r${round}${side.secret ? 'a' : 'n'}`,
-        );
-        runs[side.id].push(run);
+      for (const s of sides.map((_, i) => sides[(i + round - 1) % sides.length])) {
+        // Keys under the identity's first prefix (it may lock them).
+        const prefix = `t${s.identity}/r${round}${sides.indexOf(s)}`;
+        const run = await runLoadgen(s, workload, s.secret === undefined ? plain : guarded, options, prefix);
+        runs[s.id].push(run);
         console.error(
-          `round ${round} ${side.id.padEnd(6)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  p99 ${Math.round(run.p99Us)} µs  ` +
-            `server ${(run.serverUserUsPerCycle + run.serverSysUsPerCycle).toFixed(2)} µs/cycle (${(100 * run.serverCpuShare).toFixed(0)} % CPU)  ` +
+          `round ${round} ${s.id.padEnd(12)} ${fmt(run.cyclesPerSecond).padStart(9)} cycles/s  p99 ${Math.round(run.p99Us)} µs  ` +
+            `server ${serverUs(run).toFixed(2)} µs/cycle (${(100 * run.serverCpuShare).toFixed(0)} % CPU)  ` +
             `loadgen ${(run.clientUserUsPerCycle + run.clientSysUsPerCycle).toFixed(2)} µs/cycle (${(100 * run.clientCpuShare).toFixed(0)} % CPU)`,
         );
       }
     }
   } finally {
-    for (const side of sides) if (side.server) await stop(side.server.child);
+    for (const server of servers) await stop(server.child);
     rmSync(dir, { recursive: true, force: true });
   }
   const loadEnd = loadavg();
-  const serverUs = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
-  const ratios = runs.ACL.map((run, i) => run.cyclesPerSecond / runs['no ACL'][i].cyclesPerSecond);
-  const cpuRatios = runs.ACL.map((run, i) => serverUs(run) / serverUs(runs['no ACL'][i]));
-  const summary = {};
+  const summary = Object.fromEntries(sides.map(({ id }) => [id, summarise(runs[id], runs['no ACL'])]));
+  const ratio = (r) => `${r.cyclesPerSecond.toFixed(3)}× (${r.min.toFixed(3)}–${r.max.toFixed(3)})`;
   const rows = [
-    '| server | cycles/s (median) | cycles/s range | p99 µs | server CPU µs/cycle (user + sys) | server CPU share | load generator CPU µs/cycle | load generator CPU share |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|',
+    '| side | cycles/s (median) | cycles/s range | ÷ no ACL cycles/s (rounds’ range) | p99 µs | server CPU µs/cycle (user + sys) | ÷ no ACL server CPU | server CPU share | load generator CPU µs/cycle | load generator CPU share |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    ...sides.map(({ id }) => {
+      const c = summary[id];
+      const vs = id === 'no ACL' ? undefined : c.vsNoAcl;
+      return (
+        `| ${id} | ${fmt(c.cyclesPerSecond)} | ${fmt(c.min)}–${fmt(c.max)} | ${vs ? ratio(vs) : ''} | ${Math.round(c.p99Us)} | ` +
+        `${serverUs(c).toFixed(2)} (${c.serverUserUsPerCycle.toFixed(2)} + ${c.serverSysUsPerCycle.toFixed(2)}) | ` +
+        `${vs ? `${vs.serverCpuPerCycle.toFixed(3)}×` : ''} | ${(100 * c.serverCpuShare).toFixed(0)} % | ` +
+        `${c.clientUsPerCycle.toFixed(2)} | ${(100 * c.clientCpuShare).toFixed(0)} % |`
+      );
+    }),
   ];
-  for (const { id } of sides) {
-    const list = runs[id];
-    const m = (f) => medianOf(list.map(f));
-    const cell = {
-      cyclesPerSecond: m((r) => r.cyclesPerSecond),
-      min: Math.min(...list.map((r) => r.cyclesPerSecond)),
-      max: Math.max(...list.map((r) => r.cyclesPerSecond)),
-      p99Us: m((r) => r.p99Us),
-      serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
-      serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
-      serverCpuShare: m((r) => r.serverCpuShare),
-      clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
-      clientCpuShare: m((r) => r.clientCpuShare),
-      failures: list.reduce((n, r) => n + r.failures, 0),
-    };
-    summary[id] = cell;
-    rows.push(
-      `| ${id} | ${fmt(cell.cyclesPerSecond)} | ${fmt(cell.min)}–${fmt(cell.max)} | ${Math.round(cell.p99Us)} | ` +
-        `${(cell.serverUserUsPerCycle + cell.serverSysUsPerCycle).toFixed(2)} (${cell.serverUserUsPerCycle.toFixed(2)} + ${cell.serverSysUsPerCycle.toFixed(2)}) | ` +
-        `${(100 * cell.serverCpuShare).toFixed(0)} % | ${cell.clientUsPerCycle.toFixed(2)} | ${(100 * cell.clientCpuShare).toFixed(0)} % |`,
-    );
-  }
-  summary.ratio = {
-    cyclesPerSecond: medianOf(ratios),
-    min: Math.min(...ratios),
-    max: Math.max(...ratios),
-    serverCpuPerCycle: medianOf(cpuRatios),
-  };
-  const failures = summary['no ACL'].failures + summary.ACL.failures;
+  const failures = sides.reduce((n, { id }) => n + summary[id].failures, 0);
   const run = `${options.durationMs / 1000} s per run after ${options.warmupMs / 1000} s warm-up, ${options.rounds} interleaved round(s)`;
   console.log(
     [
@@ -120,16 +127,13 @@ export async function aclMain(options) {
       '',
       ...rows,
       '',
-      `ACL ÷ no ACL cycles/s: ${summary.ratio.cyclesPerSecond.toFixed(3)}× (rounds ${summary.ratio.min.toFixed(3)}–${summary.ratio.max.toFixed(3)}); ` +
-        `server CPU per cycle ${summary.ratio.serverCpuPerCycle.toFixed(3)}×.`,
-      '',
       `Check: ${failures === 0 ? 'every acquire was granted and every release R in every run' : `${failures} refused acquires or failed releases`}.`,
     ].join('\n'),
   );
   mkdirSync(options.out, { recursive: true });
   writeFileSync(
     join(options.out, 'acl-results.json'),
-    `${JSON.stringify({ date: new Date().toISOString(), machine: { cpus: cpus().length, node: process.version, loadgen }, load: { start: loadStart, end: loadEnd }, options, setup: { identities: IDENTITIES, rules: IDENTITIES * RULES_PER_IDENTITY }, summary, runs: { 'no ACL': runs['no ACL'], ACL: runs.ACL } }, null, 2)}\n`,
+    `${JSON.stringify({ date: new Date().toISOString(), machine: { cpus: cpus().length, node: process.version, loadgen }, load: { start: loadStart, end: loadEnd }, options, setup: { identities: IDENTITIES, rules: IDENTITIES * RULES_PER_IDENTITY }, summary, runs }, null, 2)}\n`,
   );
   if (failures > 0) process.exitCode = 1;
 }
