@@ -20,6 +20,7 @@ export const DOCS = [
   'docs/ticketing.md',
   'docs/ticketing-client.md',
   'docs/ticketing-cluster.md',
+  'docs/ticketing-access.md',
   'docs/ticketing-bench.md',
   'ticketing/README.md',
 ];

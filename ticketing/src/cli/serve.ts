@@ -156,7 +156,7 @@ export function addServeCommand(program: Command): void {
     .option('--secret-file <path>', 'file holding the shared secret (clients must send H <secret> first)')
     .option(
       '--acl-file <path>',
-      'access control: identities (by secret hash or client certificate CN), key-prefix rules and quotas, JSON; reloaded on SIGHUP; excludes --secret-file',
+      'access control: identities, key-prefix rules and quotas (JSON; SIGHUP reloads it); not with --secret-file',
     )
     .option(
       '--state-file <path>',
