@@ -351,6 +351,10 @@ describe('ticketing serve --acl-file', () => {
     expect(both.code).toBe(64);
     expect(both.stderr).toContain('--acl-file and --secret-file exclude each other');
     expect((await runCli(['serve', '--port', '0', '--acl-file', join(pki.dir, 'missing.json')])).code).toBe(1);
+    // Its secrets would cross the network in clear text.
+    const exposed = await runCli(['serve', '--port', '0', '--host', '0.0.0.0', '--acl-file', aclFile]);
+    expect(exposed.code).toBe(64);
+    expect(exposed.stderr).toContain('--acl-file on --host 0.0.0.0 without --tls-cert');
   });
 
   test('SIGHUP: removes and adds identities (open connections of a removed one closed); a broken file keeps the old rules', async () => {
