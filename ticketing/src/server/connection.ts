@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
 import type { Identity } from './access.js';
 import type { Usage } from './quotas.js';
+import type { Observation } from './observers.js';
 
 /** Every open connection, by its id (its session in the state machine). */
 export type OpenConnections = Map<number, Connection>;
@@ -41,6 +42,10 @@ export class Connection {
   holdsUntil = 0;
   /** Access control: who the connection is, once it proved it (authorizer.ts). */
   peer: Peer | undefined;
+  /** Its observations by key (observers.ts), once it made one. */
+  observing: Map<string, Observation> | undefined;
+  /** Its output passed the high-water mark: observations wait for a drain (observers.ts). */
+  behind = false;
   /** Why the connection is closing (for the disconnect event). */
   reason = 'closed';
   readonly onLine: (buf: Buffer, start: number, end: number) => boolean;

@@ -10,6 +10,7 @@ import type { Authorizer } from './authorizer.js';
 import type { Closer } from './closer.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection } from './connection.js';
+import type { Observers } from './observers.js';
 import type { Outbox } from './replies.js';
 
 export class RequestHandler {
@@ -38,6 +39,8 @@ export class RequestHandler {
     private readonly gate: Pick<ServerGate, 'refusal'> | undefined,
     /** Where the leader probe's answer goes. */
     private readonly outbox: Pick<Outbox, 'send'>,
+    /** `O` and `U`. */
+    private readonly observers: Pick<Observers, 'observe' | 'unobserve'>,
     /** Access control (`--acl-file`): who a connection is, and what it may do. */
     private readonly access?: Authorizer,
   ) {
@@ -126,6 +129,23 @@ export class RequestHandler {
         applier.apply(command);
         break;
       }
+      case 'P':
+        if (access !== undefined && !access.token(conn, request.key, request.token)) break;
+        applier.apply({
+          type: 'publish',
+          session: conn.id,
+          key: request.key,
+          token: request.token,
+          value: request.value,
+        });
+        break;
+      case 'O':
+        if (access !== undefined && !access.observe(conn, request.key)) break;
+        this.observers.observe(conn, request.key);
+        break;
+      case 'U':
+        this.observers.unobserve(conn, request.key);
+        break;
       case 'W':
         // The leader probe: it passed the gate, so this node applies requests (in cluster mode: it
         // leads, has caught up, and its lease was confirmed just now). Nothing to hold for a commit.
