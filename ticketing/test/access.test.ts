@@ -160,6 +160,25 @@ describe('two tenants on disjoint prefixes', () => {
   });
 });
 
+test('publish needs lock and observe needs observe: refused F <token> <key> and F <key> <key>; U is always answered', async () => {
+  const { server, port } = await aclServer(rules(BILLING, ORDERS));
+  const [billing, orders] = [await lines(port), await lines(port)];
+  billing.write('H billing-secret\n');
+  orders.write('H orders-secret\nA orders/1 o 0\n');
+  const token = tokenOf(await orders.readLine());
+  billing.write(`P orders/1 ${token} hijacked\nO orders/1\nO billing/1\nU orders/1\n`);
+  expect(await billing.readLines(4)).toEqual([
+    `F ${token} orders/1`,
+    'F orders/1 orders/1',
+    expect.stringMatching(/^V billing\/1 \d+ -$/),
+    'U orders/1',
+  ]);
+  expect(server.inspect('orders/1')?.holders[0]?.value).toBeUndefined();
+  // orders has lock on its keys but no observe.
+  orders.write(`P orders/1 ${token} leader-1\nO orders/1\n`);
+  expect(await orders.readLines(2)).toEqual([`P ${token} orders/1`, 'F orders/1 orders/1']);
+});
+
 test('a read-only identity may not lock (F), and reads every row of /v1/locks', async () => {
   const { server, port } = await aclServer(rules(ORDERS, OPS), true);
   const ops = await lines(port, opsCert);
