@@ -2,9 +2,10 @@
  * Request lines: parsing (the framing is the connection's LineFramer), authentication by the `H`
  * secret, the cluster gate's refusal, and the commands the lines become.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { RequestReader, SERVING_LINE } from '../protocol.js';
 import type { Command } from '../state-types.js';
+import { secretDigest as digest } from './access.js';
 import type { CommandApplier } from './applier.js';
 import type { Authorizer } from './authorizer.js';
 import type { Closer } from './closer.js';
@@ -162,10 +163,6 @@ export class RequestHandler {
     }
     return true;
   };
-}
-
-function digest(secret: string): Buffer {
-  return createHash('sha256').update(secret, 'latin1').digest();
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
