@@ -13,7 +13,7 @@ import { isName } from '../protocol.js';
 
 /** What a rule grants: `lock` (A, R, K, and P when the server has it), `observe` (O), `read` (the
  * rows of /v1/locks). */
-export const VERBS = ['lock', 'observe', 'read'] as const;
+const VERBS = ['lock', 'observe', 'read'] as const;
 export type Verb = (typeof VERBS)[number];
 
 /** One identity of the file, its rules precomputed. */

@@ -394,7 +394,7 @@ function certificateRefusal(socket: tls.TLSSocket): string {
 }
 
 /** A verified client certificate's subject CN (access control's identity), if it has one. */
-export function peerName(socket: tls.TLSSocket): string | undefined {
+function peerName(socket: tls.TLSSocket): string | undefined {
   if (!socket.authorized) return undefined;
   const cn: unknown = socket.getPeerCertificate().subject?.CN;
   return typeof cn === 'string' ? cn : undefined;
