@@ -14,7 +14,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fmt, loadavg, medianOf, startTicketing, stop } from './processes.mjs';
-import { buildLoadgen, runLoadgen, SERVER_WORKLOADS } from './servers.mjs';
+import { buildLoadgen, loadgenMedians, runLoadgen, SERVER_WORKLOADS } from './servers.mjs';
 
 const IDENTITIES = 100;
 const RULES_PER_IDENTITY = 10;
@@ -41,19 +41,9 @@ const serverUs = (run) => run.serverUserUsPerCycle + run.serverSysUsPerCycle;
 
 /** A side's medians over rounds, and its per-round ratios to `base` (no ACL). */
 function summarise(list, base) {
-  const m = (f) => medianOf(list.map(f));
   const ratios = list.map((run, i) => run.cyclesPerSecond / base[i].cyclesPerSecond);
   return {
-    cyclesPerSecond: m((r) => r.cyclesPerSecond),
-    min: Math.min(...list.map((r) => r.cyclesPerSecond)),
-    max: Math.max(...list.map((r) => r.cyclesPerSecond)),
-    p99Us: m((r) => r.p99Us),
-    serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
-    serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
-    serverCpuShare: m((r) => r.serverCpuShare),
-    clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
-    clientCpuShare: m((r) => r.clientCpuShare),
-    failures: list.reduce((n, r) => n + r.failures, 0),
+    ...loadgenMedians(list),
     vsNoAcl: {
       cyclesPerSecond: medianOf(ratios),
       min: Math.min(...ratios),

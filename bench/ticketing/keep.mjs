@@ -3,7 +3,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fmt, loadavg, medianOf, startTicketing, stop } from './processes.mjs';
-import { buildLoadgen, runLoadgen, SERVER_WORKLOADS } from './servers.mjs';
+import { buildLoadgen, loadgenMedians, runLoadgen, SERVER_WORKLOADS } from './servers.mjs';
 
 /** The keep's cost: A+R against A+K+R on one server, interleaved, at distinct 4×16. */
 export async function keepMain(options) {
@@ -45,20 +45,7 @@ export async function keepMain(options) {
     '|---|--:|--:|--:|--:|--:|--:|--:|',
   ];
   for (const { id } of cycles) {
-    const list = runs[id];
-    const m = (f) => medianOf(list.map(f));
-    const cell = {
-      cyclesPerSecond: m((r) => r.cyclesPerSecond),
-      min: Math.min(...list.map((r) => r.cyclesPerSecond)),
-      max: Math.max(...list.map((r) => r.cyclesPerSecond)),
-      p99Us: m((r) => r.p99Us),
-      serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
-      serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
-      serverCpuShare: m((r) => r.serverCpuShare),
-      clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
-      clientCpuShare: m((r) => r.clientCpuShare),
-      failures: list.reduce((n, r) => n + r.failures, 0),
-    };
+    const cell = loadgenMedians(runs[id]);
     summary[id] = cell;
     rows.push(
       `| ${id} | ${fmt(cell.cyclesPerSecond)} | ${fmt(cell.min)}–${fmt(cell.max)} | ${Math.round(cell.p99Us)} | ` +

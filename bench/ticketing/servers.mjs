@@ -95,6 +95,24 @@ export function runLoadgen(system, workload, server, options, prefix) {
   });
 }
 
+/** One side's load generator runs over rounds: the medians (and the cycles/s range), and the
+ * refused or failed cycles in all. */
+export function loadgenMedians(list) {
+  const m = (f) => medianOf(list.map(f));
+  return {
+    cyclesPerSecond: m((r) => r.cyclesPerSecond),
+    min: Math.min(...list.map((r) => r.cyclesPerSecond)),
+    max: Math.max(...list.map((r) => r.cyclesPerSecond)),
+    p99Us: m((r) => r.p99Us),
+    serverUserUsPerCycle: m((r) => r.serverUserUsPerCycle),
+    serverSysUsPerCycle: m((r) => r.serverSysUsPerCycle),
+    serverCpuShare: m((r) => r.serverCpuShare),
+    clientUsPerCycle: m((r) => r.clientUserUsPerCycle + r.clientSysUsPerCycle),
+    clientCpuShare: m((r) => r.clientCpuShare),
+    failures: list.reduce((n, r) => n + r.failures, 0),
+  };
+}
+
 const METRICS = [
   'cyclesPerSecond',
   'p50Us',
