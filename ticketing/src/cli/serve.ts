@@ -1,8 +1,8 @@
 /**
  * `ticketing serve`: runs a TicketServer. Prints `listening <host>:<port>` once it listens (stdout
  * has nothing else; the log is JSON lines on stderr); SIGTERM/SIGINT drain and exit 0 (a second
- * signal exits at once); SIGHUP reloads the TLS, secret and ACL files. The secret and the etcd password
- * are read from files only, never from argv (argv is visible to every user of the host).
+ * signal exits at once); SIGHUP reloads the TLS, secret and ACL files. The secret and the etcd
+ * password are read from files only, never from argv (argv is visible to every user of the host).
  *
  * `--cluster` makes the server one node of a lock space kept in etcd (cluster/node.ts); only then
  * is etcd3 (and gRPC) loaded, by a dynamic import.
@@ -96,7 +96,8 @@ function isLoopback(host: string): boolean {
 }
 
 /** SIGHUP: reload the TLS files (the server and the HTTPS endpoint take the new material; ServerLog
- * logs the outcome), the secret file and the ACL file. A file that fails keeps the old one in force. */
+ * logs the outcome), the secret file and the ACL file. A file that fails keeps the old one in
+ * force. */
 function reloadOnHangup(
   logger: Logger,
   server: TicketServer,
