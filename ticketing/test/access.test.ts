@@ -16,6 +16,7 @@ import { TicketClient } from '../src/client.js';
 import { AuthFailedError, ForbiddenError } from '../src/errors.js';
 import { channels } from '../src/events.js';
 import { HttpEndpoint } from '../src/observe/http.js';
+import { createLogger, ServerLog } from '../src/observe/log.js';
 import { TicketMetrics } from '../src/observe/metrics.js';
 import { AccessFileError, AccessRules } from '../src/server/access.js';
 import { TicketServer } from '../src/server/server.js';
@@ -410,6 +411,24 @@ describe('ticketing serve --acl-file', () => {
     orders.write('A orders/1 o 0\n');
     expect(await orders.readLine()).toMatch(/^A \d+ o orders\/1$/);
   });
+});
+
+test('refusals are logged with identity, verb and key, at most `burst` per window, then one line says how many were not', async () => {
+  const { server, port } = await aclServer(rules(ORDERS));
+  const logged: Array<Record<string, unknown>> = [];
+  const logger = createLogger('info', { write: (line: string) => void logged.push(JSON.parse(line)) });
+  const log = new ServerLog({ logger, server, burst: 3, windowMs: 200 });
+  cleanups.push(() => log.close());
+  const conn = await lines(port);
+  conn.write('H orders-secret\n');
+  for (let i = 0; i < 5; i++) conn.write(`A billing/${i} o${i} 0\n`);
+  expect(await conn.readLines(5)).toHaveLength(5);
+  const refused = () => logged.filter((l) => l.msg === 'refused by access control');
+  expect(refused()).toEqual(
+    [0, 1, 2].map((i) => expect.objectContaining({ identity: 'orders', verb: 'lock', key: `billing/${i}` })),
+  );
+  await until(() => logged.some((l) => l.msg === 'access refusals not logged (rate limit)'), 'the summary');
+  expect(logged.find((l) => l.msg === 'access refusals not logged (rate limit)')).toMatchObject({ suppressed: 2 });
 });
 
 describe('the rules', () => {
