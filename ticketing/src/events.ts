@@ -36,9 +36,6 @@ export const channels = {
   /** Access control refused a request: `{ server, connection, identity, verb, key }`, with `verb`
    * `lock` or `observe` (answered `F`), or `maxHeld` / `maxWaiting` (a quota: answered `B`). */
   serverRefused: diagnostics.channel('ticketing:server:refused'),
-  /** An `--acl-file` was loaded again: `{ server, identities, closed }` (`closed`: connections of
-   * identities it no longer has). */
-  serverAccessReload: diagnostics.channel('ticketing:server:access-reload'),
 
   /** A TLS handshake with a client failed (a plain-TCP client on a TLS port, a refused client
    * certificate, …): `{ server, error, remoteAddress }`. */

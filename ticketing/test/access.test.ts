@@ -287,7 +287,7 @@ test('replacing the rules: a removed identity is closed and refused, an added on
   orders.write('H orders-secret\n');
   const ops = { ...OPS, cn: undefined, secretSha256: sha256('ops-secret') };
 
-  expect(server.setAccess(rules(ORDERS, ops))).toBe(1);
+  expect(server.setAccess(rules({ ...ORDERS, maxHeld: 1 }, ops))).toBe(1);
   expect(await billing.readLine()).toBe('E auth_failed the access rules no longer admit this identity');
   await billing.waitClosed();
   const again = await lines(port);
@@ -297,6 +297,10 @@ test('replacing the rules: a removed identity is closed and refused, an added on
   expect(server.inspect('billing/1')?.token).toBe(token);
   orders.write('A orders/1 o 0\n');
   expect(await orders.readLine()).toMatch(/^A \d+ o orders\/1$/);
+  // The same rules again: the quota's count goes on (one held, maxHeld 1).
+  server.setAccess(rules({ ...ORDERS, maxHeld: 1 }, ops));
+  orders.write('A orders/2 o 0\n');
+  expect(await orders.readLine()).toBe('B o orders/2');
   const added = await lines(port);
   added.write('H ops-secret\nW\n');
   expect(await added.readLine()).toBe('W');
@@ -324,14 +328,18 @@ describe('/v1/locks lists only what the identity may read', () => {
     expect((await billing.acquire('billing/1', { waitMs: 0 })).status).toBe('acquired');
     expect((await orders.acquire('orders/1', { waitMs: 0 })).status).toBe('acquired');
 
-    const list = async (secret?: string, cert?: CertFiles): Promise<{ status: number; keys: string[] }> => {
+    const list = async (
+      secret?: string,
+      cert?: CertFiles,
+      path = '/v1/locks',
+    ): Promise<{ status: number; keys: string[] }> => {
       const response = await new Promise<import('node:http').IncomingMessage>((resolve, reject) =>
         https
           .get(
             {
               host: '127.0.0.1',
               port: httpPort,
-              path: '/v1/locks',
+              path,
               ...tlsTo(cert),
               headers: secret === undefined ? {} : { authorization: `Bearer ${secret}` },
             },
@@ -350,6 +358,9 @@ describe('/v1/locks lists only what the identity may read', () => {
     expect(await list(undefined, billingCert)).toEqual({ status: 200, keys: [] });
     expect(await list('wrong')).toEqual({ status: 401, keys: [] });
     expect(await list(undefined, strangerCert)).toEqual({ status: 401, keys: [] });
+    // The console's data needs read on every key.
+    expect(await list('ops-secret', undefined, '/v1/node')).toMatchObject({ status: 200 });
+    expect(await list('orders-secret', undefined, '/v1/node')).toMatchObject({ status: 401 });
 
     // The refusal metric, by identity and verb.
     await billing.acquire('orders/1', { waitMs: 0 }).catch(() => {});

@@ -112,11 +112,6 @@ export class Authorizer {
         closed++;
       }
     }
-    publish(channels.serverAccessReload, () => ({
-      server: this.owner,
-      identities: rules.identities.length,
-      closed,
-    }));
     return closed;
   }
 
