@@ -190,6 +190,37 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls -
   });
 });
 
+describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --acl --quick', () => {
+  const SIDES = ['no ACL', 'ACL', 'ACL + quotas'];
+  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-acl-bench-'));
+  type AclCell = { cyclesPerSecond: number; serverUserUsPerCycle: number; failures: number };
+  let results: { setup: { identities: number; rules: number }; summary: Record<string, AclCell> };
+  let stdout: string;
+
+  beforeAll(async () => {
+    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--acl', '--quick', '--out', out], {
+      maxBuffer: 16 * 1024 * 1024,
+      timeout: 110_000,
+    }));
+    results = JSON.parse(readFileSync(join(out, 'acl-results.json'), 'utf8')) as typeof results;
+  }, 120_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  test('every side measured against 100 identities and 1,000 rules, every cycle granted and released', () => {
+    expect(results.setup).toEqual({ identities: 100, rules: 1000 });
+    expect(Object.keys(results.summary)).toEqual(SIDES);
+    for (const side of SIDES) {
+      const cell = results.summary[side]!;
+      expect(cell.cyclesPerSecond, side).toBeGreaterThan(0);
+      expect(cell.serverUserUsPerCycle, side).toBeGreaterThan(0);
+      expect(cell.failures, side).toBe(0);
+    }
+    for (const side of SIDES)
+      expect(stdout).toMatch(new RegExp(`^\\| ${side.replace('+', '\\+')} \\| [\\d,]+ \\|`, 'm'));
+    expect(stdout).toContain('every acquire was granted and every release R in every run');
+  });
+});
+
 interface ClusterCell {
   cyclesPerSecond: number;
   p50Ms: number;
