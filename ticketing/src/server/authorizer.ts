@@ -30,10 +30,6 @@ export class Authorizer {
     this.#rules = rules;
   }
 
-  get rules(): AccessRules {
-    return this.#rules;
-  }
-
   /** `H <secret>`: the connection is the identity whose secret this is; false if none. */
   identifySecret(conn: Connection, secret: string): boolean {
     const digest = secretDigest(secret);
