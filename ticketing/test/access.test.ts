@@ -161,6 +161,16 @@ describe('two tenants on disjoint prefixes', () => {
   });
 });
 
+test('a hold() whose keep the rules now forbid ends with ForbiddenError at once', async () => {
+  const { server, port } = await aclServer(rules(ORDERS));
+  const orders = client(port, { secret: 'orders-secret' });
+  const hold = await orders.hold('orders/1', { waitMs: 0, keepEveryMs: 50 });
+  const moved = { ...ORDERS, allow: [{ prefix: 'orders2/', verbs: ['lock'] }] };
+  expect(server.setAccess(rules(moved))).toBe(0); // the same identity, other rules
+  await until(() => hold.signal.aborted, 'the hold to end', 2_000);
+  expect(hold.signal.reason).toBeInstanceOf(ForbiddenError);
+});
+
 test('publish needs lock and observe needs observe: refused F <token> <key> and F <key> <key>; U is always answered', async () => {
   const { server, port } = await aclServer(rules(BILLING, ORDERS));
   const [billing, orders] = [await lines(port), await lines(port)];

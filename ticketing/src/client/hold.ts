@@ -7,7 +7,14 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkNumber, RETRY_FIRST_MS, timerDelay } from '#kernel';
-import { ClientClosedError, IndeterminateError, LockLostError, NotAcquiredError, ServerError } from '../errors.js';
+import {
+  ClientClosedError,
+  ForbiddenError,
+  IndeterminateError,
+  LockLostError,
+  NotAcquiredError,
+  ServerError,
+} from '../errors.js';
 import { DEFAULT_MARGIN, leaseEnd, now, type DeadlineMargin } from './clock.js';
 import type { KeepResult } from './keep.js';
 import type { AcquireOptions, AcquireResult, ReleaseResult } from './options.js';
@@ -143,7 +150,9 @@ async function keepUntil(
     try {
       return await untilAborted(host.keep(key, token, attempt), stop);
     } catch (error) {
-      if (error instanceof LockLostError || error instanceof ClientClosedError) throw error;
+      // Definitive: the lock is gone, the client closed, or the server's access rules forbid it.
+      if (error instanceof LockLostError || error instanceof ClientClosedError || error instanceof ForbiddenError)
+        throw error;
       stop?.throwIfAborted();
       const remaining = end - now();
       if (remaining <= 0) {
