@@ -15,6 +15,7 @@ import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../src/client.js';
 import { AuthFailedError, ForbiddenError } from '../src/errors.js';
 import { channels } from '../src/events.js';
+import { parseReply } from '../src/protocol.js';
 import { HttpEndpoint } from '../src/observe/http.js';
 import { createLogger, ServerLog } from '../src/observe/log.js';
 import { TicketMetrics } from '../src/observe/metrics.js';
@@ -536,6 +537,12 @@ describe('the rules', () => {
     })() as AccessFileError;
     expect(error).toBeInstanceOf(AccessFileError);
     expect(error.message).toMatch(message);
+  });
+
+  test('F parses as a reply naming the refused request (owner, token or key) and its key', () => {
+    expect(parseReply('F owner-1 orders/1')).toEqual({ op: 'F', id: 'owner-1', key: 'orders/1' });
+    expect(parseReply('F 1796000000000001 orders/1')).toEqual({ op: 'F', id: '1796000000000001', key: 'orders/1' });
+    for (const bad of ['F', 'F orders/1', 'F a b c', 'F  k', 'F a\tb k']) expect(parseReply(bad), bad).toBeUndefined();
   });
 
   test('the server takes access rules or a secret, not both', () => {
