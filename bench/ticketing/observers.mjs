@@ -33,6 +33,9 @@ const now = () => performance.timeOrigin + performance.now();
 class Changer {
   /** token → when its grant reached the changer. */
   grants = new Map();
+  /** Per hand-off: its release sent → its grant received, ms. */
+  handoffMs = [];
+  #releasedAt = 0;
   /** Ticks that found the last hand-off not yet granted (skipped: the rate fell short). */
   lateTicks = 0;
   #sockets = [];
@@ -77,6 +80,7 @@ class Changer {
       return;
     }
     this.#handingOff = true;
+    this.#releasedAt = now();
     this.#sockets[this.#holder.conn].write(`R ${KEY} ${this.#holder.token}\n`);
   }
 
@@ -85,6 +89,7 @@ class Changer {
     const fields = line.split(' ');
     if (fields[0] === 'A' && fields[2] === `changer${conn}`) {
       this.grants.set(fields[1], at);
+      if (this.#handingOff) this.handoffMs.push(at - this.#releasedAt);
       this.#holder = { conn, token: fields[1] };
       this.#handingOff = false;
       this.#firstGrant?.();
@@ -137,6 +142,7 @@ async function measure(server, workers, changer, durationMs) {
   const started = now();
   const grantsBefore = changer.grants.size;
   const lateBefore = changer.lateTicks;
+  const handoffsBefore = changer.handoffMs.length;
   let peak = pick(serverStart.memory);
   for (let left = durationMs; left > 0; left -= 1_000) {
     await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, left)));
@@ -149,6 +155,7 @@ async function measure(server, workers, changer, durationMs) {
   const serverEnd = await usage(server);
   const changes = changer.grants.size - grantsBefore;
   const lateTicks = changer.lateTicks - lateBefore;
+  const handoffs = changer.handoffMs.slice(handoffsBefore).sort((a, b) => a - b);
   // The last changes' V are on their way: let them land before the observers stop recording.
   await new Promise((resolve) => setTimeout(resolve, 200));
   const reports = await Promise.all(workers.map((worker) => ask(worker, 'stop')));
@@ -188,6 +195,7 @@ async function measure(server, workers, changer, durationMs) {
     measuredChanges: toLast.length,
     lastObserverMs: { p50: percentile(toLast, 0.5), p99: percentile(toLast, 0.99), max: toLast.at(-1) },
     firstObserverMs: { p50: percentile(toFirst, 0.5), p99: percentile(toFirst, 0.99) },
+    handoffMs: { p50: percentile(handoffs, 0.5), p99: percentile(handoffs, 0.99) },
     cpuShare: {
       server: cpuSeconds(serverCpu) / seconds,
       serverUser: serverCpu.user / 1e6 / seconds,
@@ -212,6 +220,8 @@ function summarise(runs) {
     lastObserverP99Ms: of((r) => r.lastObserverMs.p99),
     lastObserverMaxMs: of((r) => r.lastObserverMs.max),
     firstObserverP50Ms: of((r) => r.firstObserverMs.p50),
+    handoffP50Ms: of((r) => r.handoffMs.p50),
+    handoffP99Ms: of((r) => r.handoffMs.p99),
     serverCpuShare: of((r) => r.cpuShare.server),
     serverUserShare: of((r) => r.cpuShare.serverUser),
     serverSysShare: of((r) => r.cpuShare.serverSys),
@@ -237,6 +247,8 @@ function table(summary, memory, setup) {
     row('delay to the last observer’s `V`, p99 ms', summary.lastObserverP99Ms, msF),
     row('delay to the last observer’s `V`, max ms', summary.lastObserverMaxMs, msF),
     row('delay to the first observer’s `V`, p50 ms', summary.firstObserverP50Ms, msF),
+    row('hand-off (`R` sent → the waiter’s grant received), p50 ms', summary.handoffP50Ms, msF),
+    row('hand-off, p99 ms', summary.handoffP99Ms, msF),
     row('server CPU (user + sys)', summary.serverCpuShare, pct),
     row('server CPU, user', summary.serverUserShare, pct),
     row('server CPU, sys', summary.serverSysShare, pct),
