@@ -143,7 +143,7 @@ async function measure(server, workers, changer, durationMs) {
   const grantsBefore = changer.grants.size;
   const lateBefore = changer.lateTicks;
   const handoffsBefore = changer.handoffMs.length;
-  let peak = pick(serverStart.memory);
+  const peak = pick(serverStart.memory);
   for (let left = durationMs; left > 0; left -= 1_000) {
     await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, left)));
     const { memory } = await usage(server);
@@ -200,7 +200,8 @@ async function measure(server, workers, changer, durationMs) {
       server: cpuSeconds(serverCpu) / seconds,
       serverUser: serverCpu.user / 1e6 / seconds,
       serverSys: serverCpu.system / 1e6 / seconds,
-      observers: reports.map((report) => cpuSeconds(report.cpu) / seconds),
+      // Each over its own recording, which runs on past the window while the last `V`s land.
+      observers: reports.map((report) => cpuSeconds(report.cpu) / report.seconds),
       changer: cpuSeconds(own) / seconds,
     },
     serverMemoryPeak: peak,
