@@ -16,12 +16,9 @@ export interface CampaignOptions extends Omit<HoldOptions, 'permits' | 'shared'>
   readonly value?: string | undefined;
 }
 
-/** This client leads the key until `signal` aborts. `await using` resigns at the end of the scope. */
-export interface Leadership extends AsyncDisposable {
-  readonly key: string;
-  readonly owner: string;
-  /** The grant's fencing token: pass it to whatever the leader writes to. */
-  readonly token: bigint;
+/** This client leads the key until `signal` aborts: a `TicketHold` (its `token` is the fencing
+ * token; `release()` is `resign()`) that publishes. `await using` resigns at the end of the scope. */
+export interface Leadership extends TicketHold {
   /** Aborts when the leadership is lost (reason: a `LockLostError`, or the error that ended
    * keeping) or resigned (reason: an AbortError). */
   readonly signal: AbortSignal;
@@ -29,7 +26,7 @@ export interface Leadership extends AsyncDisposable {
    * confirmed it. Publishes run one after another, in call order. Rejects with `LockLostError`
    * (`gone`) when the key is no longer held under this token (the signal aborts with it too). */
   publish(value: string): Promise<PublishResult>;
-  /** Stops keeping and releases the key (`hold().release()`): observers see it vacant or handed on. */
+  /** Stops keeping and releases the key (as `release()`): observers see it vacant or handed on. */
   resign(): Promise<ReleaseResult>;
 }
 
@@ -64,6 +61,7 @@ class Lead implements Leadership {
   readonly key: string;
   readonly owner: string;
   readonly token: bigint;
+  readonly slot = undefined;
   readonly signal: AbortSignal;
   readonly #host: CampaignHost;
   readonly #hold: TicketHold;
@@ -115,7 +113,17 @@ class Lead implements Leadership {
     }
   }
 
+  get leaseMs(): number {
+    return this.#hold.leaseMs;
+  }
+  get deadline(): Date {
+    return this.#hold.deadline;
+  }
+
   resign(): Promise<ReleaseResult> {
+    return this.#hold.release();
+  }
+  release(): Promise<ReleaseResult> {
     return this.#hold.release();
   }
 
