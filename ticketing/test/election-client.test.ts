@@ -14,7 +14,7 @@ import {
   LockLostError,
   ObservationLimitError,
 } from '../src/errors.js';
-import { FakeServer, sleep, until } from './helpers.js';
+import { FakeServer, type LineSocket, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -361,6 +361,98 @@ describe('observe', () => {
     expect(() => c.observe('bad key')).toThrow(RangeError);
     expect(() => c.observe(5 as unknown as string)).toThrow(TypeError);
     expect(() => c.observe('k', { signal: 'x' as unknown as AbortSignal })).toThrow(TypeError);
+    await sleep(50);
+    expect(server.connections).toHaveLength(0);
+  });
+});
+
+describe('campaign', () => {
+  /** Grants the campaign's acquire (connection 0) and its first keep (connection 1); returns the
+   * observe lane's connection (2) once the publish arrived on it, and that publish's line. */
+  async function granted(server: FakeServer, token: number): Promise<{ conn: LineSocket; line: string }> {
+    const acquires = await server.connection(0);
+    const [, key, owner] = (await acquires.readLine()).split(' ');
+    acquires.write(`A ${token} ${owner} ${key}\n`);
+    const keeps = await server.connection(1);
+    expect(await keeps.readLine()).toBe(`K ${key} ${token}`);
+    keeps.write(`K ${token} ${key} 30000\n`);
+    const conn = await server.connection(2);
+    return { conn, line: await conn.readLine() };
+  }
+
+  test('holds, publishes the value, then resolves; publishes run in call order', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const campaign = c.campaign('svc', { value: 'first' });
+    const { conn, line } = await granted(server, 11);
+    expect(line).toBe('P svc 11 first');
+    conn.write('P 11 svc\n');
+    const leadership = await campaign;
+    expect(leadership).toMatchObject({ key: 'svc', token: 11n, slot: undefined });
+    expect(leadership.signal.aborted).toBe(false);
+    const second = leadership.publish('second');
+    const third = leadership.publish('third');
+    expect(await conn.readLine()).toBe('P svc 11 second');
+    await conn.expectSilence(50); // the third waits for the second's answer
+    conn.write('P 11 svc\n');
+    expect(await conn.readLine()).toBe('P svc 11 third');
+    conn.write('P 11 svc\n');
+    expect(await second).toMatchObject({ value: 'second' });
+    expect(await third).toMatchObject({ value: 'third' });
+  });
+
+  test('a publish answered G: campaign rejects with LockLostError and releases', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const campaign = outcome(c.campaign('svc', { value: 'v' }));
+    const { conn } = await granted(server, 12);
+    conn.write('G 12 svc\n');
+    expect(await campaign).toMatchObject({ code: 'ETICKETLOST', reason: 'gone' });
+    const releases = await server.connection(1);
+    expect(await releases.readLine()).toBe('R svc 12');
+    releases.write('N 12 svc\n');
+  });
+
+  test('a publish answered G later: the signal aborts at once with the LockLostError', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const campaign = c.campaign('svc');
+    const acquires = await server.connection(0);
+    const [, , owner] = (await acquires.readLine()).split(' ');
+    acquires.write(`A 13 ${owner} svc\n`);
+    const keeps = await server.connection(1);
+    await keeps.readLine();
+    keeps.write('K 13 svc 30000\n');
+    const leadership = await campaign;
+    const published = outcome(leadership.publish('v'));
+    const conn = await server.connection(2);
+    await conn.readLine();
+    conn.write('G 13 svc\n');
+    expect(await published).toBeInstanceOf(LockLostError);
+    expect(leadership.signal.aborted).toBe(true);
+    expect(leadership.signal.reason).toBeInstanceOf(LockLostError);
+    await expect(leadership.publish('w')).rejects.toBeInstanceOf(LockLostError);
+  });
+
+  test('a publish whose connection was lost is sent again, and resolves on the answer', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    const campaign = c.campaign('svc', { value: 'v' });
+    const { conn } = await granted(server, 14);
+    conn.destroy();
+    const again = await server.connection(3);
+    expect(await again.readLine()).toBe('P svc 14 v');
+    again.write('P 14 svc\n');
+    const leadership = await campaign;
+    expect(leadership.token).toBe(14n);
+  });
+
+  test('bad options are refused before anything is sent', async () => {
+    const server = await fake();
+    const c = client(server.port);
+    await expect(c.campaign('svc', { value: '' })).rejects.toThrow(RangeError);
+    await expect(c.campaign('svc', { shared: true } as never)).rejects.toThrow(TypeError);
+    await expect(c.campaign('svc', { permits: 2 } as never)).rejects.toThrow(TypeError);
     await sleep(50);
     expect(server.connections).toHaveLength(0);
   });

@@ -50,7 +50,7 @@ export async function startCampaign(host: CampaignHost, key: string, options: Ca
     try {
       await leadership.publish(value);
     } catch (error) {
-      await leadership.resign().catch(() => {});
+      void leadership.resign().catch(() => {}); // re-sent until answered or expired
       throw error;
     }
   }
