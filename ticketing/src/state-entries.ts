@@ -4,7 +4,7 @@
  */
 import type { HeapItem } from './deadline-heap.js';
 import type { LockMode } from './modes.js';
-import type { HeldKey, HolderView, KeyView, SessionId } from './state-types.js';
+import type { HeldKey, HolderView, KeyView, ObservedState, SessionId } from './state-types.js';
 
 export interface Waiter extends HeapItem {
   readonly kind: 'wait';
@@ -35,6 +35,8 @@ export interface Grant extends HeapItem {
   readonly slot: number;
   readonly grantedAt: number;
   expiresAt: number;
+  /** Its published value (exclusive grants only). */
+  value: string | undefined;
 }
 
 export interface KeyEntry {
@@ -46,6 +48,12 @@ export interface KeyEntry {
   head: Waiter | undefined;
   tail: Waiter | undefined;
   waiting: number;
+  /** Raised once per command that changes its holders or values (state.ts `#changed`). */
+  rev: bigint;
+  /** The `apply` that last raised `rev`. */
+  revAt: number;
+  /** Observed: its grants have deadlines, and it stays registered while vacant. */
+  watched: boolean;
   /** Every registered key, in registration order: the sweep's path through the table. */
   olderKey: KeyEntry | undefined;
   newerKey: KeyEntry | undefined;
@@ -59,6 +67,7 @@ export function keyView(entry: KeyEntry): KeyView {
   return {
     key: entry.key,
     ...kindView(entry),
+    rev: entry.rev,
     owner: newest.owner,
     token: newest.token,
     grantedAt: newest.grantedAt,
@@ -81,6 +90,7 @@ export function heldView(entry: KeyEntry, now: number): HeldKey | undefined {
   return {
     key: entry.key,
     ...kindView(entry),
+    rev: entry.rev,
     owner,
     token,
     expiresAt,
@@ -95,6 +105,27 @@ function kindView(entry: KeyEntry): Pick<KeyView, 'kind' | 'permits'> {
 }
 
 function holderView(grant: Grant): HolderView {
-  const { owner, token, shared, grantedAt, expiresAt } = grant;
-  return { owner, token, shared, slot: grant.slot >= 0 ? grant.slot : undefined, grantedAt, expiresAt };
+  const { owner, token, shared, grantedAt, expiresAt, value } = grant;
+  return { owner, token, shared, slot: grant.slot >= 0 ? grant.slot : undefined, grantedAt, expiresAt, value };
+}
+
+/** What an observer sees of the key (its live grants: a watched key's end at their expiry). */
+export function observedState(entry: KeyEntry): ObservedState {
+  const { holders } = entry;
+  const only = holders.length === 1 && entry.permits === 0 && !holders[0]!.shared ? holders[0]! : undefined;
+  const exclusive = only === undefined ? undefined : { token: only.token, owner: only.owner, value: only.value };
+  return { rev: entry.rev, count: holders.length, exclusive };
+}
+
+/** Why a publish to `grant` (the key's under the publish's token, if any) changes nothing, or
+ * undefined when it is the live exclusive grant it may change. */
+export function publishRefusal(
+  grant: Grant | undefined,
+  registered: boolean,
+  now: number,
+): 'not-registered' | 'token-mismatch' | 'expired' | 'not-exclusive' | undefined {
+  if (grant === undefined) return registered ? 'token-mismatch' : 'not-registered';
+  // As for a keep: an expired grant's holder may already have stopped counting on it.
+  if (now >= grant.expiresAt) return 'expired';
+  return grant.shared || grant.entry.permits > 0 ? 'not-exclusive' : undefined;
 }

@@ -47,11 +47,28 @@ export type Command =
       readonly mode?: LockMode;
       /** A semaphore grant's slot. */
       readonly slot?: number | undefined;
+      /** The key's rev as stored (the key's rev becomes at least this). */
+      readonly rev?: bigint;
+      /** The grant's published value as stored. */
+      readonly value?: string | undefined;
     }
   /** Cluster mode: the lease of the key's grant under `token` counts again from `now + slackMs`
    * (default 0), never ending earlier than it did: a grant's lease counts from when its commit let
    * the reply leave. Takes effect only if the key still carries that token. */
-  | { readonly type: 'restart-lease'; readonly key: string; readonly token: bigint; readonly slackMs?: number };
+  | { readonly type: 'restart-lease'; readonly key: string; readonly token: bigint; readonly slackMs?: number }
+  /** Publish (docs/ticketing-election.md): the value of the key's exclusive grant under exactly
+   * `token`, if it is live, becomes `value` (1–512 bytes of printable ASCII). */
+  | {
+      readonly type: 'publish';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly token: bigint;
+      readonly value: string;
+    }
+  /** The key is observed (`watch`) or no longer (`unwatch`): while it is, its grants end at their
+   * expiry (not lazily), it keeps its entry and rev when vacant, and each command that changes it
+   * yields one `changed`. Calls do not nest: the observers' registry counts them. */
+  | { readonly type: 'watch' | 'unwatch'; readonly key: string };
 
 export type GrantPath =
   /** The key was not registered. */
@@ -136,8 +153,19 @@ export type Effect =
       readonly session: SessionId;
       readonly key: string;
       readonly token: bigint;
-      readonly reason: 'not-registered' | 'token-mismatch' | 'expired';
+      /** not-exclusive: a publish to a shared or semaphore grant. */
+      readonly reason: 'not-registered' | 'token-mismatch' | 'expired' | 'not-exclusive';
     }
+  /** A publish's result: the key's value is now `value`. (When it fails: `gone`.) */
+  | {
+      readonly type: 'published';
+      readonly session: SessionId;
+      readonly key: string;
+      readonly token: bigint;
+      readonly value: string;
+    }
+  /** An observed key changed (once per command, after its other effects): its state now. */
+  | { readonly type: 'changed'; readonly key: string; readonly state: ObservedState }
   /** A lease ran out and its generation ended (taken over, handed to a waiter, or swept). */
   | { readonly type: 'expired'; readonly key: string; readonly owner: string; readonly token: bigint }
   /** A queued request left its queue without a reply (its session is gone). */
@@ -176,6 +204,17 @@ export interface HolderView {
   readonly slot: number | undefined;
   readonly grantedAt: number;
   readonly expiresAt: number;
+  /** Its published value (an exclusive grant's; docs/ticketing-election.md), if any. */
+  readonly value: string | undefined;
+}
+
+/** What an observer sees of a key: its rev, how many hold it, and the holder if it is exactly one
+ * exclusive grant (docs/ticketing-election.md). */
+export interface ObservedState {
+  readonly rev: bigint;
+  readonly count: number;
+  readonly exclusive:
+    { readonly token: bigint; readonly owner: string; readonly value: string | undefined } | undefined;
 }
 
 /** A read-only view of one key, for inspection and tests. `owner`, `token`, `grantedAt` and
@@ -186,6 +225,8 @@ export interface KeyView {
   readonly kind: 'lock' | 'semaphore';
   /** A semaphore's N; undefined for a lock. */
   readonly permits: number | undefined;
+  /** Raised by every change of its holders or value (docs/ticketing-election.md "Revs"). */
+  readonly rev: bigint;
   readonly owner: string;
   readonly token: bigint;
   readonly grantedAt: number;
@@ -206,6 +247,7 @@ export interface HeldKey {
   readonly key: string;
   readonly kind: 'lock' | 'semaphore';
   readonly permits: number | undefined;
+  readonly rev: bigint;
   readonly owner: string;
   readonly token: bigint;
   readonly expiresAt: number;

@@ -33,36 +33,24 @@
  * The owner is an identifier only: a request whose owner equals the holder's gets nothing special.
  */
 import { DeadlineHeap } from './deadline-heap.js';
-import { checkNumber, MAX_TIMER_MS, MAX_TOKEN, nextToken } from '#kernel';
-import { DEFAULT_MODE_LIMITS, fits, isLockMode, kindOf, lowestFreeSlot, type LockMode } from './modes.js';
-import type { Command, Effect, GrantPath, HeldKey, KeyView, SessionId } from './state-types.js';
-import { heldView, keyView, type Grant, type KeyEntry, type Waiter } from './state-entries.js';
+import { checkNumber, MAX_TIMER_MS, nextToken } from '#kernel';
+import { fits, isLockMode, kindOf, lowestFreeSlot, type LockMode } from './modes.js';
+import type { Command, Effect, GrantPath, HeldKey, KeyView, ObservedState, SessionId } from './state-types.js';
+import { isValue } from './election-wire.js';
+import {
+  heldView,
+  keyView,
+  observedState,
+  publishRefusal,
+  type Grant,
+  type KeyEntry,
+  type Waiter,
+} from './state-entries.js';
+import { checkAdopt, checkStateOptions, type TicketStateOptions } from './state-options.js';
+import { KeyRegistry } from './state-keys.js';
 import { Table } from './table.js';
 
-export interface TicketStateOptions {
-  /** Lease length of every grant, ms. */
-  readonly leaseMs: number;
-  readonly maxKeys?: number;
-  readonly maxWaiters?: number;
-  readonly maxWaitersPerKey?: number;
-  /** Shared holders of one key at once (modes.ts). */
-  readonly maxSharedHolders?: number;
-  /** The greatest N of a semaphore request (modes.ts). */
-  readonly maxPermits?: number;
-  /** Every token issued will be greater than this (a restart's high-water mark). */
-  readonly lastToken?: bigint;
-  /** `lazy` (single mode): an expired grant is dropped by the next acquire of its key or swept;
-   * only the grants of a key with waiters have deadlines. `eager` (cluster mode): every grant has
-   * a deadline, so `nextDue` yields `expire` for every grant whose lease ran out. */
-  readonly expiry?: 'lazy' | 'eager';
-}
-
-export const DEFAULT_LIMITS = {
-  maxKeys: 1_000_000,
-  maxWaiters: 100_000,
-  maxWaitersPerKey: 10_000,
-  ...DEFAULT_MODE_LIMITS,
-} as const;
+export { DEFAULT_LIMITS, type TicketStateOptions } from './state-options.js';
 
 interface SessionWaiters {
   head: Waiter | undefined;
@@ -78,12 +66,8 @@ export class TicketState {
   readonly maxSharedHolders: number;
   readonly maxPermits: number;
 
-  // Tables, not Maps, and intrusive lists whose links are cleared on removal: see table.ts (a
-  // churning Map keeps dead entries reachable from the old generation and slows every young GC).
-  readonly #keys = new Table<KeyEntry>();
-  /** Registration order: oldest and newest key (the sweep walks from the oldest). */
-  #oldestKey: KeyEntry | undefined;
-  #newestKey: KeyEntry | undefined;
+  // Tables, not Maps, and intrusive lists whose links are cleared on removal: see table.ts.
+  readonly #keys = new KeyRegistry();
   readonly #waiters = new Table<Waiter>();
   readonly #bySession = new Table<SessionWaiters>();
   readonly #deadlines = new DeadlineHeap<Waiter | Grant>();
@@ -93,30 +77,23 @@ export class TicketState {
   #sweepCursor: KeyEntry | undefined;
   #sweeping = false;
   readonly #eager: boolean;
+  /** Observed keys (`watch`), registered or not. */
+  readonly #watched = new Set<string>();
+  /** Counts `apply` calls: a key's rev rises once per command. */
+  #applied = 0;
+  /** Observed keys the command being applied changed. */
+  #changes: KeyEntry[] = [];
 
   constructor(options: TicketStateOptions) {
-    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
-    this.leaseMs = checkNumber(options.leaseMs, 'leaseMs');
-    this.maxKeys = checkCount(options.maxKeys ?? DEFAULT_LIMITS.maxKeys, 'maxKeys');
-    this.maxWaiters = checkCountOrZero(options.maxWaiters ?? DEFAULT_LIMITS.maxWaiters, 'maxWaiters');
-    this.maxWaitersPerKey = checkCountOrZero(
-      options.maxWaitersPerKey ?? DEFAULT_LIMITS.maxWaitersPerKey,
-      'maxWaitersPerKey',
-    );
-    this.maxSharedHolders = checkCount(options.maxSharedHolders ?? DEFAULT_LIMITS.maxSharedHolders, 'maxSharedHolders');
-    this.maxPermits = checkNumber(options.maxPermits ?? DEFAULT_LIMITS.maxPermits, 'maxPermits', {
-      zero: true,
-      integer: true,
-      max: DEFAULT_LIMITS.maxPermits,
-    });
-    const last = options.lastToken ?? 0n;
-    if (typeof last !== 'bigint' || last < 0n || last > MAX_TOKEN)
-      throw new RangeError('lastToken must be a uint64 bigint');
-    this.#lastToken = last;
-    if (options.expiry !== undefined && options.expiry !== 'lazy' && options.expiry !== 'eager') {
-      throw new RangeError("expiry must be 'lazy' or 'eager'");
-    }
-    this.#eager = options.expiry === 'eager';
+    const checked = checkStateOptions(options);
+    this.leaseMs = checked.leaseMs;
+    this.maxKeys = checked.maxKeys;
+    this.maxWaiters = checked.maxWaiters;
+    this.maxWaitersPerKey = checked.maxWaitersPerKey;
+    this.maxSharedHolders = checked.maxSharedHolders;
+    this.maxPermits = checked.maxPermits;
+    this.#lastToken = checked.lastToken;
+    this.#eager = checked.eager;
   }
 
   /** The greatest token issued so far (or the starting floor). */
@@ -137,16 +114,24 @@ export class TicketState {
     return this.#bySession.get(String(session)) !== undefined;
   }
 
+  /** The key, or undefined when it has no grant and no waiter. */
   get(key: string): KeyView | undefined {
     const entry = this.#keys.get(key);
-    return entry === undefined ? undefined : keyView(entry);
+    return entry === undefined || (entry.holders.length === 0 && entry.waiting === 0) ? undefined : keyView(entry);
+  }
+
+  /** What an observer sees of the key now. One not registered is vacant at the last token, which
+   * is at least every rev it ever had and less than every rev it will have. */
+  observed(key: string): ObservedState {
+    const entry = this.#keys.get(key);
+    return entry === undefined ? { rev: this.#lastToken, count: 0, exclusive: undefined } : observedState(entry);
   }
 
   /** Keys with a grant whose lease has not run out at `now` and whose names start with `prefix`,
    * at most `limit`, in registration order (oldest first). Walks the table: for an operator's view. */
   held(now: number, prefix: string, limit: number): HeldKey[] {
     const out: HeldKey[] = [];
-    for (let entry = this.#oldestKey; entry !== undefined && out.length < limit; entry = entry.newerKey) {
+    for (let entry = this.#keys.oldest; entry !== undefined && out.length < limit; entry = entry.newerKey) {
       const view = entry.key.startsWith(prefix) ? heldView(entry, now) : undefined;
       if (view !== undefined) out.push(view);
     }
@@ -178,6 +163,16 @@ export class TicketState {
 
   apply(command: Command, now: number): Effect[] {
     if (!(now >= 0 && now < 8.64e15)) throw new RangeError(`now must be epoch milliseconds, got ${now}`);
+    this.#applied++;
+    const effects = this.#dispatch(command, now);
+    if (this.#changes.length > 0) {
+      for (const entry of this.#changes) effects.push({ type: 'changed', key: entry.key, state: observedState(entry) });
+      this.#changes = [];
+    }
+    return effects;
+  }
+
+  #dispatch(command: Command, now: number): Effects {
     switch (command.type) {
       case 'acquire':
         return this.#acquire(command.session, command.key, command.owner, command.waitMs, command.mode ?? 'x', now);
@@ -194,7 +189,12 @@ export class TicketState {
       case 'sweep':
         return this.#sweep(command.limit ?? Infinity, now);
       case 'adopt':
-        return this.#adopt(command.key, command.owner, command.token, command.mode ?? 'x', command.slot, now);
+        return this.#adopt(command, now);
+      case 'publish':
+        return this.#publish(command.session, command.key, command.token, command.value, now);
+      case 'watch':
+      case 'unwatch':
+        return this.#watch(command.key, command.type === 'watch');
       case 'restart-lease':
         return this.#restartLease(command.key, command.token, now + checkSlack(command.slackMs ?? 0));
       default:
@@ -296,7 +296,7 @@ export class TicketState {
     else entry.tail.next = waiter;
     entry.tail = waiter;
     entry.waiting++;
-    if (entry.waiting === 1 && !this.#eager) {
+    if (entry.waiting === 1 && !this.#eager && !entry.watched) {
       for (const grant of entry.holders) this.#deadlines.update(grant, grant.expiresAt);
     }
     this.#waiters.set(String(id), waiter);
@@ -304,10 +304,10 @@ export class TicketState {
     return waiter;
   }
 
-  #adopt(key: string, owner: string, token: bigint, mode: LockMode, slot: number | undefined, now: number): Effects {
-    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN)
-      throw new RangeError('token must be a uint64 bigint');
-    if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
+  #adopt(command: Extract<Command, { type: 'adopt' }>, now: number): Effects {
+    checkAdopt(command);
+    const { key, owner, token, slot, rev = 0n, value } = command;
+    const mode = command.mode ?? 'x';
     const kind = kindOf(mode);
     const entry = this.#keys.get(key);
     const holders = entry?.holders ?? [];
@@ -319,9 +319,52 @@ export class TicketState {
     ) {
       throw new Error(`key ${key} is already registered: a grant that does not fit it cannot be adopted`);
     }
-    const grant = this.#hold(entry ?? this.#register(key, kind), owner, token, mode === 's', now, slot);
     if (token > this.#lastToken) this.#lastToken = token;
+    const grant = this.#hold(entry ?? this.#register(key, kind), owner, token, mode === 's', now, slot);
+    grant.value = value;
+    if (rev > grant.entry.rev) this.#raiseRev(grant.entry, rev);
     return [{ type: 'adopted', key, owner, token, expiresAt: grant.expiresAt }];
+  }
+
+  #publish(session: SessionId, key: string, token: bigint, value: string, now: number): Effects {
+    if (!isValue(value)) throw new RangeError('value must be 1-512 bytes of printable ASCII');
+    const grant = this.#find(key, token);
+    const reason = publishRefusal(grant, this.#keys.get(key) !== undefined, now);
+    if (reason !== undefined) return [{ type: 'gone', session, key, token, reason }];
+    grant!.value = value;
+    this.#changed(grant!.entry);
+    return [{ type: 'published', session, key, token, value }];
+  }
+
+  #watch(key: string, on: boolean): Effects {
+    if (on) this.#watched.add(key);
+    else this.#watched.delete(key);
+    const entry = this.#keys.get(key);
+    if (entry === undefined || entry.watched === on) return [];
+    entry.watched = on;
+    if (!this.#eager && entry.waiting === 0) {
+      for (const grant of entry.holders) {
+        if (on) this.#deadlines.update(grant, grant.expiresAt);
+        else this.#deadlines.remove(grant);
+      }
+    }
+    if (!on && entry.holders.length === 0 && entry.waiting === 0) this.#deleteKey(entry);
+    return [];
+  }
+
+  /** The key's holders or a value changed: its rev rises, once per command. A key's first rev is
+   * the last token (its first grant's), so it exceeds every rev the key had before it was last
+   * forgotten; the last token never falls below a rev, so the next key's first rev exceeds it too. */
+  #changed(entry: KeyEntry): void {
+    if (entry.revAt === this.#applied) return;
+    entry.revAt = this.#applied;
+    this.#raiseRev(entry, entry.rev === 0n ? this.#lastToken : entry.rev + 1n);
+    if (entry.watched) this.#changes.push(entry);
+  }
+
+  #raiseRev(entry: KeyEntry, rev: bigint): void {
+    entry.rev = rev;
+    if (rev > this.#lastToken) this.#lastToken = rev;
   }
 
   #restartLease(key: string, token: bigint, from: number): Effects {
@@ -343,25 +386,11 @@ export class TicketState {
   /** The grant's lease counts again from `from`: its expiry moves there plus a lease, never earlier. */
   #extend(grant: Grant, from: number): void {
     grant.expiresAt = Math.max(grant.expiresAt, from + this.leaseMs);
-    if (grant.entry.waiting > 0 || this.#eager) this.#deadlines.update(grant, grant.expiresAt);
+    if (grant.entry.waiting > 0 || this.#eager || grant.entry.watched) this.#deadlines.update(grant, grant.expiresAt);
   }
 
   #register(key: string, permits: number): KeyEntry {
-    const fresh: KeyEntry = {
-      key,
-      permits,
-      holders: [],
-      head: undefined,
-      tail: undefined,
-      waiting: 0,
-      olderKey: this.#newestKey,
-      newerKey: undefined,
-    };
-    this.#keys.set(key, fresh);
-    if (this.#newestKey === undefined) this.#oldestKey = fresh;
-    else this.#newestKey.newerKey = fresh;
-    this.#newestKey = fresh;
-    return fresh;
+    return this.#keys.register(key, permits, this.#watched.has(key));
   }
 
   #release(session: SessionId, key: string, token: bigint, now: number): Effects {
@@ -433,7 +462,7 @@ export class TicketState {
 
   #sweep(limit: number, now: number): Effects {
     const effects: Effects = [];
-    let entry = this.#sweeping ? this.#sweepCursor : this.#oldestKey;
+    let entry = this.#sweeping ? this.#sweepCursor : this.#keys.oldest;
     this.#sweeping = true;
     let visited = 0;
     let removed = 0;
@@ -443,7 +472,7 @@ export class TicketState {
       // Keys with waiters have their grants ended by `expire` at their deadlines, never swept.
       if (entry.waiting === 0 && hasExpired(entry, now)) {
         this.#dropExpired(entry, now, effects);
-        if (entry.holders.length === 0) {
+        if (entry.holders.length === 0 && !entry.watched) {
           removed++;
           this.#deleteKey(entry);
         }
@@ -458,15 +487,9 @@ export class TicketState {
   }
 
   #deleteKey(entry: KeyEntry): void {
-    this.#keys.delete(entry.key);
-    const { olderKey, newerKey } = entry;
-    if (olderKey === undefined) this.#oldestKey = newerKey;
-    else olderKey.newerKey = newerKey;
-    if (newerKey === undefined) this.#newestKey = olderKey;
-    else newerKey.olderKey = olderKey;
     // A sweep in progress resumes at the next key instead.
-    if (this.#sweepCursor === entry) this.#sweepCursor = newerKey;
-    entry.olderKey = entry.newerKey = undefined;
+    if (this.#sweepCursor === entry) this.#sweepCursor = entry.newerKey;
+    this.#keys.delete(entry);
   }
 
   /** Removes the key's grants whose lease ran out (`expired` for each); the entry stays. */
@@ -477,6 +500,7 @@ export class TicketState {
       if (now >= grant.expiresAt) {
         this.#deadlines.remove(grant);
         effects.push({ type: 'expired', key: entry.key, owner: grant.owner, token: grant.token });
+        this.#changed(entry);
       } else {
         holders[kept++] = grant;
       }
@@ -490,6 +514,7 @@ export class TicketState {
     const { holders } = entry;
     holders.splice(holders.indexOf(grant), 1);
     this.#deadlines.remove(grant);
+    this.#changed(entry);
     this.#grantWaiters(entry, now, path, effects);
   }
 
@@ -526,7 +551,7 @@ export class TicketState {
         requestedAt,
       });
     }
-    if (entry.holders.length === 0 && entry.waiting === 0) this.#deleteKey(entry);
+    if (entry.holders.length === 0 && entry.waiting === 0 && !entry.watched) this.#deleteKey(entry);
   }
 
   /** A new grant with a new token (undefined when tokens ran out), in the key's lowest free slot. */
@@ -550,9 +575,11 @@ export class TicketState {
       at: 0,
       seq: this.#seq++,
       heapIndex: -1,
+      value: undefined,
     };
     entry.holders.push(grant);
-    if (entry.waiting > 0 || this.#eager) this.#deadlines.update(grant, expiresAt);
+    this.#changed(entry);
+    if (entry.waiting > 0 || this.#eager || entry.watched) this.#deadlines.update(grant, expiresAt);
     return grant;
   }
 
@@ -564,7 +591,8 @@ export class TicketState {
     else waiter.next.prev = waiter.prev;
     waiter.prev = waiter.next = undefined;
     entry.waiting--;
-    if (entry.waiting === 0 && !this.#eager) for (const grant of entry.holders) this.#deadlines.remove(grant);
+    if (entry.waiting === 0 && !this.#eager && !entry.watched)
+      for (const grant of entry.holders) this.#deadlines.remove(grant);
     this.#deadlines.remove(waiter);
     this.#waiters.delete(String(waiter.id));
     const mine = this.#bySession.get(String(waiter.session))!;
@@ -591,10 +619,5 @@ function hasExpired(entry: KeyEntry, now: number): boolean {
   return false;
 }
 
-/** Counts: whole numbers, the kernel's rule. */
-const checkCount = (value: unknown, what: string): number =>
-  checkNumber(value, what, { integer: true, max: Number.MAX_SAFE_INTEGER });
-const checkCountOrZero = (value: unknown, what: string): number =>
-  checkNumber(value, what, { zero: true, integer: true, max: Number.MAX_SAFE_INTEGER });
 /** A lease restart's slack: at most a timer's longest delay, so the expiry stays epoch ms. */
 const checkSlack = (value: unknown): number => checkNumber(value, 'slackMs', { zero: true, max: MAX_TIMER_MS });

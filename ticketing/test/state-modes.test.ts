@@ -195,12 +195,15 @@ interface MKey {
   kind: number;
   holders: MHolder[];
   queue: MWaiter[];
+  rev: bigint;
+  revAt: number;
 }
 
 class Model {
   keys = new Map<string, MKey>();
   last = 0n;
   ids = 0;
+  applied = 0;
   constructor(
     readonly maxShared: number,
     readonly maxPermits: number,
@@ -210,6 +213,14 @@ class Model {
     const wall = BigInt(Math.floor(now * 1000));
     this.last = wall > this.last + 1n ? wall : this.last + 1n;
     return this.last;
+  }
+  /** A change of `k`'s holders: its rev rises once per command, from the last token at first, and
+   * the last token never falls below a rev. */
+  changed(k: MKey): void {
+    if (k.revAt === this.applied) return;
+    k.revAt = this.applied;
+    k.rev = k.rev === 0n ? this.last : k.rev + 1n;
+    if (k.rev > this.last) this.last = k.rev;
   }
   /** Whether `mode` may join `k`'s holders now. */
   fits(k: MKey, mode: LockMode): boolean {
@@ -233,6 +244,7 @@ class Model {
     if (typeof mode === 'number') for (slot = 0; k.holders.some((h) => h.slot === slot); slot++);
     const token = this.token(now);
     k.holders.push({ owner, token, mode, slot, expiresAt: now + LEASE });
+    this.changed(k);
     return {
       type: 'granted',
       session,
@@ -260,12 +272,15 @@ class Model {
     if (k.holders.length === 0 && k.queue.length === 0) this.keys.delete(key);
   }
   dropExpired(k: MKey, key: string, now: number, out: Effect[]): void {
-    for (const h of k.holders.filter((h) => now >= h.expiresAt))
+    for (const h of k.holders.filter((h) => now >= h.expiresAt)) {
       out.push({ type: 'expired', key, owner: h.owner, token: h.token });
+      this.changed(k);
+    }
     k.holders = k.holders.filter((h) => now < h.expiresAt);
   }
 
   apply(c: Command, now: number): Effect[] {
+    this.applied++;
     const out: Effect[] = [];
     if (c.type === 'acquire') {
       const { session, key, owner, waitMs } = c;
@@ -280,7 +295,7 @@ class Model {
         takeover = k.holders.length === 0;
         if (!takeover) this.drain(k, key, now, 'expiry', out);
       }
-      if (k === undefined) this.keys.set(key, (k = { kind, holders: [], queue: [] }));
+      if (k === undefined) this.keys.set(key, (k = { kind, holders: [], queue: [], rev: 0n, revAt: 0 }));
       if (k.holders.length === 0 && k.queue.length === 0) k.kind = kind;
       const refuse = (e: Effect): Effect[] => {
         out.push(e);
@@ -317,6 +332,7 @@ class Model {
         if (h === undefined) return [{ type: 'not-released', session, key, token, reason }];
         out.push({ type: 'released', session, key, token });
         k!.holders.splice(k!.holders.indexOf(h), 1);
+        this.changed(k!);
         this.drain(k!, key, now, 'handoff', out);
         return out;
       }
@@ -331,6 +347,7 @@ class Model {
       if (h === undefined || now < h.expiresAt) return [];
       out.push({ type: 'expired', key: c.key, owner: h.owner, token: h.token });
       k!.holders.splice(k!.holders.indexOf(h), 1);
+      this.changed(k!);
       this.drain(k!, c.key, now, 'expiry', out);
       return out;
     }
@@ -403,6 +420,7 @@ describe('against the reference model', () => {
       }
       for (const [key, k] of model.keys) {
         const view = state.get(key)!;
+        expect(view.rev, `seed ${seed}: rev of ${key}`).toBe(k.rev);
         expect(
           view.holders.map((h) => [h.owner, h.token, h.slot, h.expiresAt]),
           `seed ${seed}: holders of ${key}`,

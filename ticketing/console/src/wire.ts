@@ -9,11 +9,15 @@ interface HolderRow {
   readonly token: string;
   /** Lease left when the row was sent, ms. */
   readonly expiresInMs: number;
+  /** Its published value, if any. */
+  readonly value?: string;
 }
 
 export interface KeyRow {
   readonly key: string;
   readonly kind: string;
+  /** The key's rev, decimal. */
+  readonly rev: string;
   readonly holders: readonly HolderRow[];
   readonly waiters: number;
   /** The first waiters' owners, front first. */

@@ -166,6 +166,18 @@ export function addServeCommand(program: Command): void {
       SERVER_DEFAULTS.maxWaiters,
     )
     .option('--max-keys <n>', 'registered keys in total', integer(1, Number.MAX_SAFE_INTEGER), SERVER_DEFAULTS.maxKeys)
+    .option(
+      '--max-observations <n>',
+      'keys observed (O) at once, all connections together',
+      integer(0, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxObservations,
+    )
+    .option(
+      '--max-observations-per-connection <n>',
+      'keys one connection may observe at once',
+      integer(0, Number.MAX_SAFE_INTEGER),
+      SERVER_DEFAULTS.maxObservationsPerConnection,
+    )
     .option('--max-connections <n>', 'open connections', integer(1, 2 ** 31), SERVER_DEFAULTS.maxConnections)
     .option(
       '--max-line <bytes>',
@@ -296,6 +308,8 @@ export function addServeCommand(program: Command): void {
         maxPermits: flags.maxPermits as number,
         maxWaiters: flags.maxWaiters as number,
         maxKeys: flags.maxKeys as number,
+        maxObservations: flags.maxObservations as number,
+        maxObservationsPerConnection: flags.maxObservationsPerConnection as number,
         maxConnections: flags.maxConnections as number,
         maxLineBytes: flags.maxLine as number,
         writeTimeoutMs: flags.writeTimeout as number,

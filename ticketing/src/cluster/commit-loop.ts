@@ -72,6 +72,7 @@ export class CommitLoop {
         break;
       case 'released':
       case 'expired':
+      case 'published':
         this.#window.touch(effect.key);
         break;
       default:

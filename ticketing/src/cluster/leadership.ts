@@ -304,8 +304,8 @@ export class Leadership {
       });
       // Every grant's lease restarts at OUR now: never a deadline from another node's clock.
       const now = this.#host!.now();
-      for (const { key, owner, token, mode, slot } of grants) {
-        state.apply({ type: 'adopt', key, owner, token, mode, slot }, now);
+      for (const { key, owner, token, mode, slot, rev, value } of grants) {
+        state.apply({ type: 'adopt', key, owner, token, mode, slot, rev, value }, now);
       }
       this.#commits = new CommitLoop({
         kv: this.#client!.kv,

@@ -2,7 +2,9 @@
  * Where cluster mode keeps its state in etcd, under the node's prefix: `leader` (the leader's
  * advertise address, bound to its etcd lease), `keys/<key>` (one per granted key, every holder:
  * `<token> <owner>` for one exclusive holder, the only form before modes; `s <token> <owner>…`
- * shared; `n<N> <token> <owner> <slot>…` a semaphore of N; in token order)
+ * shared; `n<N> <token> <owner> <slot>…` a semaphore of N; in token order), led by `r<rev> `
+ * (the key's rev; absent before election) and, for an exclusive holder that published one,
+ * followed by a newline and its value)
  * and `hwm` (the token reservation: a decimal mark no committed token exceeds; the key keeps its
  * old name for compatibility). Its invariant: a snapshot decodes whole or not at all (a foreign or
  * corrupt value stops a takeover rather than be skipped). The layout and why it is safe:
@@ -10,6 +12,7 @@
  */
 import type { IKeyValue } from 'etcd3';
 import { MAX_PERMITS, type LockMode } from '../modes.js';
+import { isValue } from '../election-wire.js';
 import { MAX_TOKEN, isName, isTokenText } from '../protocol.js';
 import type { KeyView } from '../state-types.js';
 
@@ -42,17 +45,21 @@ export interface StoredGrant {
   readonly mode: LockMode;
   /** A semaphore grant's slot; undefined otherwise. */
   readonly slot: number | undefined;
+  /** The key's rev (0 when stored before election). */
+  readonly rev: bigint;
+  /** An exclusive grant's published value. */
+  readonly value: string | undefined;
 }
 
-export function encodeGrant(token: bigint, owner: string): Buffer {
-  return Buffer.from(`${token} ${owner}`, 'latin1');
-}
-
-/** A key's grants as stored (see the header): one exclusive holder in the form before modes. */
+/** A key's grants as stored (see the header). */
 export function encodeHolders(view: KeyView): Buffer {
   const { holders } = view;
-  if (view.kind === 'lock' && !holders[0]!.shared) return encodeGrant(holders[0]!.token, holders[0]!.owner);
-  const fields = view.kind === 'lock' ? ['s'] : [`n${view.permits}`];
+  const only = holders[0]!;
+  if (view.kind === 'lock' && !only.shared) {
+    const value = only.value === undefined ? '' : `\n${only.value}`;
+    return Buffer.from(`r${view.rev} ${only.token} ${only.owner}${value}`, 'latin1');
+  }
+  const fields = [`r${view.rev}`, view.kind === 'lock' ? 's' : `n${view.permits}`];
   for (const { token, owner, slot } of holders) {
     fields.push(String(token), owner);
     if (slot !== undefined) fields.push(String(slot));
@@ -61,8 +68,17 @@ export function encodeHolders(view: KeyView): Buffer {
 }
 
 /** One stored value's grants, or undefined when it is not one. */
-function decodeHolders(key: string, value: string): StoredGrant[] | undefined {
-  const fields = value.split(' ');
+function decodeHolders(key: string, stored: string): StoredGrant[] | undefined {
+  const newline = stored.indexOf('\n');
+  const value = newline === -1 ? undefined : stored.slice(newline + 1);
+  if (value !== undefined && !isValue(value)) return undefined;
+  let fields = (newline === -1 ? stored : stored.slice(0, newline)).split(' ');
+  let rev = 0n;
+  if (/^r(?:0|[1-9][0-9]{0,19})$/.test(fields[0]!)) {
+    rev = BigInt(fields[0]!.slice(1));
+    if (rev > MAX_TOKEN) return undefined;
+    fields = fields.slice(1);
+  }
   const head = fields[0]!;
   const permits = /^n[1-9][0-9]{0,4}$/.test(head) ? Number(head.slice(1)) : 0;
   if (permits > MAX_PERMITS) return undefined;
@@ -73,6 +89,7 @@ function decodeHolders(key: string, value: string): StoredGrant[] | undefined {
   if (!Number.isInteger(count) || count < 1 || (mode === 'x' && count !== 1) || (permits > 0 && count > permits)) {
     return undefined;
   }
+  if (value !== undefined && mode !== 'x') return undefined;
   const grants: StoredGrant[] = [];
   const slots = new Set<number>();
   for (let i = start; i < fields.length; i += width) {
@@ -84,7 +101,7 @@ function decodeHolders(key: string, value: string): StoredGrant[] | undefined {
       if (!/^(?:0|[1-9][0-9]*)$/.test(slotText!) || slot >= permits || slots.has(slot)) return undefined;
       slots.add(slot);
     }
-    grants.push({ key, owner, token: BigInt(token), mode, slot });
+    grants.push({ key, owner, token: BigInt(token), mode, slot, rev, value });
   }
   return grants;
 }

@@ -14,6 +14,8 @@ interface HolderRow {
   /** `x`, `s`, or `permit` (with its `slot`). */
   readonly mode: 'x' | 's' | 'permit';
   readonly slot?: number;
+  /** Its published value (docs/ticketing-election.md), if any. */
+  readonly value?: string;
 }
 
 export interface KeyRow {
@@ -21,6 +23,8 @@ export interface KeyRow {
   /** `lock` (modes x and s) or `semaphore` (of `permits`). */
   readonly kind: 'lock' | 'semaphore';
   readonly permits?: number;
+  /** The key's rev, in decimal (docs/ticketing-election.md). */
+  readonly rev: string;
   readonly holders: readonly HolderRow[];
   /** Requests queued for the key. */
   readonly waiters: number;
@@ -64,12 +68,14 @@ export class LockRows {
       key: held.key,
       kind: held.kind,
       ...(held.permits === undefined ? {} : { permits: held.permits }),
+      rev: String(held.rev),
       holders: held.holders.map((holder) => ({
         owner: holder.owner,
         token: String(holder.token),
         expiresInMs: Math.ceil(holder.expiresInMs),
         mode: held.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
         ...(holder.slot === undefined ? {} : { slot: holder.slot }),
+        ...(holder.value === undefined ? {} : { value: holder.value }),
       })),
       waiters: held.waiters,
       queue,

@@ -14,7 +14,12 @@ import type { Effect } from '../state-types.js';
 /** What the metrics read from the server at scrape time. */
 export interface MetricsServer {
   readonly leaseMs: number;
-  stats(): { readonly connections: number; readonly keys: number; readonly waiters: number };
+  stats(): {
+    readonly connections: number;
+    readonly keys: number;
+    readonly waiters: number;
+    readonly observations: number;
+  };
 }
 
 /** What the metrics read from a cluster node at scrape time. */
@@ -112,6 +117,9 @@ export class TicketMetrics {
     );
     gauge('ticketing_waiters', 'Requests queued now, all keys together.', () => options.server.stats().waiters);
     gauge('ticketing_connections', 'Client connections open now.', () => options.server.stats().connections);
+    gauge('ticketing_observations', 'Keys observed (O) now, all connections together.', () => {
+      return options.server.stats().observations;
+    });
     gauge('ticketing_is_leader', '1 on the serving leader and in single mode, else 0.', () =>
       this.#node === undefined || this.#node.role === 'leader' ? 1 : 0,
     );

@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { channels, publish } from '../events.js';
-import type { Command, Effect } from '../state-types.js';
+import type { Command, Effect, ObservedState } from '../state-types.js';
 import type { TicketState } from '../state.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection, OpenConnections } from './connection.js';
@@ -31,6 +31,8 @@ export class CommandApplier {
     private readonly sink: ReplySink,
     /** Where a grant's connection is looked up (a grant to one that is gone is released). */
     private readonly open: OpenConnections,
+    /** Where a watched key's changes go (observers.ts). */
+    private readonly changed: (key: string, state: ObservedState) => void,
   ) {}
 
   apply(command: Command): void {
@@ -97,6 +99,10 @@ export class CommandApplier {
       }
       case 'gone':
         return sink.releaseReply(effect.session, G, effect.token, effect.key);
+      case 'published':
+        return sink.published(effect.session, effect.token, effect.key);
+      case 'changed':
+        return this.changed(effect.key, effect.state);
       default:
         return; // queued, expired, abandoned, swept, adopted, lease-restarted: state only
     }

@@ -2,6 +2,7 @@
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
+import type { Observation } from './observers.js';
 
 /** Every open connection, by its id (its session in the state machine). */
 export type OpenConnections = Map<number, Connection>;
@@ -29,6 +30,10 @@ export class Connection {
   lineSince = -1;
   /** performance.now() when the last lease granted on this connection runs out. */
   holdsUntil = 0;
+  /** Its observations by key (observers.ts), once it made one. */
+  observing: Map<string, Observation> | undefined;
+  /** Its output passed the high-water mark: observations wait for a drain (observers.ts). */
+  behind = false;
   /** Why the connection is closing (for the disconnect event). */
   reason = 'closed';
   readonly onLine: (buf: Buffer, start: number, end: number) => boolean;

@@ -11,6 +11,7 @@ import type { CommandApplier } from './applier.js';
 import type { Closer } from './closer.js';
 import { adoptSocket, Connection, noop, type OpenConnections } from './connection.js';
 import type { DeadlineTimer } from './deadline-timer.js';
+import type { Observers } from './observers.js';
 import type { ServerConfig } from './options.js';
 import type { Outbox, ReadControl } from './replies.js';
 import type { RequestHandler } from './requests.js';
@@ -43,6 +44,8 @@ export class Connections implements ReadControl {
     private readonly closer: Closer,
     private readonly requests: Pick<RequestHandler, 'needsAuth' | 'handleLine'>,
     private readonly deadlines: Pick<DeadlineTimer, 'schedule' | 'afterEvent'>,
+    /** A closed connection's observations end. */
+    private readonly observers: Pick<Observers, 'drop'>,
   ) {}
 
   /** Refuses connections from now on (the server is closing). */
@@ -163,6 +166,7 @@ export class Connections implements ReadControl {
     conn.closing = true;
     conn.out = undefined;
     this.applier.apply({ type: 'disconnect', session: conn.id });
+    this.observers.drop(conn);
     this.outbox.flush();
     publish(channels.serverDisconnect, () => ({ server: this.owner, connection: conn.id, reason: conn.reason }));
     if (this.open.size === 0) this.#allClosed?.();

@@ -4,6 +4,7 @@ import type { GateHost } from './cluster-host.js';
 import type { Closer } from './closer.js';
 import type { OpenConnections } from './connection.js';
 import type { DeadlineTimer } from './deadline-timer.js';
+import { OBSERVED_CHANGE, type Observers } from './observers.js';
 import type { Outbox } from './replies.js';
 
 export interface GateHostParts {
@@ -15,10 +16,11 @@ export interface GateHostParts {
   readonly closer: Closer;
   readonly outbox: Outbox;
   readonly deadlines: DeadlineTimer;
+  readonly observers: Pick<Observers, 'reset' | 'deliverHeld'>;
 }
 
 export function createGateHost(parts: GateHostParts): GateHost {
-  const { applier, open, closer, outbox, deadlines } = parts;
+  const { applier, open, closer, outbox, deadlines, observers } = parts;
   return {
     now: parts.clock,
     fail: (error) => parts.fatal(error),
@@ -33,10 +35,15 @@ export function createGateHost(parts: GateHostParts): GateHost {
           if (!conn.fresh) closer.fail(conn, 'not_active', detail, 'not_active');
         }
       }
+      observers.reset(); // those that observed were among them; the new state watches nothing
       deadlines.afterEvent();
     },
     deliver: (replies) => {
       for (const { session, line, grant } of replies) {
+        if (session === OBSERVED_CHANGE) {
+          observers.deliverHeld(line);
+          continue;
+        }
         const conn = open.get(session);
         if (conn !== undefined && !conn.closing && conn.socket.writable) outbox.send(conn, line);
         else if (grant !== undefined) applier.apply(applier.undeliverable(session, grant.key, grant.token));

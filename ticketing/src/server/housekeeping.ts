@@ -91,7 +91,8 @@ export class Housekeeping {
         }
       } else if (
         now - Math.max(conn.lastReadAt, conn.holdsUntil) >= idleTimeoutMs &&
-        !(state?.hasWaiters(conn.id) ?? false)
+        !(state?.hasWaiters(conn.id) ?? false) &&
+        !(conn.observing !== undefined && conn.observing.size > 0)
       ) {
         closer.shut(conn, 'idle');
       }

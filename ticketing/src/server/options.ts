@@ -61,6 +61,11 @@ export interface TicketServerOptions {
   /** Wall clock, epoch ms with sub-ms precision. Default: `performance.timeOrigin + performance.now()`
    * (wall-clock at start, monotonic after, so leases are not bent by clock steps). */
   readonly clock?: () => number;
+  /** Keys observed (`O`) at once, all connections together (beyond it: `U <key> busy`).
+   * Default 100 000. */
+  readonly maxObservations?: number;
+  /** Keys one connection may observe at once (beyond it: `U <key> busy`). Default 512. */
+  readonly maxObservationsPerConnection?: number;
   /** Cluster mode (cluster/node.ts): decides whether this node serves, owns the state while it
    * leads, and holds every reply until the state change behind it is committed. */
   readonly gate?: ServerGate | undefined;
@@ -82,6 +87,8 @@ export const SERVER_DEFAULTS = {
   lineTimeoutMs: 10_000,
   authTimeoutMs: 10_000,
   drainTimeoutMs: 5_000,
+  maxObservations: 100_000,
+  maxObservationsPerConnection: 512,
   ...DEFAULT_LIMITS,
 } as const;
 
@@ -94,6 +101,8 @@ export interface ServerStats {
   readonly connections: number;
   readonly keys: number;
   readonly waiters: number;
+  /** Observations open (`O`), all connections together. */
+  readonly observations: number;
   readonly lastToken: bigint;
 }
 
@@ -111,6 +120,7 @@ export interface ServerConfig {
     readonly maxSharedHolders: number;
     readonly maxPermits: number;
   };
+  readonly observations: { readonly maxObservations: number; readonly maxObservationsPerConnection: number };
   readonly secret: string | undefined;
   readonly stateFile: string | undefined;
   readonly sweepIntervalMs: number;
@@ -160,6 +170,14 @@ export function resolveOptions(options: TicketServerOptions): ServerConfig {
       maxWaitersPerKey: count(options.maxWaitersPerKey ?? d.maxWaitersPerKey, 'maxWaitersPerKey', 0),
       maxSharedHolders: count(options.maxSharedHolders ?? d.maxSharedHolders, 'maxSharedHolders', 1),
       maxPermits: integerIn(options.maxPermits ?? d.maxPermits, 'maxPermits', 0, MAX_PERMITS),
+    },
+    observations: {
+      maxObservations: count(options.maxObservations ?? d.maxObservations, 'maxObservations', 0),
+      maxObservationsPerConnection: count(
+        options.maxObservationsPerConnection ?? d.maxObservationsPerConnection,
+        'maxObservationsPerConnection',
+        0,
+      ),
     },
     secret,
     stateFile,

@@ -15,6 +15,7 @@ import {
   formatReleased,
   formatTimedOut,
 } from '../protocol.js';
+import { formatPublished } from '../election-wire.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection, OpenConnections } from './connection.js';
 
@@ -35,6 +36,8 @@ export interface ReplySink {
   releaseReply(session: number, op: typeof R | typeof N | typeof G, token: bigint, key: string): void;
   /** `K` (kept) to a session. */
   kept(session: number, token: bigint, key: string, leaseMs: number): void;
+  /** `P` (published) to a session. */
+  published(session: number, token: bigint, key: string): void;
 }
 
 /** Single mode: encoded at once into the connection's reply buffer (unless it is closing). */
@@ -48,6 +51,7 @@ export function directReplies(outbox: Outbox, open: OpenConnections): ReplySink 
     refused: (session, op, owner, key) => replyTo(session)?.refused(op, owner, key),
     releaseReply: (session, op, token, key) => replyTo(session)?.releaseReply(op, token, key),
     kept: (session, token, key, leaseMs) => replyTo(session)?.kept(token, key, leaseMs),
+    published: (session, token, key) => replyTo(session)?.line(formatPublished(token, key)),
   };
 }
 
@@ -67,6 +71,7 @@ export function gatedReplies(gate: ServerGate): ReplySink {
     // A keep writes nothing, but its reply waits for the guarded commit like every other
     // (docs/ticketing-cluster.md "Keeps").
     kept: (session, token, key, leaseMs) => gate.hold(session, formatKept(token, key, leaseMs), undefined),
+    published: (session, token, key) => gate.hold(session, formatPublished(token, key), undefined),
   };
 }
 

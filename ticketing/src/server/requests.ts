@@ -9,6 +9,7 @@ import type { CommandApplier } from './applier.js';
 import type { Closer } from './closer.js';
 import type { ServerGate } from './cluster-host.js';
 import type { Connection } from './connection.js';
+import type { Observers } from './observers.js';
 import type { Outbox } from './replies.js';
 
 export class RequestHandler {
@@ -37,6 +38,8 @@ export class RequestHandler {
     private readonly gate: Pick<ServerGate, 'refusal'> | undefined,
     /** Where the leader probe's answer goes. */
     private readonly outbox: Pick<Outbox, 'send'>,
+    /** `O` and `U`. */
+    private readonly observers: Pick<Observers, 'observe' | 'unobserve'>,
   ) {
     this.setSecret(secret);
   }
@@ -111,6 +114,21 @@ export class RequestHandler {
         applier.apply(command);
         break;
       }
+      case 'P':
+        applier.apply({
+          type: 'publish',
+          session: conn.id,
+          key: request.key,
+          token: request.token,
+          value: request.value,
+        });
+        break;
+      case 'O':
+        this.observers.observe(conn, request.key);
+        break;
+      case 'U':
+        this.observers.unobserve(conn, request.key);
+        break;
       case 'W':
         // The leader probe: it passed the gate, so this node applies requests (in cluster mode: it
         // leads, has caught up, and its lease was confirmed just now). Nothing to hold for a commit.

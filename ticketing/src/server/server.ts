@@ -20,7 +20,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import tls from 'node:tls';
 import { channels, publish } from '../events.js';
-import type { HeldKey, KeyView } from '../state-types.js';
+import type { HeldKey, KeyView, ObservedState } from '../state-types.js';
 import { TicketState } from '../state.js';
 import { TokenStore } from '../token-store.js';
 import { CommandApplier } from './applier.js';
@@ -39,6 +39,7 @@ import {
   type TicketServerOptions,
 } from './options.js';
 import { directReplies, gatedReplies, Outbox } from './replies.js';
+import { Observers } from './observers.js';
 import { RequestHandler } from './requests.js';
 
 export { SERVER_DEFAULTS, type ServerAddress, type ServerStats, type TicketServerOptions } from './options.js';
@@ -49,6 +50,8 @@ export interface LockView {
   /** `lock` (modes x and s) or `semaphore` (with `permits`, its N). */
   readonly kind: 'lock' | 'semaphore';
   readonly permits: number | undefined;
+  /** Raised by every change of its holders or value (docs/ticketing-election.md). */
+  readonly rev: bigint;
   /** The newest live grant's owner, token and lease left (ms, > 0). */
   readonly owner: string;
   readonly token: bigint;
@@ -60,6 +63,8 @@ export interface LockView {
     readonly shared: boolean;
     readonly slot: number | undefined;
     readonly expiresInMs: number;
+    /** Its published value, if any. */
+    readonly value: string | undefined;
   }>;
   /** Requests queued for the key, and by mode (`x`, `s`, or N). */
   readonly waiters: number;
@@ -98,6 +103,7 @@ export class TicketServer extends EventEmitter {
   readonly #requests: RequestHandler;
   readonly #connections: Connections;
   readonly #housekeeping: Housekeeping;
+  readonly #observers: Observers;
   /** The state file (single mode, with `stateFile`), once listening. */
   #store: TokenStore | undefined;
   #server: net.Server | undefined;
@@ -123,11 +129,14 @@ export class TicketServer extends EventEmitter {
       resume: (conn) => this.#connections.resume(conn),
     }));
     const sink = gate === undefined ? directReplies(outbox, open) : gatedReplies(gate);
-    const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open));
+    // A watched key's changes go to the observers, which apply their watches: closed the same way.
+    const changed = (key: string, state: ObservedState): void => this.#observers.changed(key, state);
+    const applier = (this.#applier = new CommandApplier(this, clock, gate, sink, open, changed));
+    const observers = (this.#observers = new Observers(config.observations, applier, outbox, gate, config.highWater));
     const deadlines = (this.#deadlines = new DeadlineTimer(applier, clock, outbox));
     const closer = (this.#closer = new Closer(outbox, applier, config.writeTimeoutMs));
-    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox));
-    this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines);
+    const requests = (this.#requests = new RequestHandler(config.secret, applier, closer, gate, outbox, observers));
+    this.#connections = new Connections(this, config, open, outbox, applier, closer, requests, deadlines, observers);
     this.#housekeeping = new Housekeeping(this, config, applier, open, closer, outbox);
   }
 
@@ -142,6 +151,7 @@ export class TicketServer extends EventEmitter {
       connections: this.#open.size,
       keys: state?.keyCount ?? 0,
       waiters: state?.waiterCount ?? 0,
+      observations: this.#observers.count,
       lastToken: state?.lastToken ?? 0n,
     };
   }
@@ -213,6 +223,7 @@ export class TicketServer extends EventEmitter {
           closer: this.#closer,
           outbox: this.#outbox,
           deadlines: this.#deadlines,
+          observers: this.#observers,
         }),
       );
     }
@@ -346,11 +357,12 @@ function lockView(held: HeldKey, now: number): LockView {
     key: held.key,
     kind: held.kind,
     permits: held.permits,
+    rev: held.rev,
     owner: held.owner,
     token: held.token,
     expiresInMs: held.expiresAt - now,
-    holders: held.holders.map(({ owner, token, shared, slot, expiresAt }) => {
-      return { owner, token, shared, slot, expiresInMs: expiresAt - now };
+    holders: held.holders.map(({ owner, token, shared, slot, expiresAt, value }) => {
+      return { owner, token, shared, slot, expiresInMs: expiresAt - now, value };
     }),
     waiters: held.waiters,
     waitersByMode: held.waitersByMode,
