@@ -1,0 +1,289 @@
+/**
+ * Leader election end to end, the client against the real server over real sockets: campaign,
+ * publish and resign as an observer sees them, a hand-off, the stream's order, a slow consumer,
+ * U on abort, a server restart under an observer (revs keep rising), and the `ticketing leader`
+ * and `ticketing run --publish` commands as real processes. Cluster failover under observers:
+ * test/cluster.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { afterEach, describe, expect, test } from 'vitest';
+import { TicketClient, type TicketClientOptions } from '../src/client.js';
+import type { ObservedView } from '../src/client/observations.js';
+import { TicketServer, type TicketServerOptions } from '../src/server/server.js';
+import { CLI, runCli, sleep, startServer, until } from './helpers.js';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+async function server(options: TicketServerOptions = {}): Promise<{ server: TicketServer; port: number }> {
+  const started = await startServer(options);
+  cleanups.push(started.close);
+  return started;
+}
+
+function client(port: number, options: Partial<TicketClientOptions> = {}): TicketClient {
+  const c = new TicketClient({ port, backoff: { initialMs: 5, maxMs: 50 }, ...options });
+  cleanups.push(() => c.destroy());
+  return c;
+}
+
+async function nextView(it: AsyncIterator<ObservedView>, ms = 5_000): Promise<ObservedView> {
+  const result = await Promise.race([
+    it.next(),
+    sleep(ms).then(() => {
+      throw new Error(`no view within ${ms} ms`);
+    }),
+  ]);
+  if (result.done === true) throw new Error('the observation ended');
+  return result.value;
+}
+
+describe('campaign and observe', () => {
+  test('vacant, then the leader with its value, a new value, and vacant again after resign: revs rise', async () => {
+    const { port } = await server();
+    const watcher = client(port);
+    const views = watcher.observe('svc');
+    const vacant = await nextView(views);
+    expect(vacant).toMatchObject({ holder: null, holders: 0 });
+    const leader = client(port);
+    const leadership = await leader.campaign('svc', { value: '10.0.0.5:8080' });
+    const seen: ObservedView[] = [];
+    // The grant and the publish are two changes; the observer may see both or, if it lags, the last.
+    do seen.push(await nextView(views));
+    while (seen.at(-1)!.holder?.value !== '10.0.0.5:8080');
+    const held = seen.at(-1)!;
+    expect(held.holder).toEqual({ owner: leadership.owner, token: leadership.token, value: '10.0.0.5:8080' });
+    expect(held.holders).toBe(1);
+    await leadership.publish('10.0.0.6:8080 zone b');
+    const moved = await nextView(views);
+    expect(moved.holder?.value).toBe('10.0.0.6:8080 zone b');
+    await leadership.resign();
+    expect(leadership.signal.aborted).toBe(true);
+    const after = await nextView(views);
+    expect(after).toMatchObject({ holder: null, holders: 0 });
+    const revs = [vacant, ...seen, moved, after].map((v) => v.rev);
+    for (let i = 1; i < revs.length; i++) expect(revs[i]! > revs[i - 1]!).toBe(true);
+  });
+
+  test('a hand-off: the waiting candidate leads next, and the observer never sees a vacancy between', async () => {
+    const { port } = await server();
+    const [a, b, watcher] = [client(port), client(port), client(port)];
+    const first = await a.campaign('svc', { value: 'a' });
+    const views = watcher.observe('svc');
+    expect((await nextView(views)).holder?.value).toBe('a');
+    const second = b.campaign('svc', { value: 'b', waitMs: 10_000 });
+    await sleep(50); // b waits in the queue
+    await first.resign();
+    const next = await second;
+    const seen: ObservedView[] = [];
+    do seen.push(await nextView(views));
+    while (seen.at(-1)!.holder?.value !== 'b');
+    expect(seen.every((v) => v.holders === 1)).toBe(true);
+    expect(seen.at(-1)!.holder).toEqual({ owner: next.owner, token: next.token, value: 'b' });
+    expect(next.token > first.token).toBe(true);
+    await next.resign();
+  });
+
+  test('a publish by a stale token is refused (G) and changes nothing', async () => {
+    const { port } = await server();
+    const c = client(port);
+    const leadership = await c.campaign('svc', { value: 'mine' });
+    await leadership.resign();
+    const other = await c.campaign('svc', { value: 'theirs' });
+    await expect(c.publish('svc', leadership.token, 'stale')).rejects.toMatchObject({
+      code: 'ETICKETLOST',
+      reason: 'gone',
+    });
+    const views = c.observe('svc');
+    expect((await nextView(views)).holder).toMatchObject({ token: other.token, value: 'theirs' });
+    await other.resign();
+  });
+
+  test('an observer that does not read gets the latest view, not the ones between', async () => {
+    const { port } = await server();
+    const watcher = client(port);
+    const views = watcher.observe('svc');
+    const start = await nextView(views);
+    const leadership = await client(port).campaign('svc');
+    for (let i = 1; i <= 50; i++) await leadership.publish(`value-${i}`);
+    await sleep(50);
+    const latest = await nextView(views);
+    expect(latest.holder?.value).toBe('value-50');
+    expect(latest.rev - start.rev).toBeGreaterThan(50n); // the jump says how many it did not see
+    await leadership.resign();
+  });
+
+  test('aborting the observation sends U: the server counts one observation less', async () => {
+    const { server: s, port } = await server();
+    const watcher = client(port);
+    const controller = new AbortController();
+    const views = watcher.observe('svc', { signal: controller.signal });
+    const shared = watcher.observe('svc');
+    await nextView(views);
+    await nextView(shared);
+    expect(s.stats().observations).toBe(1); // two observers, one observation
+    controller.abort();
+    expect(await views.next()).toEqual({ value: undefined, done: true });
+    await sleep(50);
+    expect(s.stats().observations).toBe(1);
+    await shared.return();
+    await until(() => s.stats().observations === 0, 'the U to arrive', 5_000);
+  });
+
+  test('a server restart under an observer: it observes again, and the revs it yields keep rising', async () => {
+    const first = new TicketServer({ port: 0 });
+    const { port } = await first.listen();
+    const servers = [first];
+    cleanups.push(async () => {
+      for (const s of servers) await s.close();
+    });
+    const views = client(port).observe('svc');
+    const leadership = await client(port).campaign('svc', { value: 'before' });
+    let before: ObservedView;
+    do before = await nextView(views);
+    while (before.holder?.value !== 'before');
+    await first.close();
+    const second = new TicketServer({ port });
+    servers.push(second);
+    await second.listen();
+    const next = await client(port).campaign('svc', { value: 'after' });
+    let after: ObservedView;
+    do after = await nextView(views, 10_000);
+    while (after.holder?.value !== 'after');
+    expect(after.rev > before.rev).toBe(true);
+    expect(after.holder?.token).toBe(next.token);
+    await next.resign();
+  });
+});
+
+describe('ticketing leader', () => {
+  test('exit 3 and "none" for a vacant key; exit 0 with owner, token and value for a leader', async () => {
+    const { port } = await server();
+    const vacant = await runCli(['leader', '--addresses', `127.0.0.1:${port}`, '--key', 'svc']);
+    expect(vacant.code, vacant.stderr).toBe(3);
+    expect(vacant.stdout).toMatch(/^rev=\d+ none\n$/);
+    const leadership = await client(port).campaign('svc', { value: '10.0.0.5:8080 zone a' });
+    const led = await runCli(['leader', '--addresses', `127.0.0.1:${port}`, '--key', 'svc']);
+    expect(led.code, led.stderr).toBe(0);
+    expect(led.stdout).toBe(
+      `rev=${/rev=(\d+)/.exec(led.stdout)![1]} owner=${leadership.owner} token=${leadership.token} value=10.0.0.5:8080 zone a\n`,
+    );
+    const json = await runCli(['leader', '--addresses', `127.0.0.1:${port}`, '--key', 'svc', '--json']);
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      key: 'svc',
+      holder: { owner: leadership.owner, token: String(leadership.token), value: '10.0.0.5:8080 zone a' },
+      holders: 1,
+    });
+    await leadership.resign();
+  });
+
+  test('--watch --json: a line per change until SIGINT, then exit 0', async () => {
+    const { port } = await server();
+    const child = spawn(process.execPath, [
+      CLI,
+      'leader',
+      '--addresses',
+      `127.0.0.1:${port}`,
+      '--key',
+      'svc',
+      '--watch',
+      '--json',
+    ]);
+    cleanups.push(() => void child.kill('SIGKILL'));
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const lines = (): Array<{ rev: string; holder: { value: string | null } | null; holders: number }> =>
+      out
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as { rev: string; holder: { value: string | null } | null; holders: number });
+    await until(() => lines().length === 1, 'the first view', 5_000);
+    expect(lines()[0]).toMatchObject({ holder: null, holders: 0 });
+    const leadership = await client(port).campaign('svc', { value: 'here' });
+    await until(() => lines().at(-1)?.holder?.value === 'here', 'the leader with its value', 5_000);
+    await leadership.resign();
+    await until(() => lines().at(-1)?.holders === 0, 'the vacancy', 5_000);
+    const revs = lines().map((l) => BigInt(l.rev));
+    for (let i = 1; i < revs.length; i++) expect(revs[i]! > revs[i - 1]!).toBe(true);
+    child.kill('SIGINT');
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(code).toBe(0);
+  });
+
+  test('no server: exit 1 after --timeout, saying so; bad flags: exit 64', async () => {
+    const { port } = await server();
+    const address = `127.0.0.1:${port}`;
+    const free = `127.0.0.1:1`;
+    const down = await runCli(['leader', '--addresses', free, '--key', 'svc', '--timeout', '300ms']);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain('no answer from 127.0.0.1:1 within 300 ms');
+    for (const args of [
+      ['--key', 'svc'],
+      ['--addresses', address],
+      ['--addresses', address, '--key', 'a b'],
+      ['--addresses', 'nope', '--key', 'svc'],
+      ['--addresses', address, '--key', 'svc', '--tls-cert', 'c.pem'],
+      ['--addresses', address, '--key', 'svc', '--timeout', 'soon'],
+    ]) {
+      const bad = await runCli(['leader', ...args]);
+      expect(bad.code, args.join(' ')).toBe(64);
+      expect(bad.stderr).toMatch(/^ticketing: /);
+    }
+  });
+});
+
+describe('ticketing run --publish', () => {
+  test('the value is published before the command starts: the command sees itself lead with it', async () => {
+    const { port } = await server();
+    const address = `127.0.0.1:${port}`;
+    const run = await runCli(
+      [
+        'run',
+        '--addresses',
+        address,
+        '--key',
+        'svc',
+        '--publish',
+        '10.0.0.5:8080',
+        '--',
+        process.execPath,
+        CLI,
+        'leader',
+        '--addresses',
+        address,
+        '--key',
+        'svc',
+      ],
+      20_000,
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^rev=\d+ owner=\S+ token=\d+ value=10\.0\.0\.5:8080\n$/);
+    // Released when the command ended.
+    const after = await runCli(['leader', '--addresses', address, '--key', 'svc']);
+    expect(after.code).toBe(3);
+  });
+
+  test('a value the flag refuses is a usage error (exit 64), nothing held', async () => {
+    const { server: s, port } = await server();
+    for (const value of ['', 'x'.repeat(513), 'é']) {
+      const run = await runCli([
+        'run',
+        '--addresses',
+        `127.0.0.1:${port}`,
+        '--key',
+        'svc',
+        '--publish',
+        value,
+        '--',
+        'true',
+      ]);
+      expect(run.code).toBe(64);
+      expect(run.stderr).toContain('--publish');
+    }
+    expect(s.stats().keys).toBe(0);
+  });
+});
