@@ -141,7 +141,7 @@ describe('campaign and observe', () => {
       for (const s of servers) await s.close();
     });
     const views = client(port).observe('svc');
-    const leadership = await client(port).campaign('svc', { value: 'before' });
+    await client(port).campaign('svc', { value: 'before' }); // its lease ends with the server
     let before: ObservedView;
     do before = await nextView(views);
     while (before.holder?.value !== 'before');
