@@ -299,6 +299,20 @@ describe('observe', () => {
     expect((await nextView(it)).rev).toBe(2n);
   });
 
+  test('a server that keeps closing an observing connection gets reconnects with backoff, not a hot loop', async () => {
+    const server = await fake();
+    const c = client(server.port, { backoff: { initialMs: 50, maxMs: 100 } });
+    const it = c.observe('svc');
+    const closing = setInterval(() => {
+      for (const conn of server.connections) if (conn.lines.length > 0 && !conn.closed) conn.socket.end();
+    }, 1);
+    cleanups.push(() => clearInterval(closing));
+    await sleep(500);
+    expect(server.connections.length).toBeGreaterThan(2);
+    expect(server.connections.length).toBeLessThan(15); // at least 25 ms apart, not one per turn
+    await it.return();
+  });
+
   test('close() ends observers with ClientClosedError; observe after close throws', async () => {
     const server = await fake();
     const c = client(server.port);

@@ -245,6 +245,7 @@ export class Lane {
       if (
         this.#state === 'open' &&
         this.#inFlight === 0 &&
+        this.tenant?.wanted !== true && // an observing connection is never idle: its end is a failure
         this.#lastError === undefined &&
         this.#framer.bufferedBytes === 0
       ) {
@@ -371,7 +372,10 @@ export class Lane {
       this.#teardown('connection-lost', new ProtocolError('malformed or unknown reply', line));
       return false;
     }
-    if (this.tenant?.take(reply) === true) return true;
+    if (this.tenant?.take(reply) === true) {
+      this.#failures = 0; // its replies (publish answers, views) say this node serves, as answers do
+      return true;
+    }
     switch (reply.op) {
       // A well-formed answer reaches this point only when it matched nothing (see #onLine).
       case 'A':
