@@ -12,7 +12,7 @@ import { addClientFlags, clientOptions } from './client-flags.js';
 import { keyName } from './flags.js';
 
 /** `ticketing leader`'s exit code when the key has no leader. */
-export const EXIT_NO_LEADER = 3;
+const EXIT_NO_LEADER = 3;
 
 /** One view as a line: `rev=… owner=… token=… value=…` (the value, which may hold spaces, last),
  * or `rev=… none` (`holders=N` when several hold it shared). */
