@@ -87,6 +87,24 @@ describe('campaign and observe', () => {
     await next.resign();
   });
 
+  test('a leader that dies: the observer sees the key vacant once its lease ran out', async () => {
+    const { port } = await server({ leaseMs: 300 });
+    const watcher = client(port);
+    const views = watcher.observe('svc');
+    await nextView(views);
+    const dying = client(port);
+    await dying.campaign('svc', { value: 'here' });
+    let held: ObservedView;
+    do held = await nextView(views);
+    while (held.holder?.value !== 'here');
+    const diedAt = Date.now();
+    dying.destroy(); // no more keeps, no release
+    const vacant = await nextView(views);
+    expect(vacant).toMatchObject({ holder: null, holders: 0 });
+    expect(vacant.rev).toBe(held.rev + 1n);
+    expect(Date.now() - diedAt).toBeGreaterThanOrEqual(100); // at the lease's end, not at the death
+  });
+
   test('a publish by a stale token is refused (G) and changes nothing', async () => {
     const { port } = await server();
     const c = client(port);
