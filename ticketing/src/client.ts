@@ -297,19 +297,7 @@ export class TicketClient {
         resolve,
         reject,
       };
-      if (!this.#registry.addExclusive(p)) {
-        reject(
-          new DuplicateRequestError(
-            `a publish of ${key} token ${tokenText} is already pending: its replies would be ambiguous`,
-            key,
-            undefined,
-            p.token,
-          ),
-        );
-        return;
-      }
-      this.#watchAbort(p);
-      this.#observeLane.submit(p);
+      this.#submitExclusive(p, this.#observeLane);
     });
   }
 
@@ -452,25 +440,31 @@ export class TicketClient {
         },
         reject,
       };
-      if (!this.#registry.addExclusive(p)) {
-        reject(
-          new DuplicateRequestError(
-            `a keep of ${key} token ${tokenText} is already pending: its replies would be ambiguous`,
-            key,
-            undefined,
-            p.token,
-          ),
-        );
-        return;
-      }
-      if (signal?.aborted) {
-        this.#registry.remove(p);
-        reject(signal.reason);
-        return;
-      }
-      this.#watchAbort(p);
-      this.#releaseLane.submit(p);
+      this.#submitExclusive(p, this.#releaseLane);
     });
+  }
+
+  /** A keep or a publish: refused while one of its kind and (key, token) is pending (their replies
+   * would be ambiguous), else sent on `lane`. */
+  #submitExclusive(p: PendingKeep | PendingPublish, lane: Lane): void {
+    if (!this.#registry.addExclusive(p)) {
+      p.reject(
+        new DuplicateRequestError(
+          `a ${p.kind} of ${p.key} token ${p.tokenText} is already pending: its replies would be ambiguous`,
+          p.key,
+          undefined,
+          p.token,
+        ),
+      );
+      return;
+    }
+    if (p.signal?.aborted) {
+      this.#registry.remove(p);
+      p.reject(p.signal.reason);
+      return;
+    }
+    this.#watchAbort(p);
+    lane.submit(p);
   }
 
   #watchAbort(p: Pending): void {

@@ -6,7 +6,6 @@
  */
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../src/client.js';
-import type { ObservedView } from '../src/client/observations.js';
 import {
   AuthFailedError,
   ClientClosedError,
@@ -14,7 +13,7 @@ import {
   LockLostError,
   ObservationLimitError,
 } from '../src/errors.js';
-import { FakeServer, type LineSocket, sleep, until } from './helpers.js';
+import { FakeServer, type LineSocket, nextValue, sleep, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -40,18 +39,6 @@ async function outcome<T>(promise: Promise<T>): Promise<T | Error> {
   } catch (error) {
     return error as Error;
   }
-}
-
-/** The next view, or a failure after `ms`. */
-async function nextView(it: AsyncIterator<ObservedView>, ms = 3_000): Promise<ObservedView> {
-  const result = await Promise.race([
-    it.next(),
-    sleep(ms).then(() => {
-      throw new Error(`no view within ${ms} ms`);
-    }),
-  ]);
-  if (result.done === true) throw new Error('the observation ended');
-  return result.value;
 }
 
 /** Resolves true if `it` yields nothing within `ms` (the pending next() is left to the test). */
@@ -133,17 +120,17 @@ describe('observe', () => {
     expect(await conn.readLine()).toBe('O svc');
     const big = 2n ** 60n;
     conn.write(`V svc ${big} -\n`);
-    expect(await nextView(it)).toEqual({ rev: big, holder: null, holders: 0 });
+    expect(await nextValue(it)).toEqual({ rev: big, holder: null, holders: 0 });
     conn.write(`V svc ${big + 1n} 42 node-a\n`);
-    expect(await nextView(it)).toEqual({
+    expect(await nextValue(it)).toEqual({
       rev: big + 1n,
       holder: { owner: 'node-a', token: 42n, value: null },
       holders: 1,
     });
     conn.write(`V svc ${big + 2n} 42 node-a 10.0.0.5:8080 zone a\n`);
-    expect((await nextView(it)).holder).toEqual({ owner: 'node-a', token: 42n, value: '10.0.0.5:8080 zone a' });
+    expect((await nextValue(it)).holder).toEqual({ owner: 'node-a', token: 42n, value: '10.0.0.5:8080 zone a' });
     conn.write(`V svc ${big + 5n} *3\n`);
-    expect(await nextView(it)).toEqual({ rev: big + 5n, holder: null, holders: 3 });
+    expect(await nextValue(it)).toEqual({ rev: big + 5n, holder: null, holders: 3 });
     await it.return();
   });
 
@@ -155,8 +142,8 @@ describe('observe', () => {
     const conn = await server.connection(0);
     expect(await conn.readLines(2)).toEqual(['O a', 'O b']);
     conn.write('V b 7 -\nV a 3 1 x\n');
-    expect(await nextView(a)).toMatchObject({ rev: 3n, holders: 1 });
-    expect(await nextView(b)).toMatchObject({ rev: 7n, holders: 0 });
+    expect(await nextValue(a)).toMatchObject({ rev: 3n, holders: 1 });
+    expect(await nextValue(b)).toMatchObject({ rev: 7n, holders: 0 });
   });
 
   test('a slow consumer gets the newest view only; a rev at or below one yielded is dropped', async () => {
@@ -169,7 +156,7 @@ describe('observe', () => {
     for (let rev = 1; rev <= 200; rev++) lines += `V svc ${rev} ${rev} owner-${rev}\n`;
     conn.write(lines);
     await sleep(100); // all of them arrived, unread
-    expect(await nextView(it)).toEqual({
+    expect(await nextValue(it)).toEqual({
       rev: 200n,
       holder: { owner: 'owner-200', token: 200n, value: null },
       holders: 1,
@@ -188,12 +175,12 @@ describe('observe', () => {
     const conn = await server.connection(0);
     expect(await conn.readLine()).toBe('O svc');
     conn.write('V svc 5 -\n');
-    expect((await nextView(first)).rev).toBe(5n);
+    expect((await nextValue(first)).rev).toBe(5n);
     const second = c.observe('svc'); // gets the current view at once, with no second O
-    expect((await nextView(second)).rev).toBe(5n);
+    expect((await nextValue(second)).rev).toBe(5n);
     conn.write('V svc 6 9 n\n');
-    expect((await nextView(first)).rev).toBe(6n);
-    expect((await nextView(second)).rev).toBe(6n);
+    expect((await nextValue(first)).rev).toBe(6n);
+    expect((await nextValue(second)).rev).toBe(6n);
     await first.return();
     await conn.expectSilence(50);
     await second.return();
@@ -203,7 +190,7 @@ describe('observe', () => {
     const third = c.observe('svc');
     expect(await conn.readLine()).toBe('O svc');
     conn.write('V svc 7 -\n');
-    expect((await nextView(third)).rev).toBe(7n);
+    expect((await nextValue(third)).rev).toBe(7n);
     expect(server.connections).toHaveLength(1);
   });
 
@@ -215,7 +202,7 @@ describe('observe', () => {
     const conn = await server.connection(0);
     await conn.readLine();
     conn.write('V svc 1 -\n');
-    await nextView(it);
+    await nextValue(it);
     const waiting = it.next();
     controller.abort();
     expect(await waiting).toEqual({ value: undefined, done: true });
@@ -272,8 +259,8 @@ describe('observe', () => {
     const first = await server.connection(0);
     expect(await first.readLines(2)).toEqual(['O a', 'O b']);
     first.write('V a 10 1 x\nV b 3 -\n');
-    expect((await nextView(a)).rev).toBe(10n);
-    expect((await nextView(b)).rev).toBe(3n);
+    expect((await nextValue(a)).rev).toBe(10n);
+    expect((await nextValue(b)).rev).toBe(3n);
     first.destroy();
     const second = await server.connection(1);
     expect((await second.readLines(2)).sort()).toEqual(['O a', 'O b']);
@@ -291,12 +278,12 @@ describe('observe', () => {
     const first = await server.connection(0);
     await first.readLine();
     first.write('V svc 1 -\n');
-    await nextView(it);
+    await nextValue(it);
     first.socket.end(); // a graceful close, as a restarting server does
     const second = await server.connection(1);
     expect(await second.readLine()).toBe('O svc');
     second.write('V svc 2 -\n');
-    expect((await nextView(it)).rev).toBe(2n);
+    expect((await nextValue(it)).rev).toBe(2n);
   });
 
   test('a server that keeps closing an observing connection gets reconnects with backoff, not a hot loop', async () => {
@@ -351,7 +338,7 @@ describe('observe', () => {
     const second = await server.connection(1);
     expect(await second.readLine()).toBe('O svc');
     second.write('V svc 1 -\n');
-    expect((await nextView(it)).rev).toBe(1n);
+    expect((await nextValue(it)).rev).toBe(1n);
   });
 
   test('a V line of 1,070 bytes fits the default line limit (2048)', async () => {
@@ -366,7 +353,7 @@ describe('observe', () => {
     const line = `V ${key} 18446744073709551615 18446744073709551615 ${owner} ${value}\n`;
     expect(line.length).toBeGreaterThan(1_060);
     conn.write(line);
-    expect((await nextView(it)).holder).toEqual({ owner, token: 2n ** 64n - 1n, value });
+    expect((await nextValue(it)).holder).toEqual({ owner, token: 2n ** 64n - 1n, value });
   });
 
   test('a bad key or options throw before anything is sent', async () => {

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../src/client.js';
 import type { ObservedView } from '../src/client/observations.js';
 import { TicketServer, type TicketServerOptions } from '../src/server/server.js';
-import { CLI, runCli, sleep, startServer, until } from './helpers.js';
+import { CLI, nextValue, runCli, sleep, startServer, until } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -30,39 +30,28 @@ function client(port: number, options: Partial<TicketClientOptions> = {}): Ticke
   return c;
 }
 
-async function nextView(it: AsyncIterator<ObservedView>, ms = 5_000): Promise<ObservedView> {
-  const result = await Promise.race([
-    it.next(),
-    sleep(ms).then(() => {
-      throw new Error(`no view within ${ms} ms`);
-    }),
-  ]);
-  if (result.done === true) throw new Error('the observation ended');
-  return result.value;
-}
-
 describe('campaign and observe', () => {
   test('vacant, then the leader with its value, a new value, and vacant again after resign: revs rise', async () => {
     const { port } = await server();
     const watcher = client(port);
     const views = watcher.observe('svc');
-    const vacant = await nextView(views);
+    const vacant = await nextValue(views);
     expect(vacant).toMatchObject({ holder: null, holders: 0 });
     const leader = client(port);
     const leadership = await leader.campaign('svc', { value: '10.0.0.5:8080' });
     const seen: ObservedView[] = [];
     // The grant and the publish are two changes; the observer may see both or, if it lags, the last.
-    do seen.push(await nextView(views));
+    do seen.push(await nextValue(views));
     while (seen.at(-1)!.holder?.value !== '10.0.0.5:8080');
     const held = seen.at(-1)!;
     expect(held.holder).toEqual({ owner: leadership.owner, token: leadership.token, value: '10.0.0.5:8080' });
     expect(held.holders).toBe(1);
     await leadership.publish('10.0.0.6:8080 zone b');
-    const moved = await nextView(views);
+    const moved = await nextValue(views);
     expect(moved.holder?.value).toBe('10.0.0.6:8080 zone b');
     await leadership.resign();
     expect(leadership.signal.aborted).toBe(true);
-    const after = await nextView(views);
+    const after = await nextValue(views);
     expect(after).toMatchObject({ holder: null, holders: 0 });
     const revs = [vacant, ...seen, moved, after].map((v) => v.rev);
     for (let i = 1; i < revs.length; i++) expect(revs[i]! > revs[i - 1]!).toBe(true);
@@ -73,13 +62,13 @@ describe('campaign and observe', () => {
     const [a, b, watcher] = [client(port), client(port), client(port)];
     const first = await a.campaign('svc', { value: 'a' });
     const views = watcher.observe('svc');
-    expect((await nextView(views)).holder?.value).toBe('a');
+    expect((await nextValue(views)).holder?.value).toBe('a');
     const second = b.campaign('svc', { value: 'b', waitMs: 10_000 });
     await sleep(50); // b waits in the queue
     await first.resign();
     const next = await second;
     const seen: ObservedView[] = [];
-    do seen.push(await nextView(views));
+    do seen.push(await nextValue(views));
     while (seen.at(-1)!.holder?.value !== 'b');
     expect(seen.every((v) => v.holders === 1)).toBe(true);
     expect(seen.at(-1)!.holder).toEqual({ owner: next.owner, token: next.token, value: 'b' });
@@ -91,15 +80,15 @@ describe('campaign and observe', () => {
     const { port } = await server({ leaseMs: 300 });
     const watcher = client(port);
     const views = watcher.observe('svc');
-    await nextView(views);
+    await nextValue(views);
     const dying = client(port);
     await dying.campaign('svc', { value: 'here' });
     let held: ObservedView;
-    do held = await nextView(views);
+    do held = await nextValue(views);
     while (held.holder?.value !== 'here');
     const diedAt = Date.now();
     dying.destroy(); // no more keeps, no release
-    const vacant = await nextView(views);
+    const vacant = await nextValue(views);
     expect(vacant).toMatchObject({ holder: null, holders: 0 });
     expect(vacant.rev).toBe(held.rev + 1n);
     expect(Date.now() - diedAt).toBeGreaterThanOrEqual(100); // at the lease's end, not at the death
@@ -116,7 +105,7 @@ describe('campaign and observe', () => {
       reason: 'gone',
     });
     const views = c.observe('svc');
-    expect((await nextView(views)).holder).toMatchObject({ token: other.token, value: 'theirs' });
+    expect((await nextValue(views)).holder).toMatchObject({ token: other.token, value: 'theirs' });
     await other.resign();
   });
 
@@ -124,11 +113,11 @@ describe('campaign and observe', () => {
     const { port } = await server();
     const watcher = client(port);
     const views = watcher.observe('svc');
-    const start = await nextView(views);
+    const start = await nextValue(views);
     const leadership = await client(port).campaign('svc');
     for (let i = 1; i <= 50; i++) await leadership.publish(`value-${i}`);
     await sleep(50);
-    const latest = await nextView(views);
+    const latest = await nextValue(views);
     expect(latest.holder?.value).toBe('value-50');
     expect(latest.rev - start.rev).toBeGreaterThan(50n); // the jump says how many it did not see
     await leadership.resign();
@@ -140,8 +129,8 @@ describe('campaign and observe', () => {
     const controller = new AbortController();
     const views = watcher.observe('svc', { signal: controller.signal });
     const shared = watcher.observe('svc');
-    await nextView(views);
-    await nextView(shared);
+    await nextValue(views);
+    await nextValue(shared);
     expect(s.stats().observations).toBe(1); // two observers, one observation
     controller.abort();
     expect(await views.next()).toEqual({ value: undefined, done: true });
@@ -161,7 +150,7 @@ describe('campaign and observe', () => {
     const views = client(port).observe('svc');
     await client(port).campaign('svc', { value: 'before' }); // its lease ends with the server
     let before: ObservedView;
-    do before = await nextView(views);
+    do before = await nextValue(views);
     while (before.holder?.value !== 'before');
     await first.close();
     const second = new TicketServer({ port });
@@ -169,7 +158,7 @@ describe('campaign and observe', () => {
     await second.listen();
     const next = await client(port).campaign('svc', { value: 'after' });
     let after: ObservedView;
-    do after = await nextView(views, 10_000);
+    do after = await nextValue(views, 10_000);
     while (after.holder?.value !== 'after');
     expect(after.rev > before.rev).toBe(true);
     expect(after.holder?.token).toBe(next.token);
