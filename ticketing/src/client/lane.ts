@@ -108,12 +108,13 @@ export class Lane {
   }
 
   /** Writes a tenant's line now if the connection serves (true); otherwise makes sure one is on its
-   * way while there is work (false), and the tenant's `opened()` says what it starts with. */
+   * way while there is work (false): the tenant's `opened()` sends what it starts with. */
   send(line: string): boolean {
-    if (this.#state === 'open') return this.#socket!.write(line, 'latin1') || true;
-    if (this.#state === 'idle' && this.#wanted()) this.#connect();
+    const open = this.#state === 'open';
+    if (open) this.#socket!.write(line, 'latin1');
+    else if (this.#state === 'idle' && this.#wanted()) this.#connect();
     else if (this.#state === 'backoff' && this.#wanted()) this.#retryTimer?.ref();
-    return false;
+    return open;
   }
 
   /** A sent request answered: settled here, resolved or rejected by the caller. */
@@ -402,8 +403,7 @@ export class Lane {
         // This node applies requests: send what waited for it.
         clearTimeout(this.#connectTimer);
         this.#state = 'open';
-        const opening = this.tenant?.opened();
-        if (opening) this.#socket!.write(opening, 'latin1');
+        this.tenant?.opened(); // its lines go first
         publish(channels.clientConnect, () => ({ client: this.host.client, lane: this.role, address: endpointText }));
         this.#flush();
         return true;

@@ -35,7 +35,7 @@ export interface Observation extends AsyncIterableIterator<ObservedView, undefin
 /** What the observations need of the lane they ride on. */
 export interface ObservationLink {
   /** Writes `line` if the connection is serving (true); otherwise makes sure one is on its way
-   * while anything is observed (false): `opened()` then says what to send first. */
+   * while anything is observed (false): `opened()` is called on it first. */
   send(line: string): boolean;
   /** Settles a sent request whose reply was matched here (the caller resolves it). */
   answered(p: Pending): void;
@@ -82,15 +82,11 @@ export class Observations {
     return observer;
   }
 
-  /** The lines a new serving connection starts with: an `O` for every observed key. */
-  opened(): string {
-    let out = '';
+  /** A new serving connection: it starts with an `O` for every observed key. */
+  opened(): void {
     for (const entry of this.#entries.values()) {
-      if (entry.observers.size === 0 || entry.sent) continue;
-      entry.sent = true;
-      out += formatObserve(entry.key);
+      if (entry.observers.size > 0 && !entry.sent) entry.sent = this.link.send(formatObserve(entry.key));
     }
-    return out;
   }
 
   /** The connection ended: the server forgot our observations. `refused`: it refused the
