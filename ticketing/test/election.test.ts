@@ -7,6 +7,9 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient, type TicketClientOptions } from '../src/client.js';
 import type { ObservedView } from '../src/client/observations.js';
@@ -219,6 +222,20 @@ describe('ticketing leader', () => {
     child.kill('SIGINT');
     const [code] = (await once(child, 'exit')) as [number | null];
     expect(code).toBe(0);
+  });
+
+  test('the secret from --secret-file: the right one observes, a wrong one exits 1 saying auth_failed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ticketing-leader-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'secret'), 's3cret\n');
+    writeFileSync(join(dir, 'wrong'), 'guess\n');
+    const { port } = await server({ secret: 's3cret' });
+    const args = ['leader', '--addresses', `127.0.0.1:${port}`, '--key', 'svc', '--secret-file'];
+    const right = await runCli([...args, join(dir, 'secret')]);
+    expect(right.code, right.stderr).toBe(3);
+    const wrong = await runCli([...args, join(dir, 'wrong')]);
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain('auth_failed');
   });
 
   test('no server: exit 1 after --timeout, saying so; bad flags: exit 64', async () => {
