@@ -224,6 +224,17 @@ describe('ticketing leader', () => {
     expect(code).toBe(0);
   });
 
+  test('a key held shared has no leader: holders=N, exit 3; the observer sees the count', async () => {
+    const { port } = await server();
+    const c = client(port);
+    const [a, b] = await Promise.all([c.acquire('svc', { shared: true }), c.acquire('svc', { shared: true })]);
+    expect([a.status, b.status]).toEqual(['acquired', 'acquired']);
+    expect(await nextValue(c.observe('svc'))).toMatchObject({ holder: null, holders: 2 });
+    const shown = await runCli(['leader', '--addresses', `127.0.0.1:${port}`, '--key', 'svc']);
+    expect(shown.code).toBe(3);
+    expect(shown.stdout).toMatch(/^rev=\d+ none holders=2\n$/);
+  });
+
   test('the secret from --secret-file: the right one observes, a wrong one exits 1 saying auth_failed', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ticketing-leader-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
