@@ -116,14 +116,22 @@ describe('campaign and observe', () => {
     const { port } = await server();
     const watcher = client(port);
     const views = watcher.observe('svc');
-    const start = await nextValue(views);
+    await nextValue(views);
     const leadership = await client(port).campaign('svc');
-    for (let i = 1; i <= 50; i++) await leadership.publish(`value-${i}`);
+    let granted: ObservedView;
+    do granted = await nextValue(views);
+    while (granted.holder === null);
+    for (let i = 1; i <= 50; i++) await leadership.publish(`value-${i}`); // not read meanwhile
     await sleep(50);
     const latest = await nextValue(views);
     expect(latest.holder?.value).toBe('value-50');
-    expect(latest.rev - start.rev).toBeGreaterThan(50n); // the jump says how many it did not see
+    expect(latest.rev).toBe(granted.rev + 50n); // the jump says how many it did not see
+    const more = views.next();
+    expect(await Promise.race([more.then(() => 'more'), sleep(100).then(() => 'nothing queued')])).toBe(
+      'nothing queued',
+    );
     await leadership.resign();
+    expect((await more).value).toMatchObject({ holders: 0 });
   });
 
   test('aborting the observation sends U: the server counts one observation less', async () => {
