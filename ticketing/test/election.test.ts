@@ -199,38 +199,41 @@ describe('ticketing leader', () => {
     await leadership.resign();
   });
 
-  test('--watch --json: a line per change until SIGINT, then exit 0', async () => {
-    const { port } = await server();
-    const child = spawn(process.execPath, [
-      CLI,
-      'leader',
-      '--addresses',
-      `127.0.0.1:${port}`,
-      '--key',
-      'svc',
-      '--watch',
-      '--json',
-    ]);
-    cleanups.push(() => void child.kill('SIGKILL'));
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    const lines = (): Array<{ rev: string; holder: { value: string | null } | null; holders: number }> =>
-      out
-        .split('\n')
-        .filter((l) => l !== '')
-        .map((l) => JSON.parse(l) as { rev: string; holder: { value: string | null } | null; holders: number });
-    await until(() => lines().length === 1, 'the first view', 5_000);
-    expect(lines()[0]).toMatchObject({ holder: null, holders: 0 });
-    const leadership = await client(port).campaign('svc', { value: 'here' });
-    await until(() => lines().at(-1)?.holder?.value === 'here', 'the leader with its value', 5_000);
-    await leadership.resign();
-    await until(() => lines().at(-1)?.holders === 0, 'the vacancy', 5_000);
-    const revs = lines().map((l) => BigInt(l.rev));
-    for (let i = 1; i < revs.length; i++) expect(revs[i]! > revs[i - 1]!).toBe(true);
-    child.kill('SIGINT');
-    const [code] = (await once(child, 'exit')) as [number | null];
-    expect(code).toBe(0);
-  });
+  test.each(['SIGINT', 'SIGTERM'] as const)(
+    '--watch --json: a line per change until %s, then exit 0',
+    async (signal) => {
+      const { port } = await server();
+      const child = spawn(process.execPath, [
+        CLI,
+        'leader',
+        '--addresses',
+        `127.0.0.1:${port}`,
+        '--key',
+        'svc',
+        '--watch',
+        '--json',
+      ]);
+      cleanups.push(() => void child.kill('SIGKILL'));
+      let out = '';
+      child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      const lines = (): Array<{ rev: string; holder: { value: string | null } | null; holders: number }> =>
+        out
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as { rev: string; holder: { value: string | null } | null; holders: number });
+      await until(() => lines().length === 1, 'the first view', 5_000);
+      expect(lines()[0]).toMatchObject({ holder: null, holders: 0 });
+      const leadership = await client(port).campaign('svc', { value: 'here' });
+      await until(() => lines().at(-1)?.holder?.value === 'here', 'the leader with its value', 5_000);
+      await leadership.resign();
+      await until(() => lines().at(-1)?.holders === 0, 'the vacancy', 5_000);
+      const revs = lines().map((l) => BigInt(l.rev));
+      for (let i = 1; i < revs.length; i++) expect(revs[i]! > revs[i - 1]!).toBe(true);
+      child.kill(signal);
+      const [code] = (await once(child, 'exit')) as [number | null];
+      expect(code).toBe(0);
+    },
+  );
 
   test('a key held shared has no leader: holders=N, exit 3; the observer sees the count', async () => {
     const { port } = await server();
