@@ -27,6 +27,9 @@
  *
  * TLS's cost: `npm run bench:ticketing -- --tls [--rounds 5]`: see tls.mjs.
  *
+ * Observers: `npm run bench:ticketing -- --observers [--duration 10s] [--observer-processes 1]`:
+ * 1,000 observers of one key changing hands 100 times a second; see observers.mjs.
+ *
  * Access control's cost: `npm run bench:ticketing -- --acl [--rounds 7]`: see acl.mjs.
  *
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
@@ -57,6 +60,8 @@ function parseArgs(argv) {
     quick: false,
     keep: false,
     tls: false,
+    observers: false,
+    observerProcesses: 1,
     acl: false,
     rounds: 3,
     durationMs: 3_000,
@@ -70,7 +75,7 @@ function parseArgs(argv) {
       Object.assign(options, { quick: true, rounds: 1, durationMs: 200, warmupMs: 100 });
       continue;
     }
-    if (flag === '--keep' || flag === '--tls' || flag === '--acl') {
+    if (flag === '--keep' || flag === '--tls' || flag === '--acl' || flag === '--observers') {
       options[flag.slice(2)] = true;
       continue;
     }
@@ -83,6 +88,9 @@ function parseArgs(argv) {
     } else if (flag === '--rounds') {
       options.rounds = Number.parseInt(value, 10);
       if (!(options.rounds >= 1)) throw new Error('--rounds must be a positive integer');
+    } else if (flag === '--observer-processes') {
+      options.observerProcesses = Number.parseInt(value, 10);
+      if (!(options.observerProcesses >= 1)) throw new Error('--observer-processes must be a positive integer');
     } else if (flag === '--out') {
       options.out = value;
     } else {
@@ -96,6 +104,7 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.keep) return keepMain(options);
   if (options.tls) return (await import('./tls.mjs')).tlsMain(options);
+  if (options.observers) return (await import('./observers.mjs')).observersMain(options);
   if (options.acl) return (await import('./acl.mjs')).aclMain(options);
   const loadgen = buildLoadgen();
   const redisBinary = findRedis();

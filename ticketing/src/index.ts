@@ -21,6 +21,11 @@ export {
   type RenewResult,
   type HoldOptions,
   type TicketHold,
+  type PublishResult,
+  type CampaignOptions,
+  type Leadership,
+  type Observation,
+  type ObservedView,
 } from './client.js';
 export { TicketLease, type TicketLeaseGrant } from './ticket-lease.js';
 export {
@@ -37,6 +42,7 @@ export {
   ForbiddenError,
   LockLostError,
   NotAcquiredError,
+  ObservationLimitError,
   LeaseHeldError,
   ConnectError,
   ClientClosedError,

@@ -4,6 +4,7 @@
  * request an `F` refuses (docs/ticketing-access.md).
  */
 import { ForbiddenError, ModeConflictError } from '../errors.js';
+import type { AnswerReply } from '../protocol.js';
 import type { Pending, PendingRegistry } from './pending.js';
 
 /** The request each answer reply answers (for the error about one that matches nothing). */
@@ -23,18 +24,18 @@ export function slotAnswers(slot: number | undefined, permits: number): boolean 
   return slot === undefined ? permits === 0 : slot < permits;
 }
 
-/** The sent request on `lane` that `F <id> <key>` refuses: an acquire by its owner, else a release
- * or a keep by its token. */
-export function forbiddenRequest(
+/** The sent request on `lane` that a refusal answers: `T`, `B`, `C` an acquire (by owner); `F` an
+ * acquire (by owner), else a release or a keep (by token). */
+export function refusedRequest(
   registry: PendingRegistry,
   lane: object,
-  id: string,
-  key: string,
+  answer: Extract<AnswerReply, { op: 'T' | 'B' | 'C' | 'F' }>,
 ): Pending | undefined {
-  for (const p of [registry.findAcquire(id, key), registry.findRelease(id, key), registry.findKeep(id, key)]) {
-    if (p !== undefined && p.lane === lane && p.sentAt >= 0) return p;
-  }
-  return undefined;
+  const sent = <P extends Pending>(p: P | undefined): P | undefined =>
+    p !== undefined && p.lane === lane && p.sentAt >= 0 ? p : undefined;
+  if (answer.op !== 'F') return sent(registry.findAcquire(answer.owner, answer.key));
+  const { id, key } = answer;
+  return sent(registry.findAcquire(id, key)) ?? sent(registry.findRelease(id, key)) ?? sent(registry.findKeep(id, key));
 }
 
 /** Settles an acquire answered `T` (timed out), `B` (busy) or `C` (its mode does not fit the
