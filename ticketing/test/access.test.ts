@@ -191,6 +191,30 @@ test('publish needs lock and observe needs observe: refused F <token> <key> and 
   expect(await orders.readLines(2)).toEqual([`P ${token} orders/1`, 'F orders/1 orders/1']);
 });
 
+test('TicketClient: a forbidden publish rejects, a forbidden observation ends, with ForbiddenError; the connection goes on', async () => {
+  const { server, port } = await aclServer(rules(BILLING, ORDERS));
+  const closes: unknown[] = [];
+  const onClose = (message: unknown): number => closes.push(message);
+  channels.clientClose.subscribe(onClose);
+  cleanups.push(() => void channels.clientClose.unsubscribe(onClose));
+  const orders = client(port, { secret: 'orders-secret' });
+  const held = await orders.acquire('orders/1', { waitMs: 0 });
+  if (held.status !== 'acquired') throw new Error(held.status);
+  const billing = client(port, { secret: 'billing-secret' });
+  const publish = (await billing.publish('orders/1', held.token, 'x').catch((e: unknown) => e)) as ForbiddenError;
+  expect(publish).toBeInstanceOf(ForbiddenError);
+  expect(publish.code).toBe('ETICKETFORBIDDEN');
+  const observation = orders.observe('orders/1'); // orders may lock its keys, not observe them
+  const ended = (await observation.next().catch((e: unknown) => e)) as ForbiddenError;
+  expect(ended).toBeInstanceOf(ForbiddenError);
+  // billing observes its own keys on the same connection as its refused publish.
+  const own = billing.observe('billing/1');
+  expect((await own.next()).value).toMatchObject({ holders: 0 });
+  await own.return();
+  expect(server.inspect('orders/1')?.holders[0]?.value).toBeUndefined();
+  expect(closes).toEqual([]);
+});
+
 test('a read-only identity may not lock (F), and reads every row of /v1/locks', async () => {
   const { server, port } = await aclServer(rules(ORDERS, OPS), true);
   const ops = await lines(port, opsCert);

@@ -10,7 +10,7 @@
  */
 import type { View } from '../election-wire.js';
 import { formatObserve, formatUnobserve } from '../election-wire.js';
-import { LockLostError, ObservationLimitError } from '../errors.js';
+import { ForbiddenError, LockLostError, ObservationLimitError } from '../errors.js';
 import type { Reply } from '../protocol.js';
 import type { RefusalClass } from './outcomes.js';
 import type { Pending, PendingPublish, PendingRegistry } from './pending.js';
@@ -132,8 +132,28 @@ export class Observations {
       }
       case 'U':
         return this.#unobserved(reply.key, reply.busy);
+      case 'F':
+        return this.#forbidden(reply.id, reply.key);
     }
     return false;
+  }
+
+  /** `F`: the server's access rules refuse a publish (`F <token> <key>`) or our `O` (`F <key>
+   * <key>`): the publish rejects, or the key's observers end, with a ForbiddenError. */
+  #forbidden(id: string, key: string): boolean {
+    const p = this.registry.findPublish(id, key);
+    if (p !== undefined && p.sentAt >= 0) {
+      this.link.answered(p);
+      p.reject(new ForbiddenError(`${key}: the server's access rules do not let this client publish it`, key));
+      return true;
+    }
+    const entry = id === key ? this.#entries.get(key) : undefined;
+    if (entry === undefined || !entry.sent) return false;
+    entry.sent = false; // nothing is observed, so no `U` is owed
+    for (const o of [...entry.observers]) {
+      o.end(new ForbiddenError(`${key}: the server's access rules do not let this client observe it`, key));
+    }
+    return true;
   }
 
   #unobserved(key: string, busy: boolean): boolean {
