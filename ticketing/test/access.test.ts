@@ -90,6 +90,15 @@ async function lines(port: number, cert?: CertFiles): Promise<LineSocket> {
   return conn;
 }
 
+/** Every client connection closed from now on (`ticketing:client:close`), until the test ends. */
+function clientCloses(): unknown[] {
+  const closes: unknown[] = [];
+  const onClose = (message: unknown): number => closes.push(message);
+  channels.clientClose.subscribe(onClose);
+  cleanups.push(() => void channels.clientClose.unsubscribe(onClose));
+  return closes;
+}
+
 function client(port: number, options: { secret?: string; cert?: CertFiles } = {}): TicketClient {
   const c = new TicketClient({
     port,
@@ -137,10 +146,7 @@ describe('two tenants on disjoint prefixes', () => {
 
   test('TicketClient rejects a refusal with ForbiddenError (ETICKETFORBIDDEN), not Indeterminate, and goes on', async () => {
     const { server, port } = await aclServer(rules(BILLING, ORDERS));
-    const closes: unknown[] = [];
-    const onClose = (message: unknown): number => closes.push(message);
-    channels.clientClose.subscribe(onClose);
-    cleanups.push(() => void channels.clientClose.unsubscribe(onClose));
+    const closes = clientCloses();
     const orders = client(port, { secret: 'orders-secret' });
     const billing = client(port, { secret: 'billing-secret' });
     const held = await orders.acquire('orders/1', { waitMs: 0 });
@@ -193,10 +199,7 @@ test('publish needs lock and observe needs observe: refused F <token> <key> and 
 
 test('TicketClient: a forbidden publish rejects, a forbidden observation ends, with ForbiddenError; the connection goes on', async () => {
   const { server, port } = await aclServer(rules(BILLING, ORDERS));
-  const closes: unknown[] = [];
-  const onClose = (message: unknown): number => closes.push(message);
-  channels.clientClose.subscribe(onClose);
-  cleanups.push(() => void channels.clientClose.unsubscribe(onClose));
+  const closes = clientCloses();
   const orders = client(port, { secret: 'orders-secret' });
   const held = await orders.acquire('orders/1', { waitMs: 0 });
   if (held.status !== 'acquired') throw new Error(held.status);
