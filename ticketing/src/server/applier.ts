@@ -43,13 +43,13 @@ export class CommandApplier {
     if (state === undefined) return; // cluster mode, not leading: nothing to apply to
     const now = this.chunkNow >= 0 ? this.chunkNow : this.clock();
     const effects = state.apply(command, now);
-    const gate = this.gate;
+    const { gate, quotas } = this;
     // Index loop: an undeliverable grant appends the effects of its release.
     for (let i = 0; i < effects.length; i++) {
       const effect = effects[i]!;
       this.publish(effect);
       gate?.effect(effect);
-      this.quotas?.count(state, effect);
+      quotas?.count(state, effect);
       this.#deliver(state, effect, effects, now);
     }
   }
