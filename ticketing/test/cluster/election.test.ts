@@ -1,0 +1,185 @@
+/**
+ * Leader election in cluster mode on a real etcd (3 members on loopback, 3 Ticketing nodes as child
+ * processes): a `P` is answered only once committed; observers (election-clients.ts) find the
+ * leader by themselves and re-observe there after a leader SIGKILL or a SIGSTOP past the leadership
+ * TTL; a resumed leader pushes nothing to its old observers and closes them; and the observation
+ * checker (support.ts `checkObservations`) holds over a load of grants and publishes across each
+ * fault. Leadership TTL 2 s, grant lease 5 s.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { until } from '../helpers.js';
+import { Observer, Publisher } from './election-clients.js';
+import {
+  findEtcd,
+  probeNode,
+  startEtcdCluster,
+  startTicketingNodes,
+  waitForLeader,
+  type EtcdCluster,
+  type TicketingNode,
+  type TicketingNodes,
+} from './harness.mjs';
+import {
+  ask,
+  askUntil,
+  checkHistory,
+  checkObservations,
+  connect,
+  lostGrants,
+  sleep,
+  startLoad,
+  type Grant,
+  type Load,
+  type Observation,
+} from './support.js';
+
+const etcd = await findEtcd();
+if (etcd.reason !== undefined) console.warn(`cluster election tests skipped: ${etcd.reason}`);
+
+const LEASE_MS = 5_000;
+const figures: string[] = [];
+
+describe('the observation checker', () => {
+  const grant = (token: bigint, ackAt: number, releasedAt: number, values: string[] = []): Grant => ({
+    key: 'k',
+    token,
+    worker: 0,
+    ackAt,
+    owner: `o${token}`,
+    released: 'released',
+    releaseSentAt: releasedAt - 5,
+    releasedAt,
+    publishes: values.map((value) => ({ value, sentAt: ackAt + 1, result: 'published' })),
+  });
+  const history = [grant(10n, 100, 200, ['a', 'b']), grant(20n, 300, 400)];
+  const v = (rev: number, at: number, token?: bigint, value?: string, since = 0, observer = 0): Observation => ({
+    observer,
+    key: 'k',
+    rev: BigInt(rev),
+    holder: token === undefined ? undefined : { token, owner: `o${token}`, value },
+    at,
+    since,
+  });
+  const good = [v(5, 50), v(10, 110, 10n), v(11, 120, 10n, 'a'), v(12, 130, 10n, 'b'), v(13, 250), v(20, 310, 20n)];
+
+  it('accepts every state in order, a stream that missed some, and an uncertain holder without a value', () => {
+    checkObservations(good, history, new Set(), 1_000);
+    checkObservations([v(5, 50), v(12, 130, 10n, 'b'), v(20, 310, 20n)], history, new Set(), 1_000);
+    const uncertain = { ...v(30, 500, 30n), holder: { token: 30n, owner: 'w', value: undefined } };
+    checkObservations([...good, uncertain], history, new Set(['k w']), 1_000);
+  });
+
+  it.each([
+    ['a rev that falls', [v(10, 110, 10n), v(5, 120)], /rev fell/],
+    ['one rev naming two states', [v(10, 110, 10n), v(10, 120, 10n, 'a', 0, 1)], /another state/],
+    ['a holder no acquire made', [v(30, 500, 30n)], /no acquire could have made/],
+    ['a value never published', [v(10, 110, 10n, 'z')], /never published/],
+    ['a vacancy while held throughout', [v(15, 180, undefined, undefined, 150)], /vacant/],
+    ['a holder shown after its release was acknowledged', [v(12, 260, 10n, 'b', 250)], /released/],
+    ['an older holder after a newer one', [v(20, 310, 20n), v(21, 320, 10n, 'b')], /after the stream showed/],
+    ['a holder again after a vacancy', [v(11, 120, 10n, 'a'), v(12, 150), v(13, 160, 10n, 'a')], /after the stream/],
+    ['a value going back', [v(12, 130, 10n, 'b'), v(13, 140, 10n, 'a')], /went back/],
+  ])('finds %s', (_, observed, message) => {
+    expect(() => checkObservations(observed, history, new Set(), 1_000)).toThrow(message);
+  });
+});
+
+/** A `V` line's rev, token, owner and value (token undefined: vacant). */
+function parseV(line: string): { key: string; rev: bigint; token?: string; owner?: string; value?: string } {
+  const [, key, rev, token, owner, ...value] = line.split(' ');
+  if (token === '-') return { key: key!, rev: BigInt(rev!) };
+  return { key: key!, rev: BigInt(rev!), token, owner, value: value.length > 0 ? value.join(' ') : undefined };
+}
+
+describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
+  let cluster: EtcdCluster;
+  const groups: TicketingNodes[] = [];
+  const observers: Observer[] = [];
+
+  beforeAll(async () => {
+    cluster = await startEtcdCluster({ members: 3 });
+  }, 60_000);
+  afterEach(async () => {
+    await Promise.all(observers.splice(0).map((o) => o.stop()));
+    await Promise.all(groups.splice(0).map((group) => group.stop(2_000).catch(() => {})));
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+    if (figures.length > 0) console.log(`cluster election figures:\n  ${figures.join('\n  ')}`);
+  }, 60_000);
+
+  async function startNodes(): Promise<TicketingNodes> {
+    const group = await startTicketingNodes({
+      etcdEndpoints: cluster.endpoints,
+      leaderTtl: '2s',
+      lease: `${LEASE_MS}ms`,
+    });
+    groups.push(group);
+    return group;
+  }
+
+  function observe(group: TicketingNodes, count: number, keys: string[], sink: Observation[]): Observer[] {
+    const started = Array.from({ length: count }, (_, i) => new Observer(i, group.addresses, keys, sink));
+    observers.push(...started);
+    return started;
+  }
+
+  it('a P is answered only once committed: the leader SIGKILLed right after 20 P replies, the new leader shows every holder and value at a rev no lower', async () => {
+    const group = await startNodes();
+    const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
+    const keys = Array.from({ length: 20 }, (_, i) => `pub-${i}`);
+    const watcher = await connect(leader.address);
+    const s = await connect(leader.address);
+    let replies: string[] = [];
+    let settled: ReturnType<typeof parseV>;
+    try {
+      // One key published, and its V seen, before the rest: nothing changes it after.
+      watcher.write('O pub-settled\n');
+      expect(await watcher.readLine(10_000)).toMatch(/^V pub-settled \d+ -$/);
+      s.write('A pub-settled boss 0\n');
+      const settledToken = (await s.readLine(10_000)).split(' ')[1]!;
+      s.write(`P pub-settled ${settledToken} here\n`);
+      expect(await s.readLine(10_000)).toBe(`P ${settledToken} pub-settled`);
+      expect(await watcher.readLine(10_000)).toMatch(new RegExp(`^V pub-settled \\d+ ${settledToken} boss$`));
+      settled = parseV(await watcher.readLine(10_000));
+      expect(settled).toMatchObject({ token: settledToken, value: 'here' });
+      watcher.write(keys.map((key) => `O ${key}\n`).join(''));
+      expect((await watcher.readLines(keys.length, 10_000)).every((line) => / -$/.test(line))).toBe(true);
+      s.write(keys.map((key) => `A ${key} boss 0\n`).join(''));
+      const tokens = (await s.readLines(keys.length, 10_000)).map((line, i) => {
+        expect(line).toMatch(new RegExp(`^A \\d+ boss ${keys[i]}$`));
+        return line.split(' ')[1]!;
+      });
+      s.write(keys.map((key, i) => `P ${key} ${tokens[i]} 10.0.0.${i}:8080 serves ${key}\n`).join(''));
+      replies = await s.readLines(keys.length, 10_000);
+      await leader.kill('SIGKILL');
+      expect(replies).toEqual(keys.map((key, i) => `P ${tokens[i]} ${key}`));
+    } finally {
+      s.destroy();
+      watcher.destroy();
+    }
+    // What the old leader's observer saw last of each key.
+    const views = watcher.lines.filter((l) => l.startsWith('V ')).map(parseV);
+    const before = new Map(views.map((view) => [view.key, view]));
+    const next = await waitForLeader(group.nodes, { timeoutMs: 15_000, not: leader });
+    const o = await connect(next.address);
+    try {
+      o.write(['pub-settled', ...keys].map((key) => `O ${key}\n`).join(''));
+      const [again, ...after] = (await o.readLines(keys.length + 1, 10_000)).map(parseV);
+      // Nothing changed it since its publish: the new leader serves it at the same rev.
+      expect(again).toEqual(settled);
+      for (const [i, view] of after.entries()) {
+        const key = keys[i]!;
+        expect(view).toMatchObject({ key, token: replies[i]!.split(' ')[1], owner: 'boss' });
+        expect(view.value).toBe(`10.0.0.${i}:8080 serves ${key}`);
+        const last = before.get(key)!;
+        expect(view.rev).toBeGreaterThanOrEqual(last.rev);
+        if (last.value !== undefined) expect(view.rev, `${key}: the rev of its publish`).toBe(last.rev);
+      }
+      const seen = keys.filter((key) => before.get(key)?.value !== undefined).length;
+      figures.push(`P then SIGKILL: 20 values kept; the old leader's observer had got ${seen} of their 20 V's`);
+    } finally {
+      o.destroy();
+    }
+  }, 60_000);
+});
