@@ -91,6 +91,36 @@ function parseV(line: string): { key: string; rev: bigint; token?: string; owner
   return { key: key!, rev: BigInt(rev!), token, owner, value: value.length > 0 ? value.join(' ') : undefined };
 }
 
+/** Polls `condition` every 50 ms (light beside the load), bounded by `ms`. */
+async function poll(condition: () => boolean, what: string, ms: number): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** Grants `key` to `owner` at the leader `address`, recorded as the checker reads grants. */
+async function take(address: string, key: string, owner: string): Promise<Grant> {
+  const reply = await ask(address, `A ${key} ${owner} 0`, 10_000);
+  expect(reply).toMatch(new RegExp(`^A \\d+ ${owner} ${key}$`));
+  return { key, token: BigInt(reply.split(' ')[1]!), worker: 0, ackAt: performance.now(), owner };
+}
+
+async function publishAt(address: string, grant: Grant, value: string): Promise<void> {
+  const sent = { value, sentAt: performance.now(), result: 'pending' as const };
+  (grant.publishes ??= []).push(sent);
+  expect(await ask(address, `P ${grant.key} ${grant.token} ${value}`, 10_000)).toBe(`P ${grant.token} ${grant.key}`);
+  (sent as { result: string }).result = 'published';
+}
+
+async function releaseAt(address: string, grant: Grant): Promise<void> {
+  grant.releaseSentAt = performance.now();
+  expect(await ask(address, `R ${grant.key} ${grant.token}`, 10_000)).toBe(`R ${grant.token} ${grant.key}`);
+  grant.released = 'released';
+  grant.releasedAt = performance.now();
+}
+
 describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
   let cluster: EtcdCluster;
   const groups: TicketingNodes[] = [];
@@ -182,4 +212,94 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
       o.destroy();
     }
   }, 60_000);
+
+  it('observers re-observe on each new leader across a leader SIGKILL and a SIGSTOP past the TTL; the resumed leader pushes nothing stale and closes its observers', async () => {
+    const group = await startNodes();
+    const first = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
+    const keys = ['ek-a', 'ek-b'];
+    const sink: Observation[] = [];
+    const watching = observe(group, 3, keys, sink);
+    /** Every observer showed `key` held by `grant` with `value`, on a connection to `node`. */
+    const shown = (node: TicketingNode, grant: Grant, value: string): boolean =>
+      watching.every((o) => {
+        const since = o.connections.findLast((c) => c.address === node.address)?.since;
+        return sink.some(
+          (v) =>
+            v.observer === o.id &&
+            v.since === since &&
+            v.key === grant.key &&
+            v.holder?.token === grant.token &&
+            v.holder.value === value,
+        );
+      });
+    const ga = await take(first.address, 'ek-a', 'one');
+    await publishAt(first.address, ga, 'at 1 on the first');
+    const gb = await take(first.address, 'ek-b', 'one');
+    await releaseAt(first.address, gb);
+    await poll(() => shown(first, ga, 'at 1 on the first'), 'every observer showing the first value', 10_000);
+
+    const killedAt = performance.now();
+    await first.kill('SIGKILL');
+    const second = await waitForLeader(group.nodes, { timeoutMs: 15_000, not: first });
+    await poll(() => shown(second, ga, 'at 1 on the first'), 'every observer re-observing on the second leader', 15_000);
+    const movedAfterKill = performance.now() - killedAt;
+    await publishAt(second.address, ga, 'at 2 on the second');
+    await releaseAt(second.address, ga);
+    const gc = await take(second.address, 'ek-a', 'two');
+    await publishAt(second.address, gc, 'at 3');
+    await poll(() => shown(second, gc, 'at 3'), 'every observer showing the new holder', 10_000);
+
+    // An observer of the leader about to pause that never leaves it: it must get nothing stale.
+    const stale = await connect(second.address);
+    stale.write('O ek-a\nO ek-b\n');
+    expect(await stale.readLines(2, 10_000)).toEqual([
+      expect.stringMatching(new RegExp(`^V ek-a \\d+ ${gc.token} two at 3$`)),
+      expect.stringMatching(/^V ek-b \d+ -$/),
+    ]);
+    const stoppedAt = performance.now();
+    await second.kill('SIGSTOP');
+    let third: TicketingNode;
+    let gd: Grant;
+    let resumedAt: number;
+    let linesAtResume: number;
+    try {
+      third = await waitForLeader(
+        group.nodes.filter((n) => n !== second && n !== first),
+        { timeoutMs: 15_000 },
+      );
+      // Read by the paused leader only after SIGCONT: from its stale state it would answer them.
+      stale.write(`O ek-c\nP ek-a ${gc.token} stale\nR ek-a ${gc.token}\n`);
+      await poll(() => shown(third, gc, 'at 3'), 'every observer re-observing on the third leader', 15_000);
+      await releaseAt(third.address, gc);
+      gd = await take(third.address, 'ek-a', 'three');
+      await publishAt(third.address, gd, 'at 4 on the third');
+      await poll(() => shown(third, gd, 'at 4 on the third'), 'every observer showing the third holder', 10_000);
+    } finally {
+      linesAtResume = stale.lines.length;
+      await second.kill('SIGCONT');
+      resumedAt = performance.now();
+    }
+    expect(resumedAt - stoppedAt, 'paused past its 2 s leadership TTL').toBeGreaterThan(2_000);
+    await stale.waitClosed(10_000);
+    const afterResume = stale.lines.slice(linesAtResume);
+    expect(
+      afterResume.filter((line) => !/^(?:E not_active|L) /.test(line)),
+      `after the resume: ${JSON.stringify(afterResume)}`,
+    ).toEqual([]);
+    expect(stale.lines.slice(0, linesAtResume).filter((line) => line.startsWith('V '))).toHaveLength(2);
+    await until(async () => (await probeNode(second.address)).role !== 'leader', 'the resumed node not leading', 5_000);
+    expect(await askUntil(third.address, 'W', /^W$/, 5_000)).toBe('W');
+
+    await Promise.all(watching.map((o) => o.stop()));
+    for (const o of watching) {
+      expect(o.connections.map((c) => c.address).slice(-1)).toEqual([third.address]);
+      expect(new Set(o.connections.map((c) => c.address)).size, 'three leaders observed').toBe(3);
+      expect(o.others.filter((line) => !line.startsWith('E not_active')), 'lines other than V').toEqual([]);
+    }
+    checkObservations(sink, [ga, gb, gc, gd], new Set(), LEASE_MS);
+    figures.push(
+      `observers: on the new leader ${movedAfterKill.toFixed(0)} ms after a leader SIGKILL; ` +
+        `the leader paused ${(resumedAt - stoppedAt).toFixed(0)} ms, resumed, closed its observer with ${JSON.stringify(afterResume)}`,
+    );
+  }, 90_000);
 });
