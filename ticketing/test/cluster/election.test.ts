@@ -302,4 +302,98 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
         `the leader paused ${(resumedAt - stoppedAt).toFixed(0)} ms, resumed, closed its observer with ${JSON.stringify(afterResume)}`,
     );
   }, 90_000);
+
+  /** A load of 6 workers on 3 keys, each publishing twice while it holds, watched by 4 observers;
+   * `fault` breaks the leader and resolves when (bounded) another serves. Then: the history and
+   * observation checkers. */
+  async function underLoad(fault: (leader: TicketingNode, group: TicketingNodes) => Promise<number>): Promise<string> {
+    const group = await startNodes();
+    const leader = await waitForLeader(group.nodes, { timeoutMs: 15_000 });
+    const keys = ['obs-0', 'obs-1', 'obs-2'];
+    const sink: Observation[] = [];
+    const watching = observe(group, 4, keys, sink);
+    const publishers = Array.from({ length: 6 }, () => new Publisher(group.addresses));
+    const load: Load = startLoad(group.addresses, {
+      workers: 6,
+      keys: keys.length,
+      leaseMs: LEASE_MS,
+      keyPrefix: 'obs-',
+      whileHeld: async (grant) => {
+        for (const n of [1, 2]) {
+          const result = await publishers[grant.worker]!.publish(grant, `${grant.token}.${n} from w${grant.worker}`);
+          if (result !== 'published') return;
+        }
+        await sleep(5);
+      },
+    });
+    let faultAt = 0;
+    let servingAt = 0;
+    const valuesAfter = (at: number): number => sink.filter((v) => v.at > at && v.holder?.value !== undefined).length;
+    try {
+      await poll(() => load.grants.length > 40 && valuesAfter(0) > 40, 'grants and values before the fault', 20_000);
+      faultAt = performance.now();
+      servingAt = await fault(leader, group);
+      // Each observer back on a leader and shown a value there, and the load granting again.
+      await poll(
+        () =>
+          load.grants.filter((g) => g.ackAt > servingAt).length > 40 &&
+          watching.every((o) =>
+            sink.some((v) => v.observer === o.id && v.since > faultAt && v.holder?.value !== undefined),
+          ),
+        'grants and observed values after the fault',
+        20_000,
+      );
+    } finally {
+      await load.stop();
+      for (const publisher of publishers) publisher.stop();
+    }
+    await sleep(200); // the last V's
+    await Promise.all(watching.map((o) => o.stop()));
+    checkHistory(load.grants, LEASE_MS);
+    expect(lostGrants(load.grants), 'a release found its grant gone').toEqual([]);
+    checkObservations(sink, load.grants, load.uncertain, LEASE_MS);
+    for (const o of watching) expect(o.connections.length, `observer ${o.id} re-observed`).toBeGreaterThanOrEqual(2);
+    const publishes = load.grants.flatMap((g) => g.publishes ?? []);
+    const published = publishes.filter((p) => p.result === 'published');
+    expect(published.filter((p) => p.sentAt > servingAt).length, 'values published after the fault').toBeGreaterThan(0);
+    const reobserved = watching.map((o) => (o.connections.find((c) => c.since > faultAt)!.since - faultAt).toFixed(0));
+    return (
+      `${load.grants.length} grants, ${published.length}/${publishes.length} P published, ${sink.length} V's to 4 observers ` +
+      `(re-observed ${reobserved.join(', ')} ms after the fault), ${load.uncertain.size} acquires Indeterminate; ` +
+      `errors ${JSON.stringify(Object.fromEntries(load.errors))}`
+    );
+  }
+
+  it('under a load of grants and publishes, across a leader SIGKILL: the revs of every observer rise, it shows only committed states, never a stale holder', async () => {
+    const summary = await underLoad(async (leader, group) => {
+      await leader.kill('SIGKILL');
+      await waitForLeader(group.nodes, { timeoutMs: 15_000, not: leader });
+      return performance.now();
+    });
+    figures.push(`load, leader SIGKILL: ${summary}`);
+  }, 90_000);
+
+  it('under a load of grants and publishes, across a leader SIGSTOP past its TTL: the same, and the resumed leader steps down', async () => {
+    let pausedMs = 0;
+    const summary = await underLoad(async (leader, group) => {
+      const stoppedAt = performance.now();
+      await leader.kill('SIGSTOP');
+      let servingAt: number;
+      try {
+        await waitForLeader(
+          group.nodes.filter((n) => n !== leader),
+          { timeoutMs: 15_000 },
+        );
+        servingAt = performance.now();
+        await sleep(1_500); // the new leader serves while the old one is still paused
+      } finally {
+        await leader.kill('SIGCONT');
+        pausedMs = performance.now() - stoppedAt;
+      }
+      await until(async () => (await probeNode(leader.address)).role !== 'leader', 'the resumed node not leading', 5_000);
+      return servingAt;
+    });
+    expect(pausedMs, 'paused past its 2 s leadership TTL').toBeGreaterThan(2_000);
+    figures.push(`load, leader SIGSTOP for ${pausedMs.toFixed(0)} ms: ${summary}`);
+  }, 90_000);
 });
