@@ -160,7 +160,7 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
     const keys = Array.from({ length: 20 }, (_, i) => `pub-${i}`);
     const watcher = await connect(leader.address);
     const s = await connect(leader.address);
-    let replies: string[] = [];
+    let replies: string[];
     let settled: ReturnType<typeof parseV>;
     try {
       // One key published, and its V seen, before the rest: nothing changes it after.
@@ -241,7 +241,11 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
     const killedAt = performance.now();
     await first.kill('SIGKILL');
     const second = await waitForLeader(group.nodes, { timeoutMs: 15_000, not: first });
-    await poll(() => shown(second, ga, 'at 1 on the first'), 'every observer re-observing on the second leader', 15_000);
+    await poll(
+      () => shown(second, ga, 'at 1 on the first'),
+      'every observer re-observing on the second leader',
+      15_000,
+    );
     const movedAfterKill = performance.now() - killedAt;
     await publishAt(second.address, ga, 'at 2 on the second');
     await releaseAt(second.address, ga);
@@ -294,7 +298,10 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
     for (const o of watching) {
       expect(o.connections.map((c) => c.address).slice(-1)).toEqual([third.address]);
       expect(new Set(o.connections.map((c) => c.address)).size, 'three leaders observed').toBe(3);
-      expect(o.others.filter((line) => !line.startsWith('E not_active')), 'lines other than V').toEqual([]);
+      expect(
+        o.others.filter((line) => !line.startsWith('E not_active')),
+        'lines other than V',
+      ).toEqual([]);
     }
     checkObservations(sink, [ga, gb, gc, gd], new Set(), LEASE_MS);
     figures.push(
@@ -390,7 +397,11 @@ describe.skipIf(etcd.reason !== undefined)('observers on a real etcd', () => {
         await leader.kill('SIGCONT');
         pausedMs = performance.now() - stoppedAt;
       }
-      await until(async () => (await probeNode(leader.address)).role !== 'leader', 'the resumed node not leading', 5_000);
+      await until(
+        async () => (await probeNode(leader.address)).role !== 'leader',
+        'the resumed node not leading',
+        5_000,
+      );
       return servingAt;
     });
     expect(pausedMs, 'paused past its 2 s leadership TTL').toBeGreaterThan(2_000);
