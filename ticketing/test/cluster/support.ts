@@ -1,5 +1,6 @@
-/** Shared pieces of the cluster tests: raw sockets to nodes, a load of clients, and the history
- * checker over everything the clients observed. */
+/** Shared pieces of the cluster tests: raw sockets to nodes, a load of clients, the history
+ * checker over everything the clients observed, and the observation checker over what observers
+ * were shown. */
 import { expect } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { IndeterminateError } from '../../src/errors.js';
