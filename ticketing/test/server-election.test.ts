@@ -82,6 +82,13 @@ describe('O and V', () => {
     const at = Date.now();
     expect(await observer.readLine(2_000)).toBe(`V k ${token + 1n} -`);
     expect(Date.now() - at).toBeGreaterThanOrEqual(250);
+    // Observed only once held: its expiry is pushed too.
+    holder.write('A j w 0\n');
+    const held = tokenOf(await holder.readLine());
+    const late = await connect(port);
+    late.write('O j\n');
+    expect(await late.readLine()).toBe(`V j ${held} ${held} w`);
+    expect(await late.readLine(2_000)).toBe(`V j ${held + 1n} -`);
   });
 
   test('shared and semaphore keys: the count of holders', async () => {

@@ -36,13 +36,14 @@ describe('locks(): the held keys, for an admin view', () => {
     await until(() => s.stats().waiters === 1, 'the waiter', 5_000);
     now += 4_000;
     const holder = (owner: string, token: bigint | undefined) => [
-      { owner, token, shared: false, slot: undefined, expiresInMs: 6_000 },
+      { owner, token, shared: false, slot: undefined, expiresInMs: 6_000, value: undefined },
     ];
     const lock = { kind: 'lock', permits: undefined };
     expect(s.locks({ prefix: 'orders/' })).toEqual([
       {
         key: 'orders/1',
         ...lock,
+        rev: tokens[0],
         owner: 'alice',
         token: tokens[0],
         expiresInMs: 6_000,
@@ -53,6 +54,7 @@ describe('locks(): the held keys, for an admin view', () => {
       {
         key: 'orders/2',
         ...lock,
+        rev: tokens[1],
         owner: 'bob',
         token: tokens[1],
         expiresInMs: 6_000,

@@ -55,6 +55,7 @@ export class KeyTable {
     const bars = row.holders.map((holder) => {
       const line = element('div', '', 'holder');
       line.append(element('span', holder.owner, 'owner'), ' ', element('span', `#${holder.token}`, 'token'));
+      if (holder.value !== undefined) line.append(' ', element('span', holder.value, 'value'));
       holders.append(line);
       const lease = element('div', '', 'lease');
       const progress = document.createElement('progress');

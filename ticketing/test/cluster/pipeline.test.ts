@@ -268,7 +268,8 @@ describe.skipIf(etcd.reason !== undefined)('the commit window on a real etcd', (
           const timer = setTimeout(() => reject(new Error(`etcd history not replayed within 10 s`)), 10_000);
           const add = (type: 'put' | 'delete') => (kv: IKeyValue) => {
             const key = kv.key.toString('latin1').slice(keys.length);
-            const token = type === 'put' ? BigInt(kv.value.toString('latin1').split(' ')[0]!) : undefined;
+            // `r<rev> <token> <owner>` (cluster/store.ts)
+            const token = type === 'put' ? BigInt(kv.value.toString('latin1').split(' ')[1]!) : undefined;
             let list = byKey.get(key);
             if (list === undefined) byKey.set(key, (list = []));
             list.push({ type, token, revision: kv.mod_revision });
@@ -349,7 +350,7 @@ describe.skipIf(etcd.reason !== undefined)('the commit window on a real etcd', (
     const stored = await withEtcd((client) =>
       client.kv.range({ key: Buffer.from(`${group.prefix}keys/hot`, 'latin1') }),
     );
-    expect(stored.kvs[0]?.value.toString('latin1')).toBe(`${last.token} flipper`);
+    expect(stored.kvs[0]?.value.toString('latin1')).toMatch(new RegExp(`^r[0-9]+ ${last.token} flipper$`));
     const writes = await writesUnder(group.prefix, stored.kvs[0]!.mod_revision);
     const puts = (key: string): bigint[] =>
       (writes.get(key) ?? []).filter((w) => w.type === 'put').map((w) => w.token!);

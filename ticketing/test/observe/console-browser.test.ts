@@ -9,7 +9,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { browserMissing, launchBrowser, axeCheck, watchedPage, type WatchedPage } from '../browser.js';
-import { sleep } from '../helpers.js';
+import { LineSocket, sleep } from '../helpers.js';
 import { makePki } from '../tls-helpers.js';
 import { startObserved, type Observed } from './support.js';
 
@@ -85,6 +85,11 @@ describe.skipIf(browserMissing !== undefined)('the console in a browser', () => 
     await row.filter({ hasText: 'worker-a' }).waitFor({ timeout: 1_000 });
     expect(await row.locator('td.kind').textContent()).toBe('lock');
     expect(await row.textContent()).toContain(`#${token}`);
+    const publisher = await LineSocket.connect(o.port);
+    publisher.write(`H s3cret\nP orders/1 ${token} 10.0.0.5:8080\n`);
+    expect(await publisher.readLine()).toBe(`P ${token} orders/1`);
+    publisher.destroy();
+    await row.locator('.value', { hasText: '10.0.0.5:8080' }).waitFor({ timeout: 1_000 });
 
     const left = async (): Promise<number> => Number(await row.locator('progress').first().getAttribute('value'));
     const before = await left();

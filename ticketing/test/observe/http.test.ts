@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, test } from 'vitest';
 import { TicketClient } from '../../src/client.js';
 import { locksText } from '../../src/inspect.js';
-import { CLI, runCli, sleep, until } from '../helpers.js';
+import { CLI, LineSocket, runCli, sleep, until } from '../helpers.js';
 import { makePki, type TestPki } from '../tls-helpers.js';
 import { request, startObserved, type Observed } from './support.js';
 
@@ -74,6 +74,18 @@ describe('HTTP endpoint', () => {
     const rows = JSON.parse(all.body) as Array<Record<string, unknown>>;
     expect(rows.map((r) => r.key)).toEqual(['orders/1', 'orders/2', 'users/1']);
     expect(rows[0]).toMatchObject({ key: 'orders/1', owner: 'worker-a', token: String(a), waiters: 1 });
+    expect(rows[0]!.rev).toBe(String(a)); // a key's first rev is its first grant's token
+    const holder = (rows[0]!.holders as Array<Record<string, unknown>>)[0]!;
+    expect(holder).toMatchObject({ owner: 'worker-a', token: String(a), mode: 'x' });
+    expect('value' in holder).toBe(false);
+    // A published value, and the rev it raised.
+    const probe = await LineSocket.connect(o.port);
+    probe.write(`P orders/1 ${a} 10.0.0.5:8080 zone a\n`);
+    expect(await probe.readLine()).toBe(`P ${a} orders/1`);
+    probe.destroy();
+    const published = (JSON.parse((await request(o.httpPort, '/v1/locks?prefix=orders/1')).body) as typeof rows)[0]!;
+    expect(published.rev).toBe(String(a + 1n));
+    expect((published.holders as Array<{ value?: string }>)[0]!.value).toBe('10.0.0.5:8080 zone a');
     expect(rows[0]!.expiresInMs).toBeGreaterThan(50_000);
     expect(rows[0]!.expiresInMs).toBeLessThanOrEqual(60_000);
     const orders = JSON.parse((await request(o.httpPort, '/v1/locks?prefix=orders/')).body) as unknown[];
