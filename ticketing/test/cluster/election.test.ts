@@ -31,6 +31,7 @@ import {
   type Grant,
   type Load,
   type Observation,
+  type Publish,
 } from './support.js';
 
 const etcd = await findEtcd();
@@ -108,10 +109,10 @@ async function take(address: string, key: string, owner: string): Promise<Grant>
 }
 
 async function publishAt(address: string, grant: Grant, value: string): Promise<void> {
-  const sent = { value, sentAt: performance.now(), result: 'pending' as const };
+  const sent: Publish = { value, sentAt: performance.now(), result: 'pending' };
   (grant.publishes ??= []).push(sent);
   expect(await ask(address, `P ${grant.key} ${grant.token} ${value}`, 10_000)).toBe(`P ${grant.token} ${grant.key}`);
-  (sent as { result: string }).result = 'published';
+  sent.result = 'published';
 }
 
 async function releaseAt(address: string, grant: Grant): Promise<void> {
