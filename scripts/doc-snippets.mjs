@@ -19,6 +19,7 @@ export const DOCS = [
   'docs/ticketing-production.md',
   'docs/ticketing.md',
   'docs/ticketing-client.md',
+  'docs/ticketing-election-client.md',
   'docs/ticketing-cluster.md',
   'docs/ticketing-bench.md',
   'ticketing/README.md',

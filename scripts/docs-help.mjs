@@ -16,7 +16,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { readDoc, root, syncBlocks } from './doc-blocks.mjs';
 
-export const DOCS = ['docs/cli.md', 'docs/ticketing-production.md'];
+export const DOCS = ['docs/cli.md', 'docs/ticketing-production.md', 'docs/ticketing-election-client.md'];
 const BINS = {
   flocklease: path.join(root, 'dist', 'cli', 'main.js'),
   ticketing: path.join(root, 'ticketing', 'dist', 'cli.js'),

@@ -27,6 +27,9 @@
  *
  * TLS's cost: `npm run bench:ticketing -- --tls [--rounds 5]`: see tls.mjs.
  *
+ * Observers: `npm run bench:ticketing -- --observers [--duration 10s] [--observer-processes 1]`:
+ * 1,000 observers of one key changing hands 100 times a second; see observers.mjs.
+ *
  *   npm run bench:ticketing -- [--quick] [--rounds 3] [--duration 3s] [--warmup 1s] [--out dir]
  *
  * Both servers are started here (127.0.0.1, free ports) and stopped by PID at the end. redis-server
@@ -51,7 +54,17 @@ import {
 } from './servers.mjs';
 
 function parseArgs(argv) {
-  const options = { quick: false, keep: false, tls: false, rounds: 3, durationMs: 3_000, warmupMs: 1_000, out: here };
+  const options = {
+    quick: false,
+    keep: false,
+    tls: false,
+    observers: false,
+    observerProcesses: 1,
+    rounds: 3,
+    durationMs: 3_000,
+    warmupMs: 1_000,
+    out: here,
+  };
   const durations = { '--duration': 'durationMs', '--warmup': 'warmupMs' };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -59,7 +72,7 @@ function parseArgs(argv) {
       Object.assign(options, { quick: true, rounds: 1, durationMs: 200, warmupMs: 100 });
       continue;
     }
-    if (flag === '--keep' || flag === '--tls') {
+    if (flag === '--keep' || flag === '--tls' || flag === '--observers') {
       options[flag.slice(2)] = true;
       continue;
     }
@@ -72,6 +85,9 @@ function parseArgs(argv) {
     } else if (flag === '--rounds') {
       options.rounds = Number.parseInt(value, 10);
       if (!(options.rounds >= 1)) throw new Error('--rounds must be a positive integer');
+    } else if (flag === '--observer-processes') {
+      options.observerProcesses = Number.parseInt(value, 10);
+      if (!(options.observerProcesses >= 1)) throw new Error('--observer-processes must be a positive integer');
     } else if (flag === '--out') {
       options.out = value;
     } else {
@@ -85,6 +101,7 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   if (options.keep) return keepMain(options);
   if (options.tls) return (await import('./tls.mjs')).tlsMain(options);
+  if (options.observers) return (await import('./observers.mjs')).observersMain(options);
   const loadgen = buildLoadgen();
   const redisBinary = findRedis();
   const redisVersion = execFileSync(redisBinary, ['--version'], { encoding: 'utf8' }).trim();

@@ -46,9 +46,10 @@ async function freePort() {
   return port;
 }
 
-/** Starts a Node server script that prints `listening host:port`; `name` for the error. */
-async function startListening(name, args) {
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+/** Starts a Node server script that prints `listening host:port`; `name` for the error; `ipc`:
+ * with an IPC channel (for usage-probe.mjs). */
+async function startListening(name, args, { ipc = false } = {}) {
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit', ...(ipc ? ['ipc'] : [])] });
   let text = '';
   for await (const chunk of child.stdout) {
     text += chunk;
@@ -62,6 +63,31 @@ async function startListening(name, args) {
 export function startTicketing(...flags) {
   const cli = join(root, 'ticketing', 'dist', 'cli.js');
   return startListening('ticketing server', [cli, 'serve', '--host', '127.0.0.1', '--port', '0', ...flags]);
+}
+
+/** A `ticketing serve` that answers `usage(server)` with its own CPU and memory (usage-probe.mjs,
+ * preloaded). */
+export function startProbedTicketing(...flags) {
+  const cli = join(root, 'ticketing', 'dist', 'cli.js');
+  const args = [
+    '--import',
+    join(here, 'usage-probe.mjs'),
+    cli,
+    'serve',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    '0',
+    ...flags,
+  ];
+  return startListening('ticketing server', args, { ipc: true });
+}
+
+/** The server's `process.cpuUsage()` (µs) and `process.memoryUsage()` (bytes), from its usage probe. */
+export async function usage(server) {
+  server.child.send('usage');
+  const [reply] = await once(server.child, 'message');
+  return reply;
 }
 
 /** The Node floor, a bare server (bare-server.mjs; `--fifo` for the hot key), started like the Ticketing server. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * The `ticketing` command: `serve` (cli/serve.ts), `inspect` (the locks a server holds, from its
- * HTTP endpoint) and `run` (a command run while holding a key, run.ts).
+ * HTTP endpoint), `run` (a command run while holding a key, run.ts) and `leader` (a key's holder
+ * and its published value, once or as it changes: cli/leader.ts).
  * Exit codes (as `flocklease`'s): 0 ok, 64 usage error, 1 any other failure; `run` adds its own.
  */
 import { readFileSync } from 'node:fs';
@@ -12,7 +13,9 @@ import { MAX_PERMITS } from './modes.js';
 import { MAX_LIMIT } from './observe/http.js';
 import { DEFAULT_LOCKS_LIMIT } from './server/server.js';
 import { durationOption, EXIT_USAGE, packageVersion, timerDuration, waitDuration } from '#kernel/flags';
-import { addressList, advertiseAddress, integer, keyName, readNamedFile, readSecretFile } from './cli/flags.js';
+import { addClientFlags, clientOptions } from './cli/client-flags.js';
+import { advertiseAddress, integer, keyName, publishedValue, readSecretFile } from './cli/flags.js';
+import { addLeaderCommand } from './cli/leader.js';
 import { addServeCommand } from './cli/serve.js';
 
 export function main(argv: readonly string[]): void {
@@ -59,12 +62,13 @@ export function main(argv: readonly string[]): void {
           : locksText(result.rows, flags.prefix as string | undefined, flags.limit as number),
       );
     });
-  program
-    .command('run')
-    .description(
-      'run a command while holding a key: keep it alive, release when the command exits, exit with its status; on loss SIGTERM (then SIGKILL) its process group before the lease can pass on',
-    )
-    .requiredOption('--addresses <host:port,…>', "the server, or a cluster's nodes", addressList)
+  addClientFlags(
+    program
+      .command('run')
+      .description(
+        'run a command while holding a key: keep it alive, release when the command exits, exit with its status; on loss SIGTERM (then SIGKILL) its process group before the lease can pass on',
+      ),
+  )
     .requiredOption('--key <key>', 'the key to hold', keyName)
     .addOption(
       new Option('--wait <dur>', 'wait this long for a held key (0: do not wait; forever: until interrupted)')
@@ -77,13 +81,14 @@ export function main(argv: readonly string[]): void {
       ),
     )
     .addOption(new Option('--shared', 'hold the key shared (with other shared holders)').conflicts('permits'))
-    .option('--secret-file <path>', 'file holding the shared secret')
-    .option(
-      '--tls-ca <path>',
-      "connect with TLS, trusting this PEM CA for the servers, or 'system': Node's default CAs",
+    .addOption(
+      new Option(
+        '--publish <value>',
+        'once the key is held, publish this value for its observers (leader election: where the command serves; 1-512 bytes of printable ASCII)',
+      )
+        .argParser(publishedValue)
+        .conflicts(['permits', 'shared']),
     )
-    .option('--tls-cert <path>', 'PEM client certificate, for servers that require one (needs --tls-key)')
-    .option('--tls-key <path>', 'PEM private key of --tls-cert')
     .addOption(
       new Option(
         '--kill-after <dur>',
@@ -97,36 +102,25 @@ export function main(argv: readonly string[]): void {
       `\nThe command gets TICKETING_KEY and TICKETING_TOKEN (the fencing token) in its environment,\nand TICKETING_SLOT (0…N-1) with --permits.\nExit codes: the command's status (128+n if signal n killed it); ${EXIT_HELD} held and not obtained in time;\n${EXIT_LOST} the lock was lost while the command ran; 64 usage (as flocklease run's, docs/cli.md).`,
     )
     .action(async (command: string[], flags: Record<string, unknown>, self: Command) => {
-      if ((flags.tlsCert === undefined) !== (flags.tlsKey === undefined))
-        self.error('error: --tls-cert and --tls-key go together');
-      if (flags.tlsCert !== undefined && flags.tlsCa === undefined)
-        self.error('error: --tls-cert needs --tls-ca (the CA that signed the servers)');
-      const pem = (flag: string, what: string): string | undefined =>
-        flags[flag] === undefined ? undefined : readNamedFile(flags[flag] as string, what, 'utf8');
-      const tls =
-        flags.tlsCa === undefined
-          ? undefined
-          : {
-              ca: flags.tlsCa === 'system' ? undefined : pem('tlsCa', 'TLS CA file'),
-              cert: pem('tlsCert', 'TLS certificate file'),
-              key: pem('tlsKey', 'TLS key file'),
-            };
+      const connection = clientOptions(flags, (message) => self.error(message));
       const { runCommand } = await import('./run.js');
       process.exitCode = await runCommand(
         {
-          addresses: flags.addresses as string[],
+          addresses: connection.addresses!,
           key: flags.key as string,
-          secret: flags.secretFile === undefined ? undefined : readSecretFile(flags.secretFile as string),
-          tls,
+          secret: connection.secret,
+          tls: connection.tls,
           waitMs: flags.wait as number,
           permits: flags.permits as number | undefined,
           shared: flags.shared === true,
+          publish: flags.publish as string | undefined,
           killAfterMs: flags.killAfter as number | undefined,
           command,
         },
         (line) => process.stderr.write(`ticketing: ${line}\n`),
       );
     });
+  addLeaderCommand(program);
   program.parseAsync(argv).catch((error: unknown) => {
     if (error instanceof CommanderError) {
       // --help and --version end here; usage errors were printed already (by outputError).

@@ -15,22 +15,28 @@
  * registry of pending requests), lane.ts (a connection: lifecycle, backoff, watchdog, reply
  * matching), outcomes.ts (the error of a request whose connection ended), keep.ts (the keep
  * request and its replies), hold.ts (`hold()`), clock.ts (the clock and the local deadline),
- * resend.ts (a release whose answer was lost); the reply grammar is in protocol.ts. This file is
- * the public surface that ties them together.
+ * resend.ts (a release whose answer was lost), observations.ts (publish answers and observers, on
+ * the observe lane), leadership.ts (`campaign()`); the reply grammar is in protocol.ts and
+ * election-wire.ts. This file is the public surface that ties them together.
  */
 import { performance } from 'node:perf_hooks';
 import { leaseEnd, now, wallClock } from './client/clock.js';
 import { startHold, type HoldOptions, type TicketHold } from './client/hold.js';
 import type { KeepResult } from './client/keep.js';
+import { startCampaign, type CampaignOptions, type Leadership } from './client/leadership.js';
+import { Observations, type Observation } from './client/observations.js';
 import { releaseUntilAnswered } from './client/resend.js';
 import {
   checkAcquire,
+  checkObserve,
+  checkPublish,
   checkRelease,
   parseEndpoint,
   resolveClientOptions,
   type AcquireOptions,
   type AcquireResult,
   type Endpoint,
+  type PublishResult,
   type ReleaseOptions,
   type ReleaseResult,
   type ResolvedClientOptions,
@@ -45,19 +51,24 @@ import {
   type Pending,
   type PendingAcquire,
   type PendingKeep,
+  type PendingPublish,
   type PendingRelease,
 } from './client/pending.js';
+import { formatPublish } from './election-wire.js';
 import { formatAcquire, formatKeep, formatRelease } from './protocol.js';
 
 export type {
   AcquireOptions,
   AcquireResult,
   BackoffOptions,
+  PublishResult,
   ReleaseOptions,
   ReleaseResult,
   TicketClientOptions,
 } from './client/options.js';
 export type { HoldOptions, TicketHold } from './client/hold.js';
+export type { CampaignOptions, Leadership } from './client/leadership.js';
+export type { Observation, ObservedView } from './client/observations.js';
 
 /** A confirmed keep. */
 export interface RenewResult {
@@ -89,6 +100,9 @@ export class TicketClient {
   readonly #registry: PendingRegistry;
   readonly #acquireLane: Lane;
   readonly #releaseLane: Lane;
+  /** Publishes and observations. */
+  readonly #observeLane: Lane;
+  readonly #observations: Observations;
   #ownerSeq = 0;
   /** The longest lease a `K` reply reported: bounds how long a lost release is re-sent. */
   #learnedLeaseMs = 0;
@@ -116,6 +130,15 @@ export class TicketClient {
     };
     this.#acquireLane = new Lane(this.#options, this.#registry, host, 'acquire');
     this.#releaseLane = new Lane(this.#options, this.#registry, host, 'release');
+    this.#observations = new Observations(
+      { send: (line) => this.#observeLane.send(line), answered: (p) => this.#observeLane.answered(p) },
+      this.#registry,
+    );
+    this.#observeLane = new Lane(this.#options, this.#registry, host, 'observe', this.#observations);
+  }
+
+  get #lanes(): Lane[] {
+    return [this.#acquireLane, this.#releaseLane, this.#observeLane];
   }
 
   /** The current leader hint (cluster mode), if any. */
@@ -125,9 +148,10 @@ export class TicketClient {
 
   /** Requests sent and not yet answered, and requests waiting for a connection. */
   get pending(): { readonly inFlight: number; readonly queued: number } {
+    const lanes = this.#lanes;
     return {
-      inFlight: this.#acquireLane.inFlight + this.#releaseLane.inFlight,
-      queued: this.#acquireLane.queued + this.#releaseLane.queued,
+      inFlight: lanes.reduce((sum, lane) => sum + lane.inFlight, 0),
+      queued: lanes.reduce((sum, lane) => sum + lane.queued, 0),
     };
   }
 
@@ -244,8 +268,68 @@ export class TicketClient {
     );
   }
 
-  /** Stops taking requests, rejects unsent ones (`ClientClosedError`), waits for the ones in
-   * flight to settle, then closes the connections. */
+  /**
+   * Publishes `value` (1-512 bytes of printable ASCII) as the key's value, if the key is held in
+   * exclusive mode under exactly `token` (`P`, on the observe lane). Resolves once the server
+   * confirmed it; rejects with `LockLostError` (`gone`) when it is not so held (`G`: nothing
+   * changed), with `DuplicateRequestError` while a publish of this (key, token) is pending, and
+   * otherwise as `release` does. A bad value throws before anything is sent.
+   */
+  publish(key: string, token: bigint | string, value: string, options?: ReleaseOptions): Promise<PublishResult> {
+    let args: ReturnType<typeof checkPublish>;
+    try {
+      args = checkPublish(key, token, value, options, this.#closed);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const { tokenText, signal } = args;
+    return new Promise<PublishResult>((resolve, reject) => {
+      const p: PendingPublish = {
+        kind: 'publish',
+        key,
+        token: BigInt(tokenText),
+        tokenText,
+        value,
+        line: formatPublish(key, tokenText, value),
+        waitMs: 0,
+        tokenNext: undefined,
+        ...unsent(signal, now()),
+        resolve,
+        reject,
+      };
+      this.#submitExclusive(p, this.#observeLane);
+    });
+  }
+
+  /**
+   * Observes `key` (docs/ticketing-election-client.md): an async iterator of its views
+   * `{ rev, holder, holders }`, the current one first, then every change in rev order; a consumer
+   * that falls behind gets the newest view, never a stale one, and never a rev it already had. It
+   * goes on across reconnects and failovers, until the signal aborts or `return()` (a `break` out
+   * of `for await`); it throws `ObservationLimitError` when the server refuses it over a limit,
+   * `ClientClosedError` when the client closes, and a `RefusedError` when a server refuses the
+   * connection (a wrong secret, a certificate). Observers of one key share one observation.
+   */
+  observe(key: string, options: ReleaseOptions = {}): Observation {
+    return this.#observations.observe(key, checkObserve(key, options, this.#closed));
+  }
+
+  /**
+   * Campaigns to lead `key` (docs/ticketing-election-client.md): holds it exclusively
+   * (`hold()`, waiting up to `waitMs`), publishes `value` if given, and resolves a `Leadership`:
+   * `token`, `signal` (aborts when the leadership is lost), `publish(value)`, `resign()`. Rejects
+   * as `hold()` does; a bad `value` rejects with TypeError/RangeError before anything is sent.
+   */
+  campaign(key: string, options: CampaignOptions = {}): Promise<Leadership> {
+    return startCampaign(
+      { hold: (k, o) => this.hold(k, o), publish: (k, t, v) => this.publish(k, t, v) },
+      key,
+      options,
+    );
+  }
+
+  /** Stops taking requests, rejects unsent ones (`ClientClosedError`), ends observations, waits for
+   * the ones in flight to settle, then closes the connections. */
   close(): Promise<void> {
     return (this.#closing ??= this.#close());
   }
@@ -254,7 +338,8 @@ export class TicketClient {
   destroy(): void {
     this.#closed = true;
     const closed = new ClientClosedError('the client was destroyed');
-    for (const lane of [this.#acquireLane, this.#releaseLane]) {
+    this.#observations.endAll(closed);
+    for (const lane of this.#lanes) {
       lane.closeQueued(closed);
       lane.destroy('destroyed');
     }
@@ -277,8 +362,10 @@ export class TicketClient {
 
   async #close(): Promise<void> {
     this.#closed = true;
-    this.#acquireLane.closeQueued(new ClientClosedError('the client is closed'));
-    await this.#acquireLane.whenIdle();
+    this.#observations.endAll(new ClientClosedError('the client is closed'));
+    for (const lane of [this.#acquireLane, this.#observeLane])
+      lane.closeQueued(new ClientClosedError('the client is closed'));
+    await Promise.all([this.#acquireLane.whenIdle(), this.#observeLane.whenIdle()]);
     // Releases already asked for (and orphan releases the acquires caused) still go out.
     while (
       this.#registry.releaseCount > 0 ||
@@ -291,8 +378,7 @@ export class TicketClient {
     }
     this.#releaseLane.closeQueued(new ClientClosedError('the client is closed'));
     this.#rejectOffLane(new ClientClosedError('the client is closed'));
-    this.#acquireLane.end();
-    this.#releaseLane.end();
+    for (const lane of this.#lanes) lane.end();
   }
 
   /** A release, sent again while its answer is lost, until the grant's lease surely ran out. */
@@ -354,25 +440,31 @@ export class TicketClient {
         },
         reject,
       };
-      if (!this.#registry.addKeep(p)) {
-        reject(
-          new DuplicateRequestError(
-            `a keep of ${key} token ${tokenText} is already pending: its replies would be ambiguous`,
-            key,
-            undefined,
-            p.token,
-          ),
-        );
-        return;
-      }
-      if (signal?.aborted) {
-        this.#registry.remove(p);
-        reject(signal.reason);
-        return;
-      }
-      this.#watchAbort(p);
-      this.#releaseLane.submit(p);
+      this.#submitExclusive(p, this.#releaseLane);
     });
+  }
+
+  /** A keep or a publish: refused while one of its kind and (key, token) is pending (their replies
+   * would be ambiguous), else sent on `lane`. */
+  #submitExclusive(p: PendingKeep | PendingPublish, lane: Lane): void {
+    if (!this.#registry.addExclusive(p)) {
+      p.reject(
+        new DuplicateRequestError(
+          `a ${p.kind} of ${p.key} token ${p.tokenText} is already pending: its replies would be ambiguous`,
+          p.key,
+          undefined,
+          p.token,
+        ),
+      );
+      return;
+    }
+    if (p.signal?.aborted) {
+      this.#registry.remove(p);
+      p.reject(p.signal.reason);
+      return;
+    }
+    this.#watchAbort(p);
+    lane.submit(p);
   }
 
   #watchAbort(p: Pending): void {

@@ -33,11 +33,12 @@ export class IndeterminateError extends TicketError {
   readonly code = 'ETICKETINDETERMINATE';
   constructor(
     message: string,
-    readonly op: 'acquire' | 'release' | 'keep',
+    readonly op: 'acquire' | 'release' | 'keep' | 'publish',
     readonly key: string,
     /** The acquire's owner (acquires only). */
     readonly owner: string | undefined,
-    /** The grant's token if it was parsed (acquire), or the token being released or kept. */
+    /** The grant's token if it was parsed (acquire), or the token being released, kept or
+     * published under. */
     readonly token: bigint | undefined,
     readonly reason: IndeterminateReason,
     options?: ErrorOptions,
@@ -56,11 +57,12 @@ export class IndeterminateError extends TicketError {
 export abstract class RefusedError extends TicketError {
   constructor(
     message: string,
-    readonly op: 'acquire' | 'release' | 'keep',
+    /** `observe`: an observation, which ends with the refusal (client.observe). */
+    readonly op: 'acquire' | 'release' | 'keep' | 'publish' | 'observe',
     readonly key: string,
     /** The acquire's owner (acquires only). */
     readonly owner: string | undefined,
-    /** The token being released or kept (releases and keeps only). */
+    /** The token being released, kept or published under. */
     readonly token: bigint | undefined,
     options?: ErrorOptions,
   ) {
@@ -106,7 +108,7 @@ export class TlsMismatchError extends RefusedError {
   readonly code = 'ETICKETTLSMISMATCH';
 }
 
-/** An acquire with the same (key, owner), or a keep with the same (key, token), is already pending on
+/** An acquire with the same (key, owner), or a keep or publish with the same (key, token), is already pending on
  * this client: a second one would make the replies ambiguous, so it is refused before it is sent. */
 export class DuplicateRequestError extends TicketError {
   readonly code = 'ETICKETDUPLICATE';
@@ -153,6 +155,20 @@ export class LockLostError extends TicketError {
     options?: ErrorOptions,
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * The server refused to observe the key (`U <key> busy`): the connection or the server is at its
+ * limit of observations (docs/ticketing-election.md). The observation ended; nothing else changed.
+ */
+export class ObservationLimitError extends TicketError {
+  readonly code = 'ETICKETOBSERVELIMIT';
+  constructor(
+    message: string,
+    readonly key: string,
+  ) {
+    super(message);
   }
 }
 

@@ -55,7 +55,7 @@ export const channels = {
   clusterEtcd: diagnostics.channel('ticketing:cluster:etcd'),
 
   // ---- client
-  /** A connection opened: `{ client, lane, address }` (lane: `acquire` or `release`). */
+  /** A connection opened: `{ client, lane, address }` (lane: `acquire`, `release` or `observe`). */
   clientConnect: diagnostics.channel('ticketing:client:connect'),
   /** A connection closed: `{ client, lane, address, reason, error, backoffMs }`. */
   clientClose: diagnostics.channel('ticketing:client:close'),

@@ -20,6 +20,11 @@ export {
   type RenewResult,
   type HoldOptions,
   type TicketHold,
+  type PublishResult,
+  type CampaignOptions,
+  type Leadership,
+  type Observation,
+  type ObservedView,
 } from './client.js';
 export { TicketLease, type TicketLeaseGrant } from './ticket-lease.js';
 export {
@@ -35,6 +40,7 @@ export {
   ModeConflictError,
   LockLostError,
   NotAcquiredError,
+  ObservationLimitError,
   LeaseHeldError,
   ConnectError,
   ClientClosedError,

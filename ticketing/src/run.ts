@@ -2,7 +2,8 @@
  * `ticketing run`: run a command on one host of many. Hold the key (waiting up to --wait), run the
  * command with `TICKETING_KEY`/`TICKETING_TOKEN`, keep the lock alive while it runs, release when
  * it exits, and exit with its status. On loss the command's process group gets SIGTERM, then
- * SIGKILL after the grace, both before the local deadline (the grace is taken out of it). The
+ * SIGKILL after the grace, both before the local deadline (the grace is taken out of it). With
+ * `--publish`, the value is published once the key is held, before the command starts. The
  * command runs under flocklease's supervisor (`flocklease run`'s), which kills the group when
  * `run` dies, even by SIGKILL. Exit codes as `flocklease run`'s (docs/cli.md "Exit codes").
  */
@@ -23,6 +24,8 @@ export interface RunOptions {
   /** Hold one of N permits (the command gets `TICKETING_SLOT`), or a shared hold. */
   readonly permits?: number | undefined;
   readonly shared?: boolean | undefined;
+  /** Published once the key is held, before the command starts (`client.campaign`'s `value`). */
+  readonly publish?: string | undefined;
   /** Between SIGTERM and SIGKILL after a loss, ms; undefined: a tenth of the lease. */
   readonly killAfterMs: number | undefined;
   readonly command: readonly string[];
@@ -60,16 +63,18 @@ export async function runCommand(options: RunOptions, say: (line: string) => voi
   try {
     let hold: TicketHold;
     try {
-      hold = await client.hold(options.key, {
+      const holdOptions = {
         waitMs: Math.min(options.waitMs, FOREVER_MS),
-        permits: options.permits,
-        shared: options.shared,
         signal: supervision.waitSignal,
         margin:
           options.killAfterMs === undefined
             ? { fraction: 0.01 + GRACE_FRACTION }
             : { fraction: 0.01, ms: 50 + options.killAfterMs },
-      });
+      };
+      hold =
+        options.publish === undefined
+          ? await client.hold(options.key, { ...holdOptions, permits: options.permits, shared: options.shared })
+          : await client.campaign(options.key, { ...holdOptions, value: options.publish });
     } catch (error) {
       if (supervision.interruptedStatus !== undefined) return supervision.interruptedStatus;
       if (error instanceof NotAcquiredError && error.status === 'timed-out') {

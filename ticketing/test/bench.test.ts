@@ -190,6 +190,75 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls -
   });
 });
 
+interface Spread {
+  median: number;
+  min: number;
+  max: number;
+}
+interface ObserversResults {
+  setup: { observers: number; changesPerSecond: number; observerProcesses: number };
+  load: { start: number[]; end: number[] };
+  summary: Record<string, Spread | number>;
+  memory: Record<string, { rss: number; heapUsed: number; arrayBuffers: number }>;
+  runs: Array<{ cpuShare: { server: number; observers: number[]; changer: number } }>;
+}
+
+describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --observers --quick', () => {
+  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-observers-bench-'));
+  let results: ObserversResults;
+  let stdout: string;
+
+  beforeAll(async () => {
+    // A 1 s window: enough hand-offs for a figure on a loaded machine.
+    const args = ['bench/ticketing/bench.mjs', '--observers', '--quick', '--duration', '1s', '--out', out];
+    ({ stdout } = await run(process.execPath, args, { maxBuffer: 16 * 1024 * 1024, timeout: 50_000 }));
+    results = JSON.parse(readFileSync(join(out, 'observers-results.json'), 'utf8')) as ObserversResults;
+  }, 60_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  test("the delay to the last of 1,000 observers, every process's CPU and the server's memory", () => {
+    expect(results.setup).toEqual({ observers: 1000, changesPerSecond: 100, observerProcesses: 1 });
+    expect(results.load.start).toHaveLength(3);
+    const { summary } = results;
+    expect(summary['measuredChanges']).toBeGreaterThan(0);
+    expect(summary['skippedRevs']).toBe(0);
+    expect(summary['strayLines']).toBe(0);
+    for (const figure of [
+      'changesPerSecond',
+      'lastObserverP50Ms',
+      'lastObserverP99Ms',
+      'firstObserverP50Ms',
+      'handoffP50Ms',
+      'serverCpuShare',
+      'observersCpuShare',
+      'changerCpuShare',
+    ]) {
+      const s = summary[figure] as Spread;
+      for (const v of [s.median, s.min, s.max]) expect(Number.isFinite(v), figure).toBe(true);
+    }
+    const last = (figure: string): number => (summary[figure] as Spread).median;
+    expect(last('lastObserverP99Ms')).toBeGreaterThanOrEqual(last('lastObserverP50Ms'));
+    expect(last('serverCpuShare')).toBeGreaterThan(0);
+    const [run] = results.runs;
+    expect(run!.cpuShare.observers).toHaveLength(1);
+    expect(Object.keys(results.memory)).toEqual([
+      'idle',
+      '1,000 observers, key unchanged',
+      'most while the key changes',
+    ]);
+    for (const m of Object.values(results.memory)) {
+      expect(m.rss).toBeGreaterThan(0);
+      expect(m.heapUsed).toBeGreaterThan(0);
+      expect(m.arrayBuffers).toBeGreaterThan(0);
+    }
+    expect(stdout).toContain('### Observers: 1,000 observers of one key, a hand-off every 10 ms');
+    expect(stdout).toMatch(/^\| delay to the last observer’s `V`, p99 ms \| [\d.]+ \|/m);
+    expect(stdout).toMatch(/^\| server CPU \(user \+ sys\) \| [\d.]+ % \|/m);
+    expect(stdout).toMatch(/^\| most while the key changes \| [\d.]+ \|/m);
+    expect(stdout).toContain('every observer received every rev, in order, and nothing else');
+  });
+});
+
 interface ClusterCell {
   cyclesPerSecond: number;
   p50Ms: number;

@@ -240,3 +240,15 @@ export function prng(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** An async iterator's next value, or a failure after `ms` (or when it ended). */
+export async function nextValue<T>(it: AsyncIterator<T>, ms = 5_000): Promise<T> {
+  const result = await Promise.race([
+    it.next(),
+    sleep(ms).then(() => {
+      throw new Error(`no value within ${ms} ms`);
+    }),
+  ]);
+  if (result.done === true) throw new Error('the iterator ended');
+  return result.value;
+}

@@ -6,6 +6,7 @@ import { InvalidArgumentError } from 'commander';
 import { timerDuration } from '#kernel/flags';
 import { checkLeaderTtlMs, checkPrefix } from '../cluster/options.js';
 import { parseListenAddress } from '../observe/http.js';
+import { isValue, MAX_VALUE_BYTES } from '../election-wire.js';
 import { isAddress, isName } from '../protocol.js';
 
 export function integer(min: number, max: number) {
@@ -26,6 +27,12 @@ export function addressList(text: string): string[] {
 
 export function keyName(text: string): string {
   if (!isName(text)) throw new InvalidArgumentError('expected 1-256 bytes of printable ASCII without spaces');
+  return text;
+}
+
+/** A value to publish (`run --publish`). */
+export function publishedValue(text: string): string {
+  if (!isValue(text)) throw new InvalidArgumentError(`expected 1-${MAX_VALUE_BYTES} bytes of printable ASCII`);
   return text;
 }
 

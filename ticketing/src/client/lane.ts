@@ -5,7 +5,9 @@
  * reconnects with backoff while it has work, and watches the time limits (an unsent request's
  * waitMs, or connectTimeoutMs when that is 0; waitMs + responseTimeoutMs for sent ones). A connection that fails takes its
  * sent requests with it (Indeterminate, unless the server refused them outright), never its
- * unsent ones. The client runs two: one for acquires, one reserved for releases.
+ * unsent ones. The client runs three: one for acquires, one reserved for releases and keeps, and
+ * one for publishes and observations (its tenant, observations.ts, which keeps it connected while
+ * anything is observed and is handed the replies the lane does not match).
  */
 import type net from 'node:net';
 import { performance } from 'node:perf_hooks';
@@ -26,7 +28,9 @@ import { UNMATCHED, settleRefused, slotAnswers } from './answers.js';
 import { backoffDelay } from './backoff.js';
 import { REFUSALS, notSentInTime, plainTextPeer, unlistedLeader, whenTlsPeer } from './refusals.js';
 import { isCertificateError, openSocket } from './transport.js';
-import type { Pending, PendingAcquire, PendingKeep, PendingRegistry, PendingRelease } from './pending.js';
+import type { Observations } from './observations.js';
+import type { Pending, PendingAcquire, PendingRegistry } from './pending.js';
+import { RttWindow } from './rtt.js';
 import { LineFramer, SERVING_LINE, formatAcquire, formatHello, parseReply, splitReply } from '../protocol.js';
 import { isPlainTextPeer } from '../tls-sniff.js';
 
@@ -47,7 +51,6 @@ export interface LaneHost {
 }
 
 const BACKOFF_ERRORS = new Set<string>(['no_leader', 'not_active', 'auth_failed', 'capacity']);
-const RTT_SAMPLES = 8;
 
 /**
  * One connection and its requests: queued (unsent) ones, and sent ones indexed for matching.
@@ -76,17 +79,18 @@ export class Lane {
   #connectTimer: NodeJS.Timeout | undefined;
   #watchdog: NodeJS.Timeout | undefined;
   #endpoint: Endpoint | undefined;
-  readonly #rtt: number[] = [];
+  /** Recent round trips of requests that could not have waited. */
+  readonly #rtt = new RttWindow();
   /** Unsent requests that were queued when a connection failed. */
   readonly #delayed = new WeakSet<Pending>();
-  #rttNext = 0;
   #closed = false;
 
   constructor(
     readonly options: ResolvedClientOptions,
     readonly registry: PendingRegistry,
     readonly host: LaneHost,
-    readonly role: 'acquire' | 'release',
+    readonly role: 'acquire' | 'release' | 'observe',
+    readonly tenant?: Observations,
   ) {
     this.#framer = new LineFramer(options.maxLineBytes);
   }
@@ -98,9 +102,27 @@ export class Lane {
     return this.#queue.length;
   }
 
-  /** The largest of the recent round trips of requests that could not have waited, or undefined. */
-  get recentRtt(): number | undefined {
-    return this.#rtt.length === 0 ? undefined : Math.max(...this.#rtt);
+  /** There is work for a connection: a queued request, or the tenant's observations. */
+  #wanted(): boolean {
+    return !this.#closed && (this.#queue.length > 0 || this.tenant?.wanted === true);
+  }
+
+  /** Writes a tenant's line now if the connection serves (true); otherwise makes sure one is on its
+   * way while there is work (false): the tenant's `opened()` sends what it starts with. */
+  send(line: string): boolean {
+    const open = this.#state === 'open';
+    if (open) this.#socket!.write(line, 'latin1');
+    else if (this.#state === 'idle' && this.#wanted()) this.#connect();
+    else if (this.#state === 'backoff' && this.#wanted()) this.#retryTimer?.ref();
+    return open;
+  }
+
+  /** A sent request answered: settled here, resolved or rejected by the caller. */
+  answered(p: Pending, sample = true): void {
+    if (sample) this.#rtt.add(now() - p.sentAt);
+    this.#failures = 0;
+    this.#answered = true;
+    this.#settle(p);
   }
 
   submit(p: Pending): void {
@@ -224,6 +246,7 @@ export class Lane {
       if (
         this.#state === 'open' &&
         this.#inFlight === 0 &&
+        this.tenant?.wanted !== true && // an observing connection is never idle: its end is a failure
         this.#lastError === undefined &&
         this.#framer.bufferedBytes === 0
       ) {
@@ -294,30 +317,23 @@ export class Lane {
         case 'N': {
           const p = this.registry.findRelease(answer.token, answer.key);
           if (p === undefined || p.lane !== this || p.sentAt < 0) break;
-          this.#released(p, answer.op === 'R');
+          this.answered(p);
+          p.resolve({ status: answer.op === 'R' ? 'released' : 'not-held', key: p.key, token: p.token });
           return true;
         }
         case 'K':
         case 'G': {
           const p = this.registry.findKeep(answer.token, answer.key);
           if (p === undefined || p.lane !== this || p.sentAt < 0) break;
-          this.#keepAnswered(p, answer.op === 'K' ? answer.leaseMs : undefined);
+          this.answered(p);
+          if (answer.op === 'K') p.resolve({ key: p.key, token: p.token, leaseMs: answer.leaseMs, sentAt: p.sentAt });
+          else p.reject(lockGone(p.key, p.token));
           return true;
         }
       }
     }
     return this.#onOtherLine(line);
   };
-
-  /** A keep's answer: `K` (kept, with the lease applied) or `G` (gone: `leaseMs` undefined). */
-  #keepAnswered(p: PendingKeep, leaseMs: number | undefined): void {
-    this.#sample(now() - p.sentAt);
-    this.#failures = 0;
-    this.#answered = true;
-    this.#settle(p);
-    if (leaseMs !== undefined) p.resolve({ key: p.key, token: p.token, leaseMs, sentAt: p.sentAt });
-    else p.reject(lockGone(p.key, p.token));
-  }
 
   #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
     const p = this.registry.findAcquire(owner, key);
@@ -326,39 +342,28 @@ export class Lane {
 
   #granted(p: PendingAcquire, token: string, slot: number | undefined): void {
     const receivedAt = now();
-    if (p.waitMs === 0) this.#sample(receivedAt - p.sentAt);
-    this.#failures = 0;
-    this.#answered = true;
     // Earliest instant the server can have granted it: not before the request was sent, and (for
     // a grant that waited) not before a recent round trip ago.
-    const rtt = p.waitMs === 0 ? undefined : this.recentRtt;
+    const rtt = p.waitMs === 0 ? undefined : this.#rtt.recent;
     const grantedNotBefore = rtt === undefined ? p.sentAt : Math.max(p.sentAt, receivedAt - rtt);
     const expiresAt = wallClock(leaseEnd(grantedNotBefore, this.options.leaseMs), receivedAt);
-    this.#settle(p);
+    this.answered(p, p.waitMs === 0);
     p.resolve({ status: 'acquired', key: p.key, owner: p.owner, token: BigInt(token), expiresAt, slot });
   }
 
   /** `T`, `B`, or `C` (the mode does not fit the key's kind: rejected, nothing granted or queued). */
   #refused(p: PendingAcquire, op: 'T' | 'B' | 'C'): void {
-    if (p.waitMs === 0 || op === 'B') this.#sample(now() - p.sentAt);
-    this.#failures = 0;
-    this.#answered = true;
     if (op === 'B' && this.host.retryBusy(p)) {
+      this.#rtt.add(now() - p.sentAt);
+      this.#failures = 0;
+      this.#answered = true;
       // Not settled: it goes back to the queue after a backoff, with what is left of its wait
       // budget (same owner: B is definitive, nothing is pending under it).
       this.#detach(p);
       return;
     }
-    this.#settle(p);
+    this.answered(p, p.waitMs === 0 || op === 'B');
     settleRefused(p, op);
-  }
-
-  #released(p: PendingRelease, released: boolean): void {
-    this.#sample(now() - p.sentAt);
-    this.#failures = 0;
-    this.#answered = true;
-    this.#settle(p);
-    p.resolve({ status: released ? 'released' : 'not-held', key: p.key, token: p.token });
   }
 
   /** Replies off the fast path: malformed, unmatched, M, L, E — or matched ones in odd shapes. */
@@ -367,6 +372,10 @@ export class Lane {
     if (reply === undefined) {
       this.#teardown('connection-lost', new ProtocolError('malformed or unknown reply', line));
       return false;
+    }
+    if (this.tenant?.take(reply) === true) {
+      this.#failures = 0; // its replies (publish answers, views) say this node serves, as answers do
+      return true;
     }
     switch (reply.op) {
       // A well-formed answer reaches this point only when it matched nothing (see #onLine).
@@ -394,6 +403,7 @@ export class Lane {
         // This node applies requests: send what waited for it.
         clearTimeout(this.#connectTimer);
         this.#state = 'open';
+        this.tenant?.opened(); // its lines go first
         publish(channels.clientConnect, () => ({ client: this.host.client, lane: this.role, address: endpointText }));
         this.#flush();
         return true;
@@ -482,6 +492,7 @@ export class Lane {
       this.#settleReject(p, endedRequestError(p, end, token), end.kind !== 'refused');
     }
     for (const p of this.#queue) this.#delayed.add(p);
+    this.tenant?.lost(refused === undefined ? undefined : { error: refused, cause });
     // A close the caller asked for (an abort) says nothing about the server: no backoff for it.
     if (aborted === undefined) this.#failures++;
     clearTimeout(this.#retryTimer);
@@ -492,9 +503,9 @@ export class Lane {
       this.#state = 'backoff';
       this.#retryTimer = setTimeout(() => {
         this.#state = 'idle';
-        if (this.#queue.length > 0 && !this.#closed) this.#connect();
+        if (this.#wanted()) this.#connect();
       }, delay);
-      if (this.#queue.length === 0) this.#retryTimer.unref();
+      if (!this.#wanted()) this.#retryTimer.unref();
       this.#publishClose(reason, cause, delay);
     }
     if (salvaged !== undefined) this.host.orphanRelease(salvaged.p.key, salvaged.tokenText);
@@ -529,8 +540,9 @@ export class Lane {
     this.#socket = undefined;
     this.#state = 'idle';
     clearTimeout(this.#connectTimer);
+    this.tenant?.lost();
     this.#publishClose('idle', undefined, 0);
-    if (this.#queue.length > 0 && !this.#closed) this.#connect();
+    if (this.#wanted()) this.#connect();
   }
 
   #publishClose(reason: string, error: unknown, backoffMs: number): void {
@@ -543,11 +555,6 @@ export class Lane {
       error,
       backoffMs,
     }));
-  }
-
-  #sample(rtt: number): void {
-    this.#rtt[this.#rttNext] = rtt;
-    this.#rttNext = (this.#rttNext + 1) % RTT_SAMPLES;
   }
 
   #settle(p: Pending): void {

@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { checkNumber } from '#kernel';
 import { ClientClosedError } from '../errors.js';
-import { DEFAULT_MAX_LINE_BYTES, MAX_TOKEN, isAddress, isName, isTokenText } from '../protocol.js';
+import { MAX_TOKEN, isAddress, isName, isTokenText } from '../protocol.js';
+import { isValue, MAX_VALUE_BYTES } from '../election-wire.js';
 import { MAX_PERMITS, type LockMode } from '../modes.js';
 
 export interface BackoffOptions {
@@ -48,7 +49,8 @@ export interface TicketClientOptions {
   /** Opt-in: retry `B` (busy) with backoff inside the caller's own `waitMs` budget. Default off:
    * busy is returned at once. Can be set per call too. */
   readonly retryBusy?: boolean | BackoffOptions;
-  /** Longest reply line accepted, terminator included. Default 1024. */
+  /** Longest reply line accepted, terminator included. Default 2048: room for the longest `V`
+   * line (a 256-byte key and owner, a 512-byte value, a token and a rev: about 1,070 bytes). */
   readonly maxLineBytes?: number;
   /** Prefix of the generated owners. Default `<hostname>-<pid>-<random>`. */
   readonly ownerPrefix?: string;
@@ -90,6 +92,13 @@ export type AcquireResult =
   | { readonly status: 'timed-out'; readonly key: string; readonly owner: string }
   | { readonly status: 'busy'; readonly key: string; readonly owner: string };
 
+/** A publish the server confirmed (`P`): the key's value is now `value`. */
+export interface PublishResult {
+  readonly key: string;
+  readonly token: bigint;
+  readonly value: string;
+}
+
 export interface ReleaseResult {
   /** `not-held`: the server had nothing registered under that key and token (never held, expired
    * and taken over, or already released). */
@@ -97,6 +106,10 @@ export interface ReleaseResult {
   readonly key: string;
   readonly token: bigint;
 }
+
+/** The client's default reply line limit: the longest `V` line fits (the server's requests stay at
+ * its own limit). */
+const CLIENT_MAX_LINE_BYTES = 2048;
 
 /** Least delay before reconnecting after these server errors, ms (doubling while they repeat). */
 const DEFAULT_ERROR_BACKOFF = { no_leader: 250, not_active: 500, capacity: 1_000, auth_failed: 2_000 } as const;
@@ -171,7 +184,7 @@ export function resolveClientOptions(options: TicketClientOptions): ResolvedClie
   if (retry !== undefined && typeof retry !== 'boolean' && (typeof retry !== 'object' || retry === null)) {
     throw new TypeError('retryBusy must be a boolean or { initialMs, maxMs }');
   }
-  const maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  const maxLineBytes = options.maxLineBytes ?? CLIENT_MAX_LINE_BYTES;
   if (!Number.isInteger(maxLineBytes) || maxLineBytes < 64)
     throw new RangeError('maxLineBytes must be an integer >= 64');
   const prefix =
@@ -252,6 +265,11 @@ export function checkRelease(
   } else {
     throw new TypeError('token must be a bigint or a decimal string');
   }
+  return { tokenText, signal: checkSignalOption(options, closed) };
+}
+
+/** `{ signal }` options, checked; throws when closed or already aborted. */
+function checkSignalOption(options: ReleaseOptions | undefined, closed: boolean): AbortSignal | undefined {
   let signal: AbortSignal | undefined;
   if (options !== undefined) {
     if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
@@ -261,7 +279,32 @@ export function checkRelease(
   }
   if (closed) throw new ClientClosedError('the client is closed');
   signal?.throwIfAborted();
-  return { tokenText, signal };
+  return signal;
+}
+
+/** `publish`'s arguments, checked: the token as canonical text. */
+export function checkPublish(
+  key: unknown,
+  token: unknown,
+  value: unknown,
+  options: ReleaseOptions | undefined,
+  closed: boolean,
+): { tokenText: string; value: string; signal: AbortSignal | undefined } {
+  checkKey(key);
+  checkValue(value);
+  return { ...checkRelease(key, token, options, closed), value };
+}
+
+/** A value to publish: 1-512 bytes of printable ASCII, spaces included. */
+export function checkValue(value: unknown, what = 'value'): asserts value is string {
+  if (typeof value !== 'string') throw new TypeError(`${what} must be a string`);
+  if (!isValue(value)) throw new RangeError(`${what} must be 1-${MAX_VALUE_BYTES} bytes of printable ASCII`);
+}
+
+/** `observe`'s arguments, checked: its signal. */
+export function checkObserve(key: unknown, options: ReleaseOptions, closed: boolean): AbortSignal | undefined {
+  checkKey(key);
+  return checkSignalOption(options, closed);
 }
 
 function checkKey(key: unknown): asserts key is string {

@@ -35,6 +35,8 @@ export type RefusalClass =
   | typeof TlsMismatchError
   | typeof UnlistedLeaderError;
 
+const MAY_HAVE = { release: 'have released', keep: 'have kept it', publish: 'have published' } as const;
+
 /** `token`: a grant's token salvaged from a half-received reply (acquires only). */
 export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint): TicketError {
   const acquire = p.kind === 'acquire';
@@ -68,7 +70,7 @@ export function endedRequestError(p: Pending, end: ConnectionEnd, token?: bigint
       );
     case 'lost':
       return new IndeterminateError(
-        `${what}: no definitive reply (${describe(end.cause)}); it may or may not ${acquire ? 'hold the key' : p.kind === 'keep' ? 'have kept it' : 'have released'}`,
+        `${what}: no definitive reply (${describe(end.cause)}); it may or may not ${acquire ? 'hold the key' : MAY_HAVE[p.kind]}`,
         p.kind,
         p.key,
         owner,

@@ -1,12 +1,12 @@
 /**
  * The client's registry of pending requests: every unsettled acquire by owner and every
- * unsettled release and keep by token, the identifiers the server's replies echo. Requests sharing an
+ * unsettled release, keep and publish by token, the identifiers the server's replies echo. Requests sharing an
  * identifier (one owner on several keys, one token released twice) chain, so a reply is matched
  * by (identifier, key) without scanning, and two releases of one (key, token) never travel at
  * once (their `R`/`N` would be ambiguous): the later one waits, `blocked`, until the earlier
  * settles.
  */
-import type { AcquireResult, BackoffOptions, ReleaseResult } from './options.js';
+import type { AcquireResult, BackoffOptions, PublishResult, ReleaseResult } from './options.js';
 import type { KeepResult } from './keep.js';
 import type { LockMode } from '../modes.js';
 import { Table } from '../table.js';
@@ -81,7 +81,26 @@ export interface PendingKeep extends PendingBase {
   readonly reject: (error: unknown) => void;
 }
 
-export type Pending = PendingAcquire | PendingRelease | PendingKeep;
+/** A publish (`P <key> <token> <value>`), answered `P` or `G`. At most one per (key, token) is
+ * pending: a second is refused. It travels on the observe lane, where no keep does, so a `G` there
+ * answers a publish. */
+export interface PendingPublish extends PendingBase {
+  readonly kind: 'publish';
+  readonly token: bigint;
+  readonly tokenText: string;
+  readonly value: string;
+  readonly line: string;
+  readonly waitMs: 0;
+  /** The next pending publish with the same token (another key). */
+  tokenNext: PendingPublish | undefined;
+  readonly resolve: (result: PublishResult) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+export type Pending = PendingAcquire | PendingRelease | PendingKeep | PendingPublish;
+
+/** The requests chained by token that a second one of the same (key, token) would make ambiguous. */
+type Exclusive = PendingKeep | PendingPublish;
 
 export class PendingRegistry {
   /** Unsettled acquires (queued, sent, or between busy retries) by owner. */
@@ -90,6 +109,8 @@ export class PendingRegistry {
   readonly #releases = new Table<PendingRelease>();
   /** Unsettled keeps by token. */
   readonly #keeps = new Table<PendingKeep>();
+  /** Unsettled publishes by token. */
+  readonly #publishes = new Table<PendingPublish>();
 
   /** Sends a release whose earlier twin settled. */
   readonly #sendUnblocked: (p: PendingRelease) => void;
@@ -119,18 +140,24 @@ export class PendingRegistry {
     else last.tokenNext = p;
   }
 
-  /** Registers a keep; false (nothing registered) when one of the same (key, token) is pending. */
-  addKeep(p: PendingKeep): boolean {
-    if (this.findKeep(p.tokenText, p.key) !== undefined) return false;
-    p.tokenNext = this.#keeps.get(p.tokenText);
-    this.#keeps.set(p.tokenText, p);
+  /** Registers a keep or a publish; false (nothing registered) when one of its kind and the same
+   * (key, token) is pending. */
+  addExclusive(p: Exclusive): boolean {
+    const table = this.#tableOf(p);
+    if (findIn(table, p.tokenText, p.key) !== undefined) return false;
+    p.tokenNext = table.get(p.tokenText);
+    table.set(p.tokenText, p);
     return true;
   }
 
   /** The pending keep by (token, key), if any. */
   findKeep(token: string, key: string): PendingKeep | undefined {
-    for (let p = this.#keeps.get(token); p !== undefined; p = p.tokenNext) if (p.key === key) return p;
-    return undefined;
+    return findIn(this.#keeps, token, key);
+  }
+
+  /** The pending publish by (token, key), if any. */
+  findPublish(token: string, key: string): PendingPublish | undefined {
+    return findIn(this.#publishes, token, key);
   }
 
   /** A pending acquire by (owner, key), if any. */
@@ -149,7 +176,11 @@ export class PendingRegistry {
   remove(p: Pending): void {
     if (p.kind === 'acquire') this.#removeAcquire(p);
     else if (p.kind === 'release') this.#removeRelease(p);
-    else this.#removeKeep(p);
+    else unlink(this.#tableOf(p), p);
+  }
+
+  #tableOf(p: Exclusive): Table<Exclusive> {
+    return p.kind === 'keep' ? this.#keeps : this.#publishes;
   }
 
   /** Requests sent on `lane` and not settled (rare paths: teardown, the watchdog). */
@@ -163,9 +194,11 @@ export class PendingRegistry {
       for (let p: PendingRelease | undefined = head; p !== undefined; p = p.tokenNext)
         if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
     }
-    for (const head of this.#keeps.values()) {
-      for (let p: PendingKeep | undefined = head; p !== undefined; p = p.tokenNext)
-        if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+    for (const table of [this.#keeps, this.#publishes] as Table<Exclusive>[]) {
+      for (const head of table.values()) {
+        for (let p: Exclusive | undefined = head; p !== undefined; p = p.tokenNext)
+          if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+      }
     }
     return out;
   }
@@ -198,19 +231,6 @@ export class PendingRegistry {
     p.ownerNext = undefined;
   }
 
-  #removeKeep(p: PendingKeep): void {
-    const head = this.#keeps.get(p.tokenText);
-    if (head === p) {
-      if (p.tokenNext === undefined) this.#keeps.delete(p.tokenText);
-      else this.#keeps.set(p.tokenText, p.tokenNext);
-    } else {
-      let q = head;
-      while (q !== undefined && q.tokenNext !== p) q = q.tokenNext;
-      if (q !== undefined) q.tokenNext = p.tokenNext;
-    }
-    p.tokenNext = undefined;
-  }
-
   #removeRelease(p: PendingRelease): void {
     const head = this.#releases.get(p.tokenText);
     if (head === p) {
@@ -232,4 +252,23 @@ export class PendingRegistry {
       }
     }
   }
+}
+
+function findIn<T extends Exclusive>(table: Table<T>, token: string, key: string): T | undefined {
+  for (let p = table.get(token); p !== undefined; p = p.tokenNext as T | undefined) if (p.key === key) return p;
+  return undefined;
+}
+
+/** Takes `p` out of its token's chain. */
+function unlink(table: Table<Exclusive>, p: Exclusive): void {
+  const head = table.get(p.tokenText);
+  if (head === p) {
+    if (p.tokenNext === undefined) table.delete(p.tokenText);
+    else table.set(p.tokenText, p.tokenNext);
+  } else {
+    let q = head;
+    while (q !== undefined && q.tokenNext !== p) q = q.tokenNext;
+    if (q !== undefined) q.tokenNext = p.tokenNext;
+  }
+  p.tokenNext = undefined;
 }

@@ -2,7 +2,14 @@
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { LineFramer, type ReplyBuffer } from '../protocol.js';
-import type { Observation } from './observers.js';
+
+/** One connection's observation of one key (observers.ts). */
+export interface Observation {
+  /** The greatest rev sent (a held `V` that arrives late is not sent behind a newer one). */
+  lastRev: bigint;
+  /** The latest `V` not sent because the connection is behind. */
+  pending: string | undefined;
+}
 
 /** Every open connection, by its id (its session in the state machine). */
 export type OpenConnections = Map<number, Connection>;

@@ -17,7 +17,7 @@ import { formatUnobserved, formatView, type View } from '../election-wire.js';
 import type { ObservedState } from '../state-types.js';
 import type { CommandApplier } from './applier.js';
 import type { ServerGate } from './cluster-host.js';
-import type { Connection } from './connection.js';
+import type { Connection, Observation } from './connection.js';
 import type { Outbox } from './replies.js';
 
 /** The gate's session for a change's `V`, fanned out to the key's observers once committed. */
@@ -28,14 +28,6 @@ export interface ObservationLimits {
   readonly maxObservations: number;
   /** Observations one connection may have open. */
   readonly maxObservationsPerConnection: number;
-}
-
-/** One connection's observation of one key. */
-export interface Observation {
-  /** The greatest rev sent (a held `V` that arrives late is not sent behind a newer one). */
-  lastRev: bigint;
-  /** The latest `V` not sent because the connection is behind. */
-  pending: string | undefined;
 }
 
 export class Observers {

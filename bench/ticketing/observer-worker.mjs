@@ -1,0 +1,95 @@
+#!/usr/bin/env node
+/**
+ * One process of the observers benchmark's observers (observers.mjs forks it): `count` raw TCP
+ * connections, each observing `key` (`O <key>`). Per rev of the key seen while recording: the
+ * holder field of its `V`, how many connections received it, and when the first and the last of
+ * them did (performance.timeOrigin + performance.now(), the clock the coordinator shares). Told
+ * over IPC: `start` (record from now), `stop` (send what was recorded, and this process's CPU and
+ * the seconds it recorded), `close`.
+ */
+import { once } from 'node:events';
+import net from 'node:net';
+
+const { port, key, count } = JSON.parse(process.argv[2]);
+const now = () => performance.timeOrigin + performance.now();
+
+let byRev = new Map();
+let recording = false;
+let cpuStart;
+let recordingSince = 0;
+/** Lines that are not a well-formed `V` of the key; revs a connection did not get (a jump). */
+let strayLines = 0;
+let skippedRevs = 0;
+
+/** Every connection reads into this one buffer (net's `onread`: no stream, no Buffer per read),
+ * so the reader costs as little as Node allows and the figures say more about the server. */
+const readBuffer = Buffer.allocUnsafe(64 * 1024);
+
+function connect() {
+  let partial = '';
+  let lastRev = -1;
+  const onLine = (line, at) => {
+    // V <key> <rev> <holder…>: the holder is `-`, `*<count>`, or `<token> <owner>[ <value>]`.
+    const fields = line.split(' ', 4);
+    if (fields[0] !== 'V' || fields[1] !== key || fields.length < 4) {
+      strayLines++;
+      return;
+    }
+    const rev = Number(fields[2]);
+    if (lastRev >= 0 && rev !== lastRev + 1) skippedRevs += Math.max(0, rev - lastRev - 1);
+    const first = lastRev < 0;
+    lastRev = rev;
+    if (first) socket.emit('observing');
+    if (!recording) return;
+    const seen = byRev.get(rev);
+    if (seen === undefined) byRev.set(rev, { holder: fields[3], count: 1, first: at, last: at });
+    else {
+      seen.count++;
+      seen.last = at;
+    }
+  };
+  const onread = {
+    buffer: readBuffer,
+    callback(bytes, buffer) {
+      const at = now();
+      let start = 0;
+      for (let newline = buffer.indexOf(10); newline !== -1 && newline < bytes; newline = buffer.indexOf(10, start)) {
+        onLine(partial + buffer.toString('latin1', start, newline), at);
+        partial = '';
+        start = newline + 1;
+      }
+      if (start < bytes) partial += buffer.toString('latin1', start, bytes);
+    },
+  };
+  const socket = net.connect({ port, host: '127.0.0.1', noDelay: true, onread });
+  socket.on('error', (error) => {
+    console.error(`observer: ${error.message}`);
+    process.exit(1);
+  });
+  socket.write(`O ${key}\n`);
+  return socket;
+}
+
+const sockets = Array.from({ length: count }, connect);
+await Promise.all(sockets.map((socket) => once(socket, 'observing')));
+process.send({ ready: true });
+
+process.on('message', (message) => {
+  if (message === 'start') {
+    byRev = new Map();
+    strayLines = 0;
+    skippedRevs = 0;
+    recording = true;
+    cpuStart = process.cpuUsage();
+    recordingSince = performance.now();
+  } else if (message === 'stop') {
+    recording = false;
+    const cpu = process.cpuUsage(cpuStart);
+    const revs = [...byRev].map(([rev, seen]) => ({ rev, ...seen }));
+    const seconds = (performance.now() - recordingSince) / 1000;
+    process.send({ revs, cpu, seconds, strayLines, skippedRevs });
+  } else if (message === 'close') {
+    for (const socket of sockets) socket.destroy();
+    process.disconnect();
+  }
+});
