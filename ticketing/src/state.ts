@@ -322,7 +322,9 @@ export class TicketState {
     if (token > this.#lastToken) this.#lastToken = token;
     const grant = this.#hold(entry ?? this.#register(key, kind), owner, token, mode === 's', now, slot);
     grant.value = value;
-    if (rev > grant.entry.rev) this.#raiseRev(grant.entry, rev);
+    // The stored rev stands (0: stored before election), though below the last token (a new
+    // leader's reservation): observers saw it, and no change since raised it.
+    if (rev !== 0n) this.#raiseRev(grant.entry, rev);
     return [{ type: 'adopted', key, owner, token, expiresAt: grant.expiresAt }];
   }
 

@@ -150,4 +150,18 @@ describe('adopt', () => {
     );
     expect(state.get('s')).toBeUndefined();
   });
+
+  test("keeps the stored rev below the last token (a new leader's reservation), for every holder", () => {
+    const state = new TicketState({ leaseMs: LEASE, expiry: 'eager', lastToken: 1_000n });
+    state.apply({ type: 'adopt', key: 'k', owner: 'a', token: 50n, rev: 90n }, T0);
+    state.apply({ type: 'adopt', key: 's', owner: 'a', token: 51n, mode: 's', rev: 95n }, T0);
+    state.apply({ type: 'adopt', key: 's', owner: 'b', token: 52n, mode: 's', rev: 95n }, T0);
+    expect(state.observed('k').rev).toBe(90n);
+    expect(state.observed('s')).toMatchObject({ rev: 95n, count: 2 });
+    expect(state.lastToken).toBe(1_000n);
+    state.apply({ type: 'release', session: 1, key: 'k', token: 50n }, T0);
+    expect(state.observed('k').rev).toBe(1_000n); // forgotten: vacant at the last token
+    const [granted] = state.apply({ type: 'acquire', session: 1, key: 'k', owner: 'c', waitMs: 0 }, T0);
+    expect(state.observed('k').rev).toBe((granted as { token: bigint }).token);
+  });
 });

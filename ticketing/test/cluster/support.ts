@@ -1,8 +1,9 @@
-/** Shared pieces of the cluster tests: raw sockets to nodes, a load of clients, and the history
- * checker over everything the clients observed. */
+/** Shared pieces of the cluster tests: raw sockets to nodes, a load of clients, the history
+ * checker over everything the clients observed, and the observation checker over what observers
+ * were shown. */
 import { expect } from 'vitest';
 import { TicketClient } from '../../src/client.js';
-import type { IndeterminateError } from '../../src/errors.js';
+import { IndeterminateError } from '../../src/errors.js';
 import { channels } from '../../src/events.js';
 import { LineSocket, sleep } from '../helpers.js';
 
@@ -72,11 +73,26 @@ export interface Grant {
   /** Its mode (default `x`) and, for a permit, its slot. */
   mode?: 'x' | 's' | number;
   slot?: number;
+  /** The owner its acquire named. */
+  owner?: string;
+  /** When the release's `R` reply (released) arrived. */
+  releasedAt?: number;
+  /** Values its holder published, in order (`whileHeld`). */
+  publishes?: Publish[];
+}
+
+/** A `P` a holder sent, and what came of it (`pending` until a reply or a close). */
+export interface Publish {
+  readonly value: string;
+  readonly sentAt: number;
+  result: 'pending' | 'published' | 'refused' | 'indeterminate';
 }
 
 export interface Load {
   readonly grants: Grant[];
   readonly errors: Map<string, number>;
+  /** `<key> <owner>` of every acquire whose outcome is unknown (Indeterminate): it may hold. */
+  readonly uncertain: Set<string>;
   stop(): Promise<void>;
 }
 
@@ -95,10 +111,13 @@ export function startLoad(
     keyPrefix?: string;
     /** Each request's mode (default exclusive), by key and by the worker's cycle number. */
     modeOf?: (key: string, n: number) => 'x' | 's' | number;
+    /** What a worker does while it holds a grant (default: sleeps `holdMs`). */
+    whileHeld?: (grant: Grant) => Promise<void>;
   },
 ): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
+  const uncertain = new Set<string>();
   let running = true;
   const count = (error: unknown): void => {
     const { code = (error as Error).name, reason } = error as { code?: string; reason?: string };
@@ -136,22 +155,25 @@ export function startLoad(
           result = await client.acquire(key, { waitMs: 200, ...modeOptions });
         } catch (error) {
           count(error);
+          if (error instanceof IndeterminateError) uncertain.add(`${key} ${error.owner}`);
           await sleep(20);
           continue;
         }
         if (result.status !== 'acquired') continue;
-        const grant: Grant = { key, token: result.token, worker, ackAt: performance.now(), mode };
+        const { token, owner } = result;
+        const grant: Grant = { key, token, worker, ackAt: performance.now(), mode, owner };
         if (result.slot !== undefined) grant.slot = result.slot;
         grants.push(grant);
-        await sleep(options.holdMs ?? 5);
+        await (options.whileHeld?.(grant) ?? sleep(options.holdMs ?? 5));
         grant.releaseSentAt = performance.now();
         try {
-          grant.released = (await client.release(key, result.token)).status;
+          grant.released = (await client.release(key, token)).status;
+          if (grant.released === 'released') grant.releasedAt = performance.now();
         } catch (error) {
           count(error);
           grant.released = 'indeterminate';
         }
-        if (lost.has(`${key} ${result.token}`)) grant.resent = true;
+        if (lost.has(`${key} ${token}`)) grant.resent = true;
       }
     } finally {
       client.destroy();
@@ -160,6 +182,7 @@ export function startLoad(
   return {
     grants,
     errors,
+    uncertain,
     async stop() {
       running = false;
       await Promise.all(loops);
@@ -265,4 +288,113 @@ export function lostGrants(grants: readonly Grant[]): Grant[] {
 /** Until when a holder that did not release may count on its grant. */
 function validUntil(grant: Grant, leaseMs: number): number {
   return Math.max(grant.ackAt + leaseMs, ...kept(grant).map((k) => k.sentAt + k.leaseMs!));
+}
+
+/** One `V` an observer received (election.test.ts). */
+export interface Observation {
+  /** Which observer: its streams run on across its reconnects. */
+  readonly observer: number;
+  readonly key: string;
+  readonly rev: bigint;
+  /** The holder it showed; undefined: vacant. */
+  readonly holder: { readonly token: bigint; readonly owner: string; readonly value: string | undefined } | undefined;
+  /** Test clock when it arrived. */
+  readonly at: number;
+  /** Test clock when the `O` of its connection was sent: what it shows was true at some moment
+   * in [since, at]. */
+  readonly since: number;
+}
+
+/**
+ * The observation checker, over the `V`s observers received (each observer's in arrival order)
+ * and the grants of the load that ran meanwhile (`startLoad`, exclusive keys only), with the
+ * acquires whose outcome is unknown (`Load.uncertain`). Per observer and key, across its
+ * reconnects (one stream):
+ * (a) revs never fall; one rev of a key names one state, for every observer and every leader.
+ * (b) Only committed states: a holder shown is an acknowledged grant of the key with its token
+ *     and owner, or an acquire by that owner whose outcome was unknown (then with no value: its
+ *     holder never learned its token, so never published); a value shown was sent in a `P` under
+ *     that token before it arrived; a vacancy was possible: some moment in [since, at] lies
+ *     outside every acknowledged grant's time (from its acknowledgement until `freedAtOf`, as
+ *     `checkHistory` reads time), 1 ms given at each end.
+ * (c) Never stale: a holder shown is not one whose release was acknowledged before the
+ *     observation began; once a stream moved off a holder (to a vacancy or another holder), it
+ *     never shows that holder or an older token again (exclusive tokens rise grant by grant); and
+ *     while one holder stays, its values only move forward in the order they were published.
+ */
+export function checkObservations(
+  observations: readonly Observation[],
+  grants: readonly Grant[],
+  uncertain: ReadonlySet<string>,
+  leaseMs: number,
+): void {
+  const grantOf = new Map<string, Grant>();
+  const grantsOf = new Map<string, Grant[]>();
+  for (const grant of grants) {
+    grantOf.set(`${grant.key} ${grant.token}`, grant);
+    grantsOf.set(grant.key, [...(grantsOf.get(grant.key) ?? []), grant]);
+  }
+  const stateAt = new Map<string, string>();
+  const previousOf = new Map<string, Observation>();
+  const highestOf = new Map<string, bigint>();
+  for (const o of observations) {
+    const stream = `${o.observer} ${o.key}`;
+    const { holder } = o;
+    const shown = holder === undefined ? '-' : `${holder.token} ${holder.owner} ${holder.value ?? ''}`;
+    const what = `observer ${o.observer}: V ${o.key} ${o.rev} ${shown} at ${o.at.toFixed(1)}`;
+    // (a)
+    const previous = previousOf.get(stream);
+    previousOf.set(stream, o);
+    expect(o.rev >= (previous?.rev ?? 0n), `${what}: rev fell from ${previous?.rev}`).toBe(true);
+    const named = stateAt.get(`${o.key} ${o.rev}`);
+    expect(named ?? shown, `${what}: rev ${o.rev} also named another state`).toBe(shown);
+    stateAt.set(`${o.key} ${o.rev}`, shown);
+    // (b)
+    if (holder === undefined) {
+      const vacant = vacantMoment(grantsOf.get(o.key) ?? [], o.since, o.at, leaseMs);
+      expect(vacant, `${what}: vacant, but grants were held throughout since ${o.since.toFixed(1)}`).toBe(true);
+      continue;
+    }
+    const grant = grantOf.get(`${o.key} ${holder.token}`);
+    if (grant === undefined) {
+      const unknown = uncertain.has(`${o.key} ${holder.owner}`);
+      expect(unknown, `${what}: a holder no acquire could have made`).toBe(true);
+      expect(holder.value, `${what}: a value for a grant its holder never learned of`).toBeUndefined();
+    } else {
+      expect(holder.owner, `${what}: the grant's owner`).toBe(grant.owner);
+      const published = (grant.publishes ?? []).findIndex((p) => p.value === holder.value && p.sentAt <= o.at);
+      if (holder.value !== undefined) expect(published, `${what}: a value never published`).toBeGreaterThanOrEqual(0);
+      // (c)
+      if (grant.releasedAt !== undefined) {
+        expect(o.since, `${what}: released (acknowledged at ${grant.releasedAt.toFixed(1)})`).toBeLessThan(
+          grant.releasedAt,
+        );
+      }
+      const before = previous?.holder;
+      if (before?.token === holder.token && before.value !== undefined) {
+        const order = (grant.publishes ?? []).findIndex((p) => p.value === before.value);
+        expect(published, `${what}: the value went back from ${before.value}`).toBeGreaterThanOrEqual(order);
+      }
+    }
+    const highest = highestOf.get(stream) ?? 0n;
+    if (previous?.holder?.token !== holder.token) {
+      expect(holder.token > highest, `${what}: a holder after the stream showed token ${highest}`).toBe(true);
+    }
+    if (holder.token > highest) highestOf.set(stream, holder.token);
+  }
+}
+
+/** Whether some moment in [from, to] lies outside every grant's time (1 ms given at each end). */
+function vacantMoment(grants: readonly Grant[], from: number, to: number, leaseMs: number): boolean {
+  const spans = grants
+    .map((g) => [g.ackAt + 1, freedAtOf(g, leaseMs) - 1] as const)
+    .filter(([start, end]) => start < end && end > from && start < to)
+    .sort((a, b) => a[0] - b[0]);
+  let covered = from;
+  for (const [start, end] of spans) {
+    if (start > covered) return true;
+    covered = Math.max(covered, end);
+    if (covered >= to) return false;
+  }
+  return covered < to;
 }
