@@ -9,8 +9,16 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LineSocket, tokenOf } from '../helpers.js';
-import { findEtcd, PROBE_KEY, startEtcdCluster, startTicketingNodes, type EtcdCluster } from './harness.mjs';
+import { LineSocket, tokenOf, until } from '../helpers.js';
+import {
+  findEtcd,
+  PROBE_KEY,
+  probeNode,
+  startEtcdCluster,
+  startTicketingNodes,
+  type EtcdCluster,
+  type ProbeResult,
+} from './harness.mjs';
 
 const etcd = await findEtcd();
 if (etcd.reason !== undefined) console.warn(`cluster access control tests skipped: ${etcd.reason}`);
@@ -63,11 +71,15 @@ describe.skipIf(etcd.reason !== undefined)('access control in cluster mode', () 
       const wrong = await LineSocket.connect(follower.port, follower.host);
       wrong.write('H wrong\nW\n');
       expect(await wrong.readLine()).toBe('E auth_failed');
-      const redirected = await LineSocket.connect(follower.port, follower.host);
-      redirected.write('H billing-secret\nW\n');
-      expect(await redirected.readLine()).toBe(`M ${leader.address}`);
+      // Authenticated, it is redirected (once the follower has seen the new leader in etcd).
+      let answer: ProbeResult | undefined;
+      await until(
+        async () => (answer = await probeNode(follower.address, { secret: 'billing-secret' })).role === 'follower',
+        'a redirect from the follower',
+        10_000,
+      );
+      expect(answer).toEqual({ role: 'follower', leader: leader.address });
       wrong.destroy();
-      redirected.destroy();
       onLeader.destroy();
 
       await leader.kill('SIGKILL');
