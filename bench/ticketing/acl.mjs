@@ -5,8 +5,9 @@
  * release cycles). On the ACL server the load generator is one identity (it sends `H <secret>`, its
  * secret from the environment), so every `A` and `R` is checked against its rules: once as an
  * identity without quotas, once as one with `maxHeld` and `maxWaiting` (its grants counted too).
- * Each round runs the three sides in an order that rotates by round; reports cycles/s, the ratios
- * to no ACL (median and range of the rounds' ratios) and each process's CPU.
+ * Each round starts both servers afresh and runs the three sides in an order that rotates by round;
+ * reports cycles/s, the ratios to no ACL (median and range of the rounds' ratios) and each
+ * process's CPU.
  * Results: markdown on stdout, JSON in <out>/acl-results.json (default bench/ticketing/).
  */
 import { createHash } from 'node:crypto';
@@ -67,13 +68,14 @@ export async function aclMain(options) {
   ];
   const loadStart = loadavg();
   const runs = Object.fromEntries(sides.map(({ id }) => [id, []]));
-  const servers = [];
+  let servers = [];
   try {
-    const plain = await startTicketing();
-    servers.push(plain);
-    const guarded = await startTicketing('--acl-file', file);
-    servers.push(guarded);
     for (let round = 1; round <= options.rounds; round++) {
+      // Fresh servers every round: one process's luck (its heap, its code's layout) is not every
+      // round's. The ACL server serves both ACL sides.
+      const plain = await startTicketing();
+      const guarded = await startTicketing('--acl-file', file);
+      servers = [plain, guarded];
       for (const s of sides.map((_, i) => sides[(i + round - 1) % sides.length])) {
         // Keys under the identity's first prefix (it may lock them).
         const prefix = `t${s.identity}/r${round}${sides.indexOf(s)}`;
@@ -85,6 +87,8 @@ export async function aclMain(options) {
             `loadgen ${(run.clientUserUsPerCycle + run.clientSysUsPerCycle).toFixed(2)} µs/cycle (${(100 * run.clientCpuShare).toFixed(0)} % CPU)`,
         );
       }
+      for (const server of servers) await stop(server.child);
+      servers = [];
     }
   } finally {
     for (const server of servers) await stop(server.child);
