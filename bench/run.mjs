@@ -22,6 +22,7 @@ import { scaleFigure } from './figures/scale.mjs';
 import {
   crashFloor,
   crashTakeover,
+  gatherHandOffs,
   peerSettings,
   turnCycles,
   WAKE_HOLD_MS,
@@ -258,11 +259,17 @@ try {
         runners[key] = async (r) => {
           // Each releaser idles after letting go, as the Lease's does: what a releaser does next must
           // not be in the other's hand-off.
-          const cycles = turnCycles(warmup + perRound);
-          const options = { cycles, durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS, runtime };
-          const handOffs = await floorHandOffs(join(dir, `wake-${key}-${r}`), options);
-          first[key].push(...handOffs.slice(0, warmup));
-          raw[key].push(...handOffs.slice(warmup));
+          const options = { durable: true, holdMs: WAKE_HOLD_MS, quietMs: WAKE_QUIET_MS, runtime };
+          const handOffs = await gatherHandOffs({
+            samples: perRound,
+            warmup,
+            pairOf: async (pair, wanted) => {
+              const cycles = turnCycles(wanted);
+              return { letGo: await floorHandOffs(join(dir, `wake-${key}-${r}-${pair}`), { ...options, cycles }) };
+            },
+          });
+          first[key].push(...handOffs.first);
+          raw[key].push(...handOffs.fromLetGo);
         };
       }
       for (let r = 0; r < rounds; r++) {

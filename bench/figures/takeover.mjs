@@ -138,40 +138,49 @@ const TURNS = fileURLToPath(new URL('../agents/turns.mjs', import.meta.url));
 /** The cycles each of two processes taking turns makes for `samples` hand-offs (and one more). */
 export const turnCycles = (samples) => Math.ceil(samples / 2) + 1;
 
-/** How many pairs of processes `wakeUp` starts at most to gather its samples. */
-const WAKE_MAX_PAIRS = 8;
+/** How many pairs of processes a hand-off figure starts at most to gather its samples. */
+const MAX_PAIRS = 8;
+
+/**
+ * Hand-off samples from pairs of processes taking turns: `pairOf(pair, wanted)` runs one pair for
+ * `wanted` hand-offs and returns them in order (`letGo`, and `call` from the release call when it
+ * has them). Each pair's first `warmup` are kept apart (`first`). A releaser that takes its lock
+ * back before the waiter wakes (a polling peer, or any side on a loaded machine) makes no
+ * hand-off, so further pairs run, up to MAX_PAIRS, until there are `samples` after the warm-ups.
+ */
+export async function gatherHandOffs({ samples, warmup, pairOf }) {
+  const out = { fromLetGo: [], fromCall: [], first: [] };
+  for (let pair = 0; pair < MAX_PAIRS && out.fromLetGo.length < samples; pair++) {
+    const { letGo, call = [] } = await pairOf(pair, warmup + samples - out.fromLetGo.length);
+    out.first.push(...letGo.slice(0, warmup));
+    out.fromLetGo.push(...letGo.slice(warmup));
+    out.fromCall.push(...call.slice(warmup));
+  }
+  return out;
+}
 
 /**
  * Wake-up samples (ms) for one implementation on one directory: two processes taking turns
  * (bench/agents/turns.mjs, holding WAKE_HOLD_MS and idling after each release), driven as the
- * floors' hand-offs are (bench/lib/c-floor.mjs). `fromLetGo`: each hand-off, in the order they
- * happened; `fromCall`: the same from the release call; `first`: each pair's first `warmup`
- * hand-offs, kept apart. A releaser that takes its lock back before the waiter wakes (a polling
- * peer, or any side on a loaded machine) makes no hand-off, so further pairs run, up to
- * WAKE_MAX_PAIRS, until there are `samples` after the warm-ups.
+ * floors' hand-offs are (bench/lib/c-floor.mjs), gathered by `gatherHandOffs`. `fromLetGo`: each
+ * hand-off, in the order they happened; `fromCall`: the same from the release call.
  */
 export async function wakeUp({ key, dir, samples, warmup, log }) {
-  const fromLetGo = [];
-  const fromCall = [];
-  const first = [];
   // A polling peer's waiter takes the lock up to a poll period after it is let go: its releaser
   // idles longer, or would mostly take the lock back itself (no hand-off).
   const quietMs = key === 'lease' ? WAKE_QUIET_MS : WAKE_QUIET_MS + 2 * DEFAULT_POLL_MS;
-  for (let pair = 0; pair < WAKE_MAX_PAIRS && fromLetGo.length < samples; pair++) {
-    const where = join(dir, `turns-${key}-${pair}`);
-    mkdirSync(where, { recursive: true });
-    const cycles = turnCycles(warmup + samples - fromLetGo.length);
-    const args = [TURNS, key, where, cycles, WAKE_HOLD_MS, quietMs].map(String);
-    const runs = await Promise.all([nodeJson(args), nodeJson(args)]);
-    const letGo = handOffsOf(runs, `wake-up ${key}`);
-    const call = handOffsOf(
-      runs.map(({ acquiredNs, releaseCalledNs }) => ({ acquiredNs, releasedNs: releaseCalledNs })),
-      `wake-up ${key}`,
-    );
-    first.push(...letGo.slice(0, warmup));
-    fromLetGo.push(...letGo.slice(warmup));
-    fromCall.push(...call.slice(warmup));
-  }
-  log?.(`  wake-up ${key}: ${fromLetGo.length} samples`);
-  return { fromLetGo, fromCall, first };
+  const out = await gatherHandOffs({
+    samples,
+    warmup,
+    pairOf: async (pair, wanted) => {
+      const where = join(dir, `turns-${key}-${pair}`);
+      mkdirSync(where, { recursive: true });
+      const args = [TURNS, key, where, turnCycles(wanted), WAKE_HOLD_MS, quietMs].map(String);
+      const runs = await Promise.all([nodeJson(args), nodeJson(args)]);
+      const call = runs.map(({ acquiredNs, releaseCalledNs }) => ({ acquiredNs, releasedNs: releaseCalledNs }));
+      return { letGo: handOffsOf(runs, `wake-up ${key}`), call: handOffsOf(call, `wake-up ${key}`) };
+    },
+  });
+  log?.(`  wake-up ${key}: ${out.fromLetGo.length} samples`);
+  return out;
 }
