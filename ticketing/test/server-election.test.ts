@@ -195,6 +195,25 @@ describe('U and the limits', () => {
 });
 
 describe('an observer that stops reading', () => {
+  test('is cut off by the write timeout once its output backs up, as any connection is', async () => {
+    const { port, server: s } = await server({ writeTimeoutMs: 500 });
+    const [observer, holder] = await Promise.all([connect(port), connect(port)]);
+    holder.write('A k w 0\n');
+    const token = tokenOf(await holder.readLine());
+    observer.write('O k\n');
+    await observer.readLine();
+    observer.socket.pause();
+    const value = 'v'.repeat(500);
+    // Until the server has cut it (its observation ends with the connection).
+    for (let sent = 0; s.stats().observations > 0 && sent < 200_000; sent += 2_000) {
+      holder.write(`P k ${token} ${value}\n`.repeat(2_000));
+      await until(() => holder.lines.length >= sent + 2_001, 'publishes answered', 10_000);
+    }
+    expect(s.stats().observations).toBe(0);
+    observer.socket.resume();
+    await observer.waitClosed(10_000);
+  });
+
   test('costs bounded memory however fast the key changes, then gets the latest state', async () => {
     const { port } = await server();
     const [observer, holder] = await Promise.all([connect(port), connect(port)]);
