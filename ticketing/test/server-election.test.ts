@@ -29,7 +29,7 @@ const revOf = (line: string): bigint => BigInt(line.split(' ')[2]!);
 
 describe('O and V', () => {
   test('the state at once, then every change in rev order: grant, publish, release', async () => {
-    const { port } = await server();
+    const { port, server: s } = await server();
     const observer = await connect(port);
     const holder = await connect(port);
     observer.write('O svc\n');
@@ -49,8 +49,11 @@ describe('O and V', () => {
     observer.write('O svc\n');
     expect(await observer.readLine()).toBe(`V svc ${token + 2n} -`);
     const late = await connect(port);
+    const keys = s.stats().keys;
     late.write('O other\n');
     expect(await late.readLine()).toMatch(/^V other [0-9]+ -$/);
+    expect(s.inspect('other')).toBeUndefined();
+    expect(s.stats()).toMatchObject({ keys, waiters: 0, observations: 2 });
     await observer.expectSilence(50);
   });
 
