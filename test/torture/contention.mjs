@@ -135,13 +135,16 @@ export async function runContention(options) {
   for (let slot = 0; slot < o.workers; slot++) startWorker(slot);
   const pendingConts = new Set();
   const deadline = Date.now() + o.seconds * 1000;
-  // A holder that loses its lease (suspended past its expiry, taken over, woken) is the outcome the
-  // random faults make least often: the run goes on past `seconds`, for at most as long again,
-  // until a worker has logged one.
+  // A holder that loses its lease (suspended past its expiry, taken over, woken) and its write
+  // fenced out are the outcomes the random faults make least often: the run goes on past
+  // `seconds`, for at most as long again, until the workers have logged both (a rejected write is
+  // a stale one in a run the checker passes).
   const lastChance = deadline + o.seconds * 1000;
-  const lossLogged = () =>
-    fs.readdirSync(logDir).some((name) => fs.readFileSync(join(logDir, name), 'utf8').includes('"ev":"loss"'));
-  while (Date.now() < deadline || (Date.now() < lastChance && !lossLogged())) {
+  const outcomesLogged = () => {
+    const logs = fs.readdirSync(logDir).map((name) => fs.readFileSync(join(logDir, name), 'utf8'));
+    return logs.some((text) => text.includes('"ev":"loss"')) && logs.some((text) => text.includes('"accepted":false'));
+  };
+  while (Date.now() < deadline || (Date.now() < lastChance && !outcomesLogged())) {
     await sleep(random(o.actionEveryMs[0], o.actionEveryMs[1]));
     const roll = Math.random();
     if (roll < 0.3) {
