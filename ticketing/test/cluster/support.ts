@@ -91,6 +91,8 @@ export interface Publish {
 export interface Load {
   readonly grants: Grant[];
   readonly errors: Map<string, number>;
+  /** Every error counted in `errors`, with when it came (performance.now()). */
+  readonly failures: Array<{ readonly code: string; readonly at: number }>;
   /** `<key> <owner>` of every acquire whose outcome is unknown (Indeterminate): it may hold. */
   readonly uncertain: Set<string>;
   stop(): Promise<void>;
@@ -117,6 +119,7 @@ export function startLoad(
 ): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
+  const failures: Array<{ code: string; at: number }> = [];
   const uncertain = new Set<string>();
   let running = true;
   const count = (error: unknown): void => {
@@ -124,6 +127,7 @@ export function startLoad(
     if (process.env.CLUSTER_TEST_TRACE)
       console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
     errors.set(code, (errors.get(code) ?? 0) + 1);
+    failures.push({ code, at: performance.now() });
   };
   // Releases whose answer was lost (the client sends them again), by `key token`.
   const lost = new Set<string>();
@@ -182,6 +186,7 @@ export function startLoad(
   return {
     grants,
     errors,
+    failures,
     uncertain,
     async stop() {
       running = false;
