@@ -184,6 +184,7 @@ describe.skipIf(browserMissing !== undefined)('the console in a browser', () => 
     const watched = await open(origin);
     const { page } = watched;
     await signIn(watched, 's3cret');
+    await page.locator('#connection', { hasText: 'Live' }).waitFor(); // the stream is open: changes come within 1 s
     await acquired(client(first.port, 's3cret'), 'before/1', 'old-worker');
     await rowOf(watched, 'before/1').waitFor({ timeout: 1_000 });
 
