@@ -82,6 +82,12 @@ export function formatView(key: string, rev: bigint, view: View): string {
   return `V ${key} ${rev} ${view.token} ${view.owner}${value}\n`;
 }
 
+/** The key and rev of a line `formatView` made (trusted: not checked again). */
+export function viewHead(line: string): { key: string; rev: bigint } {
+  const keyEnd = line.indexOf(' ', 2);
+  return { key: line.slice(2, keyEnd), rev: BigInt(line.slice(keyEnd + 1, line.indexOf(' ', keyEnd + 1))) };
+}
+
 /** Parses a `P`, `V` or `U` reply line; undefined when it is malformed. */
 export function electionReply(line: string): ElectionReply | undefined {
   const fields = line.split(' ');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatView, MAX_VALUE_BYTES } from '../src/election-wire.js';
+import { formatView, MAX_VALUE_BYTES, viewHead } from '../src/election-wire.js';
 import { parseReply, parseRequest, RequestReader } from '../src/protocol.js';
 
 const read = (line: string) => {
@@ -53,6 +53,7 @@ describe('the election lines', () => {
       { op: 'V', key: 'k', rev: '7', view: { holders: 1, token: '9', owner: 'w1', value: ' a  b ' } },
       { op: 'V', key: 'k', rev: '8', view: { holders: 'many', count: 3 } },
     ]);
+    expect(lines.map(viewHead)).toEqual([5n, 6n, 7n, 8n].map((rev) => ({ key: 'k', rev })));
     expect(parseReply('P 9 k')).toEqual({ op: 'P', token: '9', key: 'k' });
     expect(parseReply('U k')).toEqual({ op: 'U', key: 'k', busy: false });
     expect(parseReply('U k busy')).toEqual({ op: 'U', key: 'k', busy: true });

@@ -18,6 +18,7 @@ import type { SecureContextOptions, TLSSocket } from 'node:tls';
 import type { LockView } from '../server/server.js';
 import { DEFAULT_LOCKS_LIMIT } from '../server/server.js';
 import { LockConsole, type ConsoleOptions } from './console.js';
+import { holderRows } from './lock-rows.js';
 
 /** What the endpoint asks of the server (the console asks for a few more queries). */
 interface EndpointServer extends Pick<ConsoleOptions['server'], 'lock' | 'inspect' | 'stats' | 'leaseMs'> {
@@ -232,14 +233,7 @@ export class HttpEndpoint {
       owner: lock.owner,
       token: String(lock.token),
       expiresInMs: Math.ceil(lock.expiresInMs),
-      holders: lock.holders.map((holder) => ({
-        owner: holder.owner,
-        token: String(holder.token),
-        mode: lock.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
-        ...(holder.slot === undefined ? {} : { slot: holder.slot }),
-        ...(holder.value === undefined ? {} : { value: holder.value }),
-        expiresInMs: Math.ceil(holder.expiresInMs),
-      })),
+      holders: holderRows(lock),
       waiters: lock.waiters,
       waitersByMode: lock.waitersByMode,
     }));

@@ -4,18 +4,30 @@
  */
 import type { LockView } from '../server/server.js';
 
-/** One holder of a key. */
-interface HolderRow {
+/** One holder of a key, as `/v1/locks` and the console show it. */
+export interface HolderRow {
   readonly owner: string;
   /** The fencing token, in decimal (a uint64 does not fit a JSON number). */
   readonly token: string;
-  /** How long its lease has left when the row was read, whole ms (> 0). */
-  readonly expiresInMs: number;
   /** `x`, `s`, or `permit` (with its `slot`). */
   readonly mode: 'x' | 's' | 'permit';
   readonly slot?: number;
   /** Its published value (docs/ticketing-election.md), if any. */
   readonly value?: string;
+  /** How long its lease has left when the row was read, whole ms (> 0). */
+  readonly expiresInMs: number;
+}
+
+/** The rows of `lock`'s holders. */
+export function holderRows(lock: LockView): HolderRow[] {
+  return lock.holders.map((holder) => ({
+    owner: holder.owner,
+    token: String(holder.token),
+    mode: lock.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
+    ...(holder.slot === undefined ? {} : { slot: holder.slot }),
+    ...(holder.value === undefined ? {} : { value: holder.value }),
+    expiresInMs: Math.ceil(holder.expiresInMs),
+  }));
 }
 
 export interface KeyRow {
@@ -69,14 +81,7 @@ export class LockRows {
       kind: held.kind,
       ...(held.permits === undefined ? {} : { permits: held.permits }),
       rev: String(held.rev),
-      holders: held.holders.map((holder) => ({
-        owner: holder.owner,
-        token: String(holder.token),
-        expiresInMs: Math.ceil(holder.expiresInMs),
-        mode: held.kind === 'semaphore' ? 'permit' : holder.shared ? 's' : 'x',
-        ...(holder.slot === undefined ? {} : { slot: holder.slot }),
-        ...(holder.value === undefined ? {} : { value: holder.value }),
-      })),
+      holders: holderRows(held),
       waiters: held.waiters,
       queue,
     };

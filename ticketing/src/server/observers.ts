@@ -13,7 +13,7 @@
  * In cluster mode a change's `V` is held by the gate until the batch that writes it commits, then
  * handed back here (`deliverHeld`): an observer sees only committed states.
  */
-import { formatUnobserved, formatView, type View } from '../election-wire.js';
+import { formatUnobserved, formatView, viewHead, type View } from '../election-wire.js';
 import type { ObservedState } from '../state-types.js';
 import type { CommandApplier } from './applier.js';
 import type { ServerGate } from './cluster-host.js';
@@ -111,9 +111,8 @@ export class Observers {
 
   /** Cluster mode: a change's `V`, committed. */
   deliverHeld(line: string): void {
-    const keyEnd = line.indexOf(' ', 2);
-    const key = line.slice(2, keyEnd);
-    this.#fanOut(key, BigInt(line.slice(keyEnd + 1, line.indexOf(' ', keyEnd + 1))), line);
+    const { key, rev } = viewHead(line);
+    this.#fanOut(key, rev, line);
   }
 
   #fanOut(key: string, rev: bigint, line: string): void {
