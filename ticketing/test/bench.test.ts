@@ -1,7 +1,7 @@
 // The ticketing benchmark never rots: its quick mode runs here, and every table, workload, system,
 // target and output field it promises must be there. The numbers are not judged (a shared CI box
-// measures nothing); docs/ticketing-bench.md has a full run's. Needs redis-server (the bench installs
-// Debian's with apt-get when running as root); the cluster bench needs etcd (skipped without it).
+// measures nothing); docs/ticketing-bench.md has a full run's. Needs redis-server and etcd, which
+// scripts/setup.sh installs (the cluster bench is skipped without etcd).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
