@@ -5,7 +5,7 @@
  */
 import { ForbiddenError, ModeConflictError } from '../errors.js';
 import type { AnswerReply } from '../protocol.js';
-import type { Pending, PendingRegistry } from './pending.js';
+import { isSentOn, type Pending, type PendingRegistry } from './pending.js';
 
 /** The request each answer reply answers (for the error about one that matches nothing). */
 export const UNMATCHED = {
@@ -31,8 +31,7 @@ export function refusedRequest(
   lane: object,
   answer: Extract<AnswerReply, { op: 'T' | 'B' | 'C' | 'F' }>,
 ): Pending | undefined {
-  const sent = <P extends Pending>(p: P | undefined): P | undefined =>
-    p !== undefined && p.lane === lane && p.sentAt >= 0 ? p : undefined;
+  const sent = <P extends Pending>(p: P | undefined): P | undefined => (isSentOn(p, lane) ? p : undefined);
   if (answer.op !== 'F') return sent(registry.findAcquire(answer.owner, answer.key));
   const { id, key } = answer;
   return sent(registry.findAcquire(id, key)) ?? sent(registry.findRelease(id, key)) ?? sent(registry.findKeep(id, key));

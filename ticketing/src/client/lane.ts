@@ -29,7 +29,7 @@ import { backoffDelay } from './backoff.js';
 import { REFUSALS, notSentInTime, plainTextPeer, unlistedLeader, whenTlsPeer } from './refusals.js';
 import { isCertificateError, openSocket } from './transport.js';
 import type { Observations } from './observations.js';
-import type { Pending, PendingAcquire, PendingRegistry } from './pending.js';
+import { isSentOn, type Pending, type PendingAcquire, type PendingRegistry } from './pending.js';
 import { RttWindow } from './rtt.js';
 import { LineFramer, SERVING_LINE, formatAcquire, formatHello, parseReply, splitReply } from '../protocol.js';
 import { isPlainTextPeer } from '../tls-sniff.js';
@@ -297,8 +297,8 @@ export class Lane {
     if (answer !== undefined) {
       switch (answer.op) {
         case 'A': {
-          const p = this.#sentAcquire(answer.owner, answer.key);
-          if (p === undefined || !slotAnswers(answer.slot, p.permits)) break;
+          const p = this.registry.findAcquire(answer.owner, answer.key);
+          if (!isSentOn(p, this) || !slotAnswers(answer.slot, p.permits)) break;
           this.#granted(p, answer.token, answer.slot);
           return true;
         }
@@ -314,7 +314,7 @@ export class Lane {
         case 'R':
         case 'N': {
           const p = this.registry.findRelease(answer.token, answer.key);
-          if (p === undefined || p.lane !== this || p.sentAt < 0) break;
+          if (!isSentOn(p, this)) break;
           this.answered(p);
           p.resolve({ status: answer.op === 'R' ? 'released' : 'not-held', key: p.key, token: p.token });
           return true;
@@ -322,7 +322,7 @@ export class Lane {
         case 'K':
         case 'G': {
           const p = this.registry.findKeep(answer.token, answer.key);
-          if (p === undefined || p.lane !== this || p.sentAt < 0) break;
+          if (!isSentOn(p, this)) break;
           this.answered(p);
           if (answer.op === 'K') p.resolve({ key: p.key, token: p.token, leaseMs: answer.leaseMs, sentAt: p.sentAt });
           else p.reject(lockGone(p.key, p.token));
@@ -332,11 +332,6 @@ export class Lane {
     }
     return this.#onOtherLine(line);
   };
-
-  #sentAcquire(owner: string, key: string): PendingAcquire | undefined {
-    const p = this.registry.findAcquire(owner, key);
-    return p !== undefined && p.lane === this && p.sentAt >= 0 ? p : undefined;
-  }
 
   #granted(p: PendingAcquire, token: string, slot: number | undefined): void {
     const receivedAt = now();

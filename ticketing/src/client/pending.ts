@@ -26,6 +26,11 @@ interface PendingBase {
   onAbort: (() => void) | undefined;
 }
 
+/** Whether `p` went out on `lane`: a reply answers only a request sent on its own connection. */
+export function isSentOn<P extends PendingBase>(p: P | undefined, lane: LaneId): p is P {
+  return p !== undefined && p.lane === lane && p.sentAt >= 0;
+}
+
 /** A request's state when it is made: queued now, not sent, not settled, on no lane. */
 export function unsent(
   signal: AbortSignal | undefined,
@@ -188,16 +193,16 @@ export class PendingRegistry {
     const out: Pending[] = [];
     for (const head of this.#acquires.values()) {
       for (let p: PendingAcquire | undefined = head; p !== undefined; p = p.ownerNext)
-        if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+        if (isSentOn(p, lane) && !p.settled) out.push(p);
     }
     for (const head of this.#releases.values()) {
       for (let p: PendingRelease | undefined = head; p !== undefined; p = p.tokenNext)
-        if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+        if (isSentOn(p, lane) && !p.settled) out.push(p);
     }
     for (const table of [this.#keeps, this.#publishes] as Table<Exclusive>[]) {
       for (const head of table.values()) {
         for (let p: Exclusive | undefined = head; p !== undefined; p = p.tokenNext)
-          if (p.lane === lane && p.sentAt >= 0 && !p.settled) out.push(p);
+          if (isSentOn(p, lane) && !p.settled) out.push(p);
       }
     }
     return out;
