@@ -49,7 +49,7 @@ export class Identity {
 
   /** Whether the identity has `verb` on `key`. */
   may(verb: Verb, key: string): boolean {
-    const rules = verb === 'lock' ? this.#lock : verb === 'observe' ? this.#observe : this.#read;
+    const rules = this.#of(verb);
     const last = rules.last;
     if (last !== undefined && key.startsWith(last)) return true;
     // The greatest prefix that is not above the key: the only one that can be a prefix of it.
@@ -68,7 +68,11 @@ export class Identity {
 
   /** The prefixes it has `verb` on (sorted, none covered by another). */
   prefixes(verb: Verb): readonly string[] {
-    return (verb === 'lock' ? this.#lock : verb === 'observe' ? this.#observe : this.#read).sorted;
+    return this.#of(verb).sorted;
+  }
+
+  #of(verb: Verb): VerbPrefixes {
+    return verb === 'lock' ? this.#lock : verb === 'observe' ? this.#observe : this.#read;
   }
 }
 
