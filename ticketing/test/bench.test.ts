@@ -13,6 +13,24 @@ import { findEtcd } from './cluster/harness.mjs';
 
 const run = promisify(execFile);
 
+/**
+ * `node bench/ticketing/bench.mjs --quick <args> --out <a temporary directory>`, run once before the
+ * enclosing block's tests (bounded by `timeoutMs`): its stdout and the results file it wrote there,
+ * read by the tests; the directory is removed after them.
+ */
+function quickRun<T>(args: string[], resultsFile: string, timeoutMs: number): { results: T; stdout: string } {
+  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-bench-'));
+  const bench = { results: undefined as T, stdout: '' };
+  beforeAll(async () => {
+    // --quick first: `args` may override its durations.
+    const argv = ['bench/ticketing/bench.mjs', '--quick', ...args, '--out', out];
+    ({ stdout: bench.stdout } = await run(process.execPath, argv, { maxBuffer: 16 * 1024 * 1024, timeout: timeoutMs }));
+    bench.results = JSON.parse(readFileSync(join(out, resultsFile), 'utf8')) as T;
+  }, timeoutMs + 10_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+  return bench;
+}
+
 interface ServerCell {
   cyclesPerSecond: number;
   p50Us: number;
@@ -55,26 +73,15 @@ const redisSystems = (workload: string): string[] =>
   workload.startsWith('hot') ? ['redis retry', 'redis 1 ms'] : ['redis'];
 
 describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', () => {
-  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-bench-'));
-  let results: Results;
-  let stdout: string;
-
-  beforeAll(async () => {
-    // dist/ is built by `npm test`'s pretest; the bench builds its C load generator itself.
-    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--quick', '--out', out], {
-      maxBuffer: 16 * 1024 * 1024,
-      timeout: 170_000,
-    }));
-    results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as Results;
-  }, 180_000);
-  afterAll(() => rmSync(out, { recursive: true, force: true }));
+  // dist/ is built by `npm test`'s pretest; the bench builds its C load generator itself.
+  const bench = quickRun<Results>([], 'results.json', 170_000);
 
   test('server against server: every workload and system measured, ratios against Ticketing', () => {
-    expect(results.mode).toBe('quick');
-    expect(results.load.start).toHaveLength(3);
-    expect(Object.keys(results.servers.summary)).toEqual(WORKLOADS);
+    expect(bench.results.mode).toBe('quick');
+    expect(bench.results.load.start).toHaveLength(3);
+    expect(Object.keys(bench.results.servers.summary)).toEqual(WORKLOADS);
     for (const workload of WORKLOADS) {
-      const cell = results.servers.summary[workload]!;
+      const cell = bench.results.servers.summary[workload]!;
       const systems = ['ticketing', ...redisSystems(workload)];
       if (FLOOR_WORKLOADS.includes(workload)) systems.push('node floor');
       expect(Object.keys(cell).sort(), workload).toEqual(systems.sort());
@@ -93,9 +100,9 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
   });
 
   test('the Node floor: measured where the cycles/s targets are, against Redis and against Ticketing', () => {
-    expect(Object.keys(results.servers.floor)).toEqual(FLOOR_WORKLOADS);
+    expect(Object.keys(bench.results.servers.floor)).toEqual(FLOOR_WORKLOADS);
     for (const workload of FLOOR_WORKLOADS) {
-      const f = results.servers.floor[workload]!;
+      const f = bench.results.servers.floor[workload]!;
       expect(Object.keys(f.vsRedis).sort(), workload).toEqual(redisSystems(workload).sort());
       for (const v of [
         f.cyclesPerSecond,
@@ -110,8 +117,8 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
   });
 
   test('every target has a measured value and a verdict', () => {
-    expect(results.servers.targets).toHaveLength(9);
-    for (const t of results.servers.targets) {
+    expect(bench.results.servers.targets).toHaveLength(9);
+    for (const t of bench.results.servers.targets) {
       expect(Number.isFinite(t.measured), t.id).toBe(true);
       expect(typeof t.met, t.id).toBe('boolean');
     }
@@ -119,7 +126,7 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
 
   test('client library against client library: both workloads, both systems', () => {
     for (const workload of ['distinct', 'hot']) {
-      const s = results.clients.summary[workload]!;
+      const s = bench.results.clients.summary[workload]!;
       expect(s.ticketing.cyclesPerSecond, workload).toBeGreaterThan(0);
       expect(s.redis.cyclesPerSecond, workload).toBeGreaterThan(0);
       expect(s.ratio).toBeGreaterThan(0);
@@ -127,21 +134,21 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing --quick', 
   });
 
   test('prints both tables, each labelled with what it measures', () => {
-    expect(stdout).toContain('### Server against server (one C load generator for both');
-    expect(stdout).toContain('### Client library against client library (TicketClient vs ioredis');
-    for (const workload of WORKLOADS) expect(stdout).toContain(`| ${workload} | ticketing |`);
+    expect(bench.stdout).toContain('### Server against server (one C load generator for both');
+    expect(bench.stdout).toContain('### Client library against client library (TicketClient vs ioredis');
+    for (const workload of WORKLOADS) expect(bench.stdout).toContain(`| ${workload} | ticketing |`);
     for (const workload of FLOOR_WORKLOADS) {
-      expect(stdout).toContain(`| ${workload} | node floor |`);
+      expect(bench.stdout).toContain(`| ${workload} | node floor |`);
       for (const redis of redisSystems(workload)) {
-        expect(stdout).toMatch(
+        expect(bench.stdout).toMatch(
           new RegExp(
             `\\| ${workload} \\| ${redis} \\| [\\d,]+ \\| [\\d.]+× \\| [\\d.]+× \\| ≥ [\\d.]+× Redis \\| (yes|no) \\|`,
           ),
         );
       }
     }
-    expect(stdout).toMatch(/\| hot 4×16 vs retry at once p99 \| [\d.]+× \|/);
-    expect(stdout).toContain('Fencing check: no overlapping holders');
+    expect(bench.stdout).toMatch(/\| hot 4×16 vs retry at once p99 \| [\d.]+× \|/);
+    expect(bench.stdout).toContain('Fencing check: no overlapping holders');
   });
 });
 
@@ -155,25 +162,18 @@ interface TlsCell {
 
 describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls --quick', () => {
   const SIDES = ['plain', 'TLS', 'mutual TLS'];
-  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-tls-bench-'));
-  let results: { negotiation: Record<string, { protocol: string }>; summary: Record<string, TlsCell> };
-  let stdout: string;
-
-  beforeAll(async () => {
-    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--tls', '--quick', '--out', out], {
-      maxBuffer: 16 * 1024 * 1024,
-      timeout: 110_000,
-    }));
-    results = JSON.parse(readFileSync(join(out, 'tls-results.json'), 'utf8')) as typeof results;
-  }, 120_000);
-  afterAll(() => rmSync(out, { recursive: true, force: true }));
+  const bench = quickRun<{ negotiation: Record<string, { protocol: string }>; summary: Record<string, TlsCell> }>(
+    ['--tls'],
+    'tls-results.json',
+    110_000,
+  );
 
   test('every side measured over TLS as named, with CPU per cycle and ratios to plain', () => {
-    expect(Object.keys(results.summary)).toEqual(SIDES);
-    expect(results.negotiation['TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
-    expect(results.negotiation['mutual TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
+    expect(Object.keys(bench.results.summary)).toEqual(SIDES);
+    expect(bench.results.negotiation['TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
+    expect(bench.results.negotiation['mutual TLS']!.protocol).toMatch(/^TLSv1\.[23]$/);
     for (const side of SIDES) {
-      const cell = results.summary[side]!;
+      const cell = bench.results.summary[side]!;
       expect(cell.cyclesPerSecond.median, side).toBeGreaterThan(0);
       expect(cell.serverUsPerCycle, side).toBeGreaterThan(0);
       expect(cell.loadgenUsPerCycle, side).toBeGreaterThan(0);
@@ -184,40 +184,33 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --tls -
         expect(cell.vsPlain!.serverUsPerCycle.median, side).toBeGreaterThan(0);
       }
     }
-    expect(stdout).toContain("### TLS's cost: plain TCP, TLS and mutual TLS, distinct 4×16");
-    for (const side of SIDES) expect(stdout).toMatch(new RegExp(`^\\| ${side} \\| [\\d,]+ \\|`, 'm'));
-    expect(stdout).toContain('every acquire was granted and every release matched');
+    expect(bench.stdout).toContain("### TLS's cost: plain TCP, TLS and mutual TLS, distinct 4×16");
+    for (const side of SIDES) expect(bench.stdout).toMatch(new RegExp(`^\\| ${side} \\| [\\d,]+ \\|`, 'm'));
+    expect(bench.stdout).toContain('every acquire was granted and every release matched');
   });
 });
 
 describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --acl --quick', () => {
   const SIDES = ['no ACL', 'ACL', 'ACL + quotas'];
-  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-acl-bench-'));
   type AclCell = { cyclesPerSecond: number; serverUserUsPerCycle: number; failures: number };
-  let results: { setup: { identities: number; rules: number }; summary: Record<string, AclCell> };
-  let stdout: string;
-
-  beforeAll(async () => {
-    ({ stdout } = await run(process.execPath, ['bench/ticketing/bench.mjs', '--acl', '--quick', '--out', out], {
-      maxBuffer: 16 * 1024 * 1024,
-      timeout: 110_000,
-    }));
-    results = JSON.parse(readFileSync(join(out, 'acl-results.json'), 'utf8')) as typeof results;
-  }, 120_000);
-  afterAll(() => rmSync(out, { recursive: true, force: true }));
+  const bench = quickRun<{ setup: { identities: number; rules: number }; summary: Record<string, AclCell> }>(
+    ['--acl'],
+    'acl-results.json',
+    110_000,
+  );
 
   test('every side measured against 100 identities and 1,000 rules, every cycle granted and released', () => {
-    expect(results.setup).toEqual({ identities: 100, rules: 1000 });
-    expect(Object.keys(results.summary)).toEqual(SIDES);
+    expect(bench.results.setup).toEqual({ identities: 100, rules: 1000 });
+    expect(Object.keys(bench.results.summary)).toEqual(SIDES);
     for (const side of SIDES) {
-      const cell = results.summary[side]!;
+      const cell = bench.results.summary[side]!;
       expect(cell.cyclesPerSecond, side).toBeGreaterThan(0);
       expect(cell.serverUserUsPerCycle, side).toBeGreaterThan(0);
       expect(cell.failures, side).toBe(0);
     }
     for (const side of SIDES)
-      expect(stdout).toMatch(new RegExp(`^\\| ${side.replace('+', '\\+')} \\| [\\d,]+ \\|`, 'm'));
-    expect(stdout).toContain('every acquire was granted and every release R in every run');
+      expect(bench.stdout).toMatch(new RegExp(`^\\| ${side.replace('+', '\\+')} \\| [\\d,]+ \\|`, 'm'));
+    expect(bench.stdout).toContain('every acquire was granted and every release R in every run');
   });
 });
 
@@ -235,22 +228,13 @@ interface ObserversResults {
 }
 
 describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --observers --quick', () => {
-  const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-observers-bench-'));
-  let results: ObserversResults;
-  let stdout: string;
-
-  beforeAll(async () => {
-    // A 1 s window: enough hand-offs for a figure on a loaded machine.
-    const args = ['bench/ticketing/bench.mjs', '--observers', '--quick', '--duration', '1s', '--out', out];
-    ({ stdout } = await run(process.execPath, args, { maxBuffer: 16 * 1024 * 1024, timeout: 50_000 }));
-    results = JSON.parse(readFileSync(join(out, 'observers-results.json'), 'utf8')) as ObserversResults;
-  }, 60_000);
-  afterAll(() => rmSync(out, { recursive: true, force: true }));
+  // A 1 s window: enough hand-offs for a figure on a loaded machine.
+  const bench = quickRun<ObserversResults>(['--observers', '--duration', '1s'], 'observers-results.json', 50_000);
 
   test("the delay to the last of 1,000 observers, every process's CPU and the server's memory", () => {
-    expect(results.setup).toEqual({ observers: 1000, changesPerSecond: 100, observerProcesses: 1 });
-    expect(results.load.start).toHaveLength(3);
-    const { summary } = results;
+    expect(bench.results.setup).toEqual({ observers: 1000, changesPerSecond: 100, observerProcesses: 1 });
+    expect(bench.results.load.start).toHaveLength(3);
+    const { summary } = bench.results;
     expect(summary['measuredChanges']).toBeGreaterThan(0);
     expect(summary['skippedRevs']).toBe(0);
     expect(summary['strayLines']).toBe(0);
@@ -270,23 +254,23 @@ describe.runIf(process.platform === 'linux')('npm run bench:ticketing -- --obser
     const last = (figure: string): number => (summary[figure] as Spread).median;
     expect(last('lastObserverP99Ms')).toBeGreaterThanOrEqual(last('lastObserverP50Ms'));
     expect(last('serverCpuShare')).toBeGreaterThan(0);
-    const [run] = results.runs;
+    const [run] = bench.results.runs;
     expect(run!.cpuShare.observers).toHaveLength(1);
-    expect(Object.keys(results.memory)).toEqual([
+    expect(Object.keys(bench.results.memory)).toEqual([
       'idle',
       '1,000 observers, key unchanged',
       'most while the key changes',
     ]);
-    for (const m of Object.values(results.memory)) {
+    for (const m of Object.values(bench.results.memory)) {
       expect(m.rss).toBeGreaterThan(0);
       expect(m.heapUsed).toBeGreaterThan(0);
       expect(m.arrayBuffers).toBeGreaterThan(0);
     }
-    expect(stdout).toContain('### Observers: 1,000 observers of one key, a hand-off every 10 ms');
-    expect(stdout).toMatch(/^\| delay to the last observer’s `V`, p99 ms \| [\d.]+ \|/m);
-    expect(stdout).toMatch(/^\| server CPU \(user \+ sys\) \| [\d.]+ % \|/m);
-    expect(stdout).toMatch(/^\| most while the key changes \| [\d.]+ \|/m);
-    expect(stdout).toContain('every observer received every rev, in order, and nothing else');
+    expect(bench.stdout).toContain('### Observers: 1,000 observers of one key, a hand-off every 10 ms');
+    expect(bench.stdout).toMatch(/^\| delay to the last observer’s `V`, p99 ms \| [\d.]+ \|/m);
+    expect(bench.stdout).toMatch(/^\| server CPU \(user \+ sys\) \| [\d.]+ % \|/m);
+    expect(bench.stdout).toMatch(/^\| most while the key changes \| [\d.]+ \|/m);
+    expect(bench.stdout).toContain('every observer received every rev, in order, and nothing else');
   });
 });
 
@@ -340,25 +324,16 @@ const etcd = await findEtcd();
 describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
   'npm run bench:ticketing -- --cluster --quick --window 1',
   () => {
-    const out = mkdtempSync(join(tmpdir(), 'flocklease-ticketing-cluster-bench-'));
     // --window 1 and the product default, which the bench always measures too.
     const windows = [...new Set([1, CLUSTER_DEFAULTS.commitWindow])].sort((a, b) => a - b);
-    let results: ClusterResults;
-    let stdout: string;
-
-    beforeAll(async () => {
-      const args = ['bench/ticketing/bench.mjs', '--cluster', '--quick', '--window', '1', '--out', out];
-      ({ stdout } = await run(process.execPath, args, { maxBuffer: 16 * 1024 * 1024, timeout: 170_000 }));
-      results = JSON.parse(readFileSync(join(out, 'cluster-results.json'), 'utf8')) as ClusterResults;
-    }, 180_000);
-    afterAll(() => rmSync(out, { recursive: true, force: true }));
+    const bench = quickRun<ClusterResults>(['--cluster', '--window', '1'], 'cluster-results.json', 170_000);
 
     test("the window curve: every window size measured on both workloads, with every process's CPU", () => {
-      expect(results.options.quick).toBe(true);
-      expect(results.options.windows).toEqual(windows);
-      expect(results.summary.defaultWindow).toBe(CLUSTER_DEFAULTS.commitWindow);
+      expect(bench.results.options.quick).toBe(true);
+      expect(bench.results.options.windows).toEqual(windows);
+      expect(bench.results.summary.defaultWindow).toBe(CLUSTER_DEFAULTS.commitWindow);
       for (const workload of ['distinct', 'hot'] as const) {
-        const summary = results.summary[workload];
+        const summary = bench.results.summary[workload];
         for (const system of [...windows.map((w) => `ticketing-w${w}`), 'etcd3-lock', 'etcd-txn']) {
           const cell = summary[system]!;
           const what = `${workload} ${system}`;
@@ -384,7 +359,7 @@ describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
     });
 
     test('1 worker: Ticketing and the raw txn measured in the same round, and their ratio', () => {
-      const { single } = results.summary;
+      const { single } = bench.results.summary;
       expect(single.perRound).toHaveLength(1);
       const [round] = single.perRound;
       for (const side of [round!.ticketing, round!.rawTxn]) {
@@ -400,7 +375,7 @@ describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
     });
 
     test("the floor: raw txn, each member's WAL fsyncs, fdatasync, and where the data dirs are", () => {
-      const { floor, etcdData } = results;
+      const { floor, etcdData } = bench.results;
       expect(floor.rawTxn.count).toBeGreaterThan(0);
       expect(floor.rawTxn.p50Ms).toBeGreaterThan(0);
       expect(Object.keys(floor.walFsync)).toEqual(['m0', 'm1', 'm2']);
@@ -411,42 +386,44 @@ describe.runIf(process.platform === 'linux' && etcd.binary !== undefined)(
       }
       expect(floor.fdatasync.p50Ms).toBeGreaterThan(0);
       expect(etcdData.filesystem.type).toMatch(/^\w+$/);
-      expect(stdout).toContain(`the etcd data dirs are in ${etcdData.dir}, on ${etcdData.filesystem.type}`);
+      expect(bench.stdout).toContain(`the etcd data dirs are in ${etcdData.dir}, on ${etcdData.filesystem.type}`);
     });
 
     test('every target has a measured value and a verdict; failover measured', () => {
-      expect(results.summary.targets.map((t) => t.id)).toEqual([
+      expect(bench.results.summary.targets.map((t) => t.id)).toEqual([
         'distinct-ratio',
         'distinct-p99',
         'single-ratio',
         'failover',
       ]);
-      for (const t of results.summary.targets) {
+      for (const t of bench.results.summary.targets) {
         expect(Number.isFinite(t.measured), t.id).toBe(true);
         expect(typeof t.met, t.id).toBe('boolean');
       }
-      expect(results.failover.kills).toHaveLength(1);
+      expect(bench.results.failover.kills).toHaveLength(1);
     });
 
     test('prints the cycles table, the window curve, the 1-worker table, the floor and the targets', () => {
       for (const w of windows) {
-        expect(stdout).toMatch(new RegExp(`^\\| distinct \\| ticketing-w${w} \\| [\\d,]+ \\|`, 'm'));
+        expect(bench.stdout).toMatch(new RegExp(`^\\| distinct \\| ticketing-w${w} \\| [\\d,]+ \\|`, 'm'));
         const label = w === CLUSTER_DEFAULTS.commitWindow ? `${w} \\(default\\)` : `${w}`;
-        expect(stdout).toMatch(
+        expect(bench.stdout).toMatch(
           new RegExp(
             `^\\| ${label} \\| [\\d,]+ \\| [\\d.]+ \\| [\\d.]+ \\| [\\d.]+× \\(.*\\) \\| [\\d.]+ \\| [\\d.]+ / [\\d.]+ \\|`,
             'm',
           ),
         );
       }
-      expect(stdout).toContain('### Commit window curve');
-      expect(stdout).toMatch(/^\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \|$/m);
-      expect(stdout).toMatch(/^\| median \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \(rounds /m);
-      expect(stdout).toMatch(/WAL fsync .*m0 [\d,]+ fsyncs, mean [\d.]+ ms/);
-      expect(stdout).toMatch(
+      expect(bench.stdout).toContain('### Commit window curve');
+      expect(bench.stdout).toMatch(/^\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \|$/m);
+      expect(bench.stdout).toMatch(
+        /^\| median \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+× \(rounds /m,
+      );
+      expect(bench.stdout).toMatch(/WAL fsync .*m0 [\d,]+ fsyncs, mean [\d.]+ ms/);
+      expect(bench.stdout).toMatch(
         /^\| 1 worker: acquire \+ release p50 ÷ one raw etcd txn p50 .* \| [\d.]+ \| ≤ 2\.2× \| (yes|no) \|$/m,
       );
-      expect(stdout).toContain('Safety check: no overlapping holders');
+      expect(bench.stdout).toContain('Safety check: no overlapping holders');
     });
   },
 );

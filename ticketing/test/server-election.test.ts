@@ -24,6 +24,17 @@ async function connect(port: number): Promise<LineSocket> {
   return socket;
 }
 
+/** Two connections: `holder` holds `k` (owner `w`) under `token`, and `observer` observes it (its
+ * first `V` read). */
+async function heldAndObserved(port: number): Promise<{ observer: LineSocket; holder: LineSocket; token: bigint }> {
+  const [observer, holder] = await Promise.all([connect(port), connect(port)]);
+  holder.write('A k w 0\n');
+  const token = tokenOf(await holder.readLine());
+  observer.write('O k\n');
+  await observer.readLine();
+  return { observer, holder, token };
+}
+
 /** A `V` line's rev. */
 const revOf = (line: string): bigint => BigInt(line.split(' ')[2]!);
 
@@ -116,11 +127,7 @@ describe('O and V', () => {
 describe('P', () => {
   test('a stale token, an unknown key and an expired grant are answered G, and no V follows', async () => {
     const { port, server: s } = await server({ leaseMs: 200 });
-    const [observer, c] = await Promise.all([connect(port), connect(port)]);
-    c.write('A k w 0\n');
-    const token = tokenOf(await c.readLine());
-    observer.write('O k\n');
-    await observer.readLine();
+    const { observer, holder: c, token } = await heldAndObserved(port);
     c.write(`P k ${token + 1n} v\nP nope ${token} v\n`);
     expect(await c.readLines(2)).toEqual([`G ${token + 1n} k`, `G ${token} nope`]);
     await observer.expectSilence(50);
@@ -200,11 +207,7 @@ describe('U and the limits', () => {
 describe('an observer that stops reading', () => {
   test('is cut off by the write timeout once its output backs up, as any connection is', async () => {
     const { port, server: s } = await server({ writeTimeoutMs: 500 });
-    const [observer, holder] = await Promise.all([connect(port), connect(port)]);
-    holder.write('A k w 0\n');
-    const token = tokenOf(await holder.readLine());
-    observer.write('O k\n');
-    await observer.readLine();
+    const { observer, holder, token } = await heldAndObserved(port);
     observer.socket.pause();
     const value = 'v'.repeat(500);
     // Until the server has cut it (its observation ends with the connection).
@@ -219,11 +222,7 @@ describe('an observer that stops reading', () => {
 
   test('costs bounded memory however fast the key changes, then gets the latest state', async () => {
     const { port } = await server();
-    const [observer, holder] = await Promise.all([connect(port), connect(port)]);
-    holder.write('A k w 0\n');
-    const token = tokenOf(await holder.readLine());
-    observer.write('O k\n');
-    await observer.readLine();
+    const { observer, holder, token } = await heldAndObserved(port);
     observer.socket.pause();
     const changes = 60_000;
     const value = (i: number) => `${String(i).padStart(8, '0')} ${'v'.repeat(480)}`;
