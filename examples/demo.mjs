@@ -18,6 +18,7 @@ const stamp = (at = Date.now()) => `[${String(at - start).padStart(5)} ms]`;
 const say = (text, at) => console.log(`${stamp(at)} ${text}`);
 const workers = new Map();
 let killedAt;
+let killed; // the name of the worker killed: whichever acquired first
 
 function startWorker(name) {
   const child = spawn(process.execPath, [new URL('./demo-worker.mjs', import.meta.url).pathname, dir, name], {
@@ -46,6 +47,7 @@ function startWorker(name) {
 }
 
 function kill(name, child) {
+  killed = name;
   killedAt = Date.now();
   say(`demo: kill -9 ${name} (pid ${child.pid}) while it holds the lease`);
   child.kill('SIGKILL');
@@ -55,12 +57,13 @@ console.log(`lease dir ${dir}, TTL 10 s`);
 startWorker('agent-A');
 setTimeout(() => startWorker('agent-B'), 300);
 
+// The survivor is the worker that was not killed (agent-A is started first, but either may win).
 const survivor = await new Promise((resolve) => {
   const poll = setInterval(() => {
-    const b = workers.get('agent-B');
-    if (b && b.exitCode !== null) {
+    for (const [name, child] of workers) {
+      if (killed === undefined || name === killed || child.exitCode === null) continue;
       clearInterval(poll);
-      resolve(b);
+      resolve({ name, child });
     }
   }, 50);
 });
@@ -69,5 +72,7 @@ for (const name of readdirSync(dir).sort()) {
   const text = name.endsWith('.json') ? `  ${readFileSync(join(dir, name), 'utf8')}` : '';
   console.log(`  ${name}${text}`);
 }
-console.log(`(a released lease leaves a tombstone: owner "", the last token; agent-B exited ${survivor.exitCode})`);
+console.log(
+  `(a released lease leaves a tombstone: owner "", the last token; ${survivor.name} exited ${survivor.child.exitCode})`,
+);
 if (ownDir) console.log(`(removed ${dir}; pass a directory to keep the files)`);
