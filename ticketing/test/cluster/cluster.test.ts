@@ -433,8 +433,9 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     const group = await nodes({ etcdEndpoints: cluster.endpoints, leaderTtl: '2s', lease: '30s' });
     const leader = await waitForLeader(group.nodes, { timeoutMs: 10_000 });
     const load = startLoad(group.addresses, { workers: 4, keys: 8, leaseMs });
-    let etcdLeaderKilledAt = Infinity;
-    let serviceBackAt = -Infinity;
+    /** From the follower's restart on, etcd may elect (a member that comes back can start an
+     * election: etcd 3.4 has no pre-vote by default), and so does the loss of its leader. */
+    let electionsFrom = Infinity;
     /** Waits (bounded) until `count` grants were acknowledged after `since` (performance.now()). */
     const grantsSince = (since: number, count: number, what: string): Promise<void> =>
       until(() => load.grants.filter((g) => g.ackAt > since).length >= count, what, 10_000);
@@ -449,13 +450,14 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       const afterFollower = load.grants.slice(before).find((g) => g.ackAt > killedAt)!.ackAt - killedAt;
       // Not one grant that slipped through: the service goes on while the member stays down.
       await grantsSince(killedAt, 50, 'grants to continue with one member down');
+      electionsFrom = performance.now();
       await cluster.restart(follower);
       await cluster.waitHealthy();
       await grantsSince(performance.now(), 20, 'grants with the member back');
       // etcd's own leader
       const old = await cluster.leaderIndex();
       before = load.grants.length;
-      killedAt = etcdLeaderKilledAt = performance.now();
+      killedAt = performance.now();
       await cluster.kill(old);
       await cluster.waitForLeader({ not: old, timeoutMs: 10_000 });
       const electedAt = performance.now();
@@ -463,7 +465,6 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
       while (!load.grants.slice(before).some((g) => g.ackAt > electedAt) && Date.now() < deadline2) await sleep(10);
       const back = load.grants.slice(before).find((g) => g.ackAt > electedAt);
       expect(back, 'service back after etcd elected a new leader').toBeDefined();
-      serviceBackAt = back!.ackAt;
       figures.push(
         `etcd follower member killed → first new grant ${afterFollower.toFixed(0)} ms; etcd leader killed → etcd elected after ` +
           `${(electedAt - killedAt).toFixed(0)} ms, first grant ${(back!.ackAt - electedAt).toFixed(0)} ms after that ` +
@@ -478,13 +479,12 @@ describe.skipIf(etcd.reason !== undefined)('cluster mode on a real etcd', () => 
     figures.push(
       `member-loss load: ${load.grants.length} grants, errors ${JSON.stringify(Object.fromEntries(load.errors))}`,
     );
-    // The only failures: requests in flight when a connection closed; and, while etcd had no leader
-    // (the node cannot renew its leadership, so it may stop serving), requests that found no serving
-    // node within their 200 ms wait and were not sent (ConnectError). No other code, at no other time.
+    // The only failures: requests in flight when a connection closed; and, once etcd may elect
+    // (while it has no leader the node cannot renew its leadership, so it may stop serving), requests
+    // that found no serving node within their 200 ms wait and were not sent (ConnectError). No other
+    // code; none at all while only the follower member was down.
     const unexpected = load.failures.filter(
-      ({ code, at }) =>
-        code !== 'ETICKETINDETERMINATE' &&
-        !(code === 'ETICKETCONNECT' && at >= etcdLeaderKilledAt && at <= serviceBackAt),
+      ({ code, at }) => code !== 'ETICKETINDETERMINATE' && !(code === 'ETICKETCONNECT' && at >= electionsFrom),
     );
     expect(unexpected, figures.slice(-2).join('; ')).toEqual([]);
     expect(lostGrants(load.grants)).toEqual([]);

@@ -92,7 +92,7 @@ export interface Load {
   readonly grants: Grant[];
   readonly errors: Map<string, number>;
   /** Every error counted in `errors`, with when it came (performance.now()). */
-  readonly failures: Array<{ readonly code: string; readonly at: number }>;
+  readonly failures: Array<{ readonly code: string; readonly at: number; readonly cause?: string }>;
   /** `<key> <owner>` of every acquire whose outcome is unknown (Indeterminate): it may hold. */
   readonly uncertain: Set<string>;
   stop(): Promise<void>;
@@ -119,7 +119,7 @@ export function startLoad(
 ): Load {
   const grants: Grant[] = [];
   const errors = new Map<string, number>();
-  const failures: Array<{ code: string; at: number }> = [];
+  const failures: Array<{ code: string; at: number; cause?: string }> = [];
   const uncertain = new Set<string>();
   let running = true;
   const count = (error: unknown): void => {
@@ -127,7 +127,8 @@ export function startLoad(
     if (process.env.CLUSTER_TEST_TRACE)
       console.log(performance.now().toFixed(0), code, reason, (error as Error).message);
     errors.set(code, (errors.get(code) ?? 0) + 1);
-    failures.push({ code, at: performance.now() });
+    const { cause } = error as { cause?: { serverCode?: string; code?: string; message?: string } };
+    failures.push({ code, at: performance.now(), cause: cause?.serverCode ?? cause?.code ?? cause?.message });
   };
   // Releases whose answer was lost (the client sends them again), by `key token`.
   const lost = new Set<string>();
