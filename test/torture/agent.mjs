@@ -9,6 +9,7 @@
 //   {op:'spin', id, owner, maxMs, pollMs?}        → acquire in a loop (tight, or every pollMs)
 //                                                   until it succeeds: {grant, at, attempts,
 //                                                   refusedUntil (the last ELEASEHELD)}
+//   {op:'refused'}                                → {refusedUntil}: the running spin's last ELEASEHELD so far
 //   {op:'fault', action:'fail'|'kill'|'stop'|'stall', step, code?, count?, ms?} / {op:'clear'}
 //   {op:'fds'}                                    → {fds: [{fd, target}]} (this process's descriptors)
 //   {op:'events'}                                 → the diagnostics_channel messages seen so far
@@ -25,6 +26,8 @@ const [dir, json] = process.argv.slice(2);
 const lease = new Lease(dir, JSON.parse(json ?? '{}'));
 const now = () => performance.timeOrigin + performance.now();
 const grants = new Map();
+/** The running spin's last refusal (`refused`), while it spins. */
+let spinRefusedUntil;
 const show = (g) => ({ sessionId: g.sessionId, owner: g.owner, token: String(g.token), expiry: g.expiry.getTime() });
 const reply = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
@@ -73,6 +76,7 @@ const ops = {
   async spin({ id, owner, maxMs = 10_000, pollMs }) {
     const until = now() + maxMs;
     let refusedUntil;
+    spinRefusedUntil = undefined;
     for (let attempts = 1; ; attempts++) {
       try {
         const grant = await lease.acquire(id, owner);
@@ -81,11 +85,14 @@ const ops = {
         return { grant: show(grant), at, attempts, refusedUntil };
       } catch (error) {
         if (error.code !== 'ELEASEHELD' || now() > until) throw error;
-        refusedUntil = now();
+        refusedUntil = spinRefusedUntil = now();
       }
       if (pollMs !== undefined) await new Promise((resolve) => setTimeout(resolve, pollMs));
       else if (attempts % 64 === 0) await new Promise(setImmediate); // let stdin be read
     }
+  },
+  refused() {
+    return { refusedUntil: spinRefusedUntil };
   },
   fault({ action, step, code, count = 1, ms }) {
     if (action === 'fail') faults.fail(step, code, count);
