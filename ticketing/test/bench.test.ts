@@ -24,7 +24,17 @@ function quickRun<T>(args: string[], resultsFile: string, timeoutMs: number): { 
   beforeAll(async () => {
     // --quick first: `args` may override its durations.
     const argv = ['bench/ticketing/bench.mjs', '--quick', ...args, '--out', out];
-    ({ stdout: bench.stdout } = await run(process.execPath, argv, { maxBuffer: 16 * 1024 * 1024, timeout: timeoutMs }));
+    try {
+      ({ stdout: bench.stdout } = await run(process.execPath, argv, {
+        maxBuffer: 16 * 1024 * 1024,
+        timeout: timeoutMs,
+      }));
+    } catch (error) {
+      // Its stdout says which of its checks failed (execFile's message has only stderr).
+      throw new Error(`${argv.join(' ')} failed; its stdout:\n${(error as { stdout?: string }).stdout ?? ''}`, {
+        cause: error,
+      });
+    }
     bench.results = JSON.parse(readFileSync(join(out, resultsFile), 'utf8')) as T;
   }, timeoutMs + 10_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
