@@ -26,7 +26,7 @@ import { fmt, loadavg, medianOf, readPemFiles, runInChild, startTicketing, stop 
 const PROCESSES = 4;
 const LOOPS = 16;
 /** Time allowed for the processes to start and connect before the warm-up counts: under load, Node
- * takes a second or more to start. A process that starts later measures from when it is up (no
+ * takes a second or more to start. A process that starts later measures from its first answer (no
  * warm-up), which a quick run, whose numbers mean nothing, accepts. */
 const startUpMs = (options) => (options.quick ? 300 : 2_000);
 

@@ -109,11 +109,14 @@ async function runWorker(config) {
     };
   }
 
+  let answered;
+  const firstAnswer = new Promise((resolve) => (answered = resolve));
   const loop = async (i) => {
     const key = workload === 'hot' ? `${prefix}:hot` : `${prefix}:k${i}`;
     while (!stop) {
       const t0 = performance.now();
       const done = await acquireRelease(i, key);
+      answered();
       if (done && measuring) {
         hist[bucketOf((performance.now() - t0) * 1000)]++;
         cycles++;
@@ -121,6 +124,9 @@ async function runWorker(config) {
     }
   };
   const loops = Array.from({ length: workers }, (_, i) => loop(i));
+  // The window starts once the server has answered, so it never holds a connection's handshake,
+  // however late this process started.
+  await Promise.race([firstAnswer, Promise.all(loops)]);
   const loadedAt = Date.now();
   // Processes that measure together share one window: from `measureAt` (epoch ms) when given.
   const warmup = measureAt === undefined ? warmupMs : Math.max(0, measureAt - loadedAt);

@@ -114,7 +114,7 @@ export async function runContention(options) {
     worker.child.kill('SIGCONT');
   }
 
-  /** The live worker that the record of `id` names, if any. */
+  /** The live worker that the record of `id` names while its expiry is ahead, if any. */
   function holderOf(id) {
     let text;
     try {
@@ -124,8 +124,9 @@ export async function runContention(options) {
     } catch {
       return undefined;
     }
-    const match = /"owner":"w\d+-(\d+)"/.exec(text);
-    const worker = match && byPid.get(Number(match[1]));
+    const match = /"owner":"w\d+-(\d+)".*"expiry":"([^"]+)"/.exec(text);
+    if (match === null || Date.parse(match[2]) < Date.now() + 50) return undefined;
+    const worker = byPid.get(Number(match[1]));
     return worker && !worker.killed ? worker : undefined;
   }
 
@@ -139,17 +140,39 @@ export async function runContention(options) {
   // fenced out are the outcomes the random faults make least often: the run goes on past
   // `seconds`, for at most as long again, until the workers have logged both (a rejected write is
   // a stale one in a run the checker passes).
+  // A crash takeover (a holder killed while its lease ran, then the id granted to another) is
+  // waited for the same way; past `seconds`, every kill aims at a running holder until one is seen.
   const lastChance = deadline + o.seconds * 1000;
+  const holderKills = [];
+  let takenOver = false;
   const outcomesLogged = () => {
     const logs = fs.readdirSync(logDir).map((name) => fs.readFileSync(join(logDir, name), 'utf8'));
-    return logs.some((text) => text.includes('"ev":"loss"')) && logs.some((text) => text.includes('"accepted":false'));
+    takenOver ||= logs.some((text) =>
+      text.split('\n').some((line) => {
+        if (!line.includes('"ev":"acquire"')) return false;
+        const event = JSON.parse(line);
+        return holderKills.some((k) => k.id === event.id && k.at < event.begin);
+      }),
+    );
+    return (
+      takenOver &&
+      logs.some((text) => text.includes('"ev":"loss"')) &&
+      logs.some((text) => text.includes('"accepted":false'))
+    );
+  };
+  const runningHolder = () => {
+    const id = pick(ids);
+    const holder = holderOf(id);
+    return holder !== undefined && !holder.stopped ? { id, holder } : undefined;
   };
   while (Date.now() < deadline || (Date.now() < lastChance && !outcomesLogged())) {
     await sleep(random(o.actionEveryMs[0], o.actionEveryMs[1]));
     const roll = Math.random();
     if (roll < 0.3) {
-      // SIGKILL: half the time the holder of an id, else anyone.
-      const victim = (Math.random() < 0.5 && holderOf(pick(ids))) || pick(live());
+      // SIGKILL: half the time (every time once past `seconds`) a running holder, else anyone.
+      const target = (Math.random() < 0.5 || Date.now() >= deadline) && runningHolder();
+      if (target) holderKills.push({ id: target.id, at: Date.now() });
+      const victim = target ? target.holder : pick(live());
       kill(victim);
       await victim.exited;
       startWorker(victim.slot); // the slot lives on as a new process
