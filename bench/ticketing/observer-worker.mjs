@@ -4,11 +4,13 @@
  * connections, each observing `key` (`O <key>`). Per rev of the key seen while recording: the
  * holder field of its `V`, how many connections received it, and when the first and the last of
  * them did (performance.timeOrigin + performance.now(), the clock the coordinator shares). Told
- * over IPC: `start` (record from now), `stop` (send what was recorded, and this process's CPU and
- * the seconds it recorded), `close`.
+ * over IPC: `start` (record from now), `{ stop: <token> }` (once every connection has the `V` of
+ * the grant under that token, or after 5 s: send what was recorded, and this process's CPU and the
+ * seconds it recorded), `close`.
  */
 import { once } from 'node:events';
 import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const { port, key, count } = JSON.parse(process.argv[2]);
 const now = () => performance.timeOrigin + performance.now();
@@ -20,14 +22,18 @@ let recordingSince = 0;
 /** Lines that are not a well-formed `V` of the key; revs a connection did not get (a jump). */
 let strayLines = 0;
 let skippedRevs = 0;
+/** Each connection's last rev; the rev of each token's grant, seen while recording. */
+const lastRevs = [];
+const revOfToken = new Map();
 
 /** Every connection reads into this one buffer (net's `onread`: no stream, no Buffer per read),
  * so the reader costs as little as Node allows and the figures say more about the server. */
 const readBuffer = Buffer.allocUnsafe(64 * 1024);
 
-function connect() {
+function connect(index) {
   let partial = '';
   let lastRev = -1;
+  lastRevs[index] = lastRev;
   const onLine = (line, at) => {
     // V <key> <rev> <holder…>: the holder is `-`, `*<count>`, or `<token> <owner>[ <value>]`.
     const fields = line.split(' ', 4);
@@ -38,9 +44,10 @@ function connect() {
     const rev = Number(fields[2]);
     if (lastRev >= 0 && rev !== lastRev + 1) skippedRevs += Math.max(0, rev - lastRev - 1);
     const first = lastRev < 0;
-    lastRev = rev;
+    lastRev = lastRevs[index] = rev;
     if (first) socket.emit('observing');
     if (!recording) return;
+    revOfToken.set(fields[3], rev);
     const seen = byRev.get(rev);
     if (seen === undefined) byRev.set(rev, { holder: fields[3], count: 1, first: at, last: at });
     else {
@@ -70,19 +77,30 @@ function connect() {
   return socket;
 }
 
-const sockets = Array.from({ length: count }, connect);
+const sockets = Array.from({ length: count }, (_, index) => connect(index));
+
+/** Until every connection has the `V` of `token`'s grant (a loaded machine delivers late), at most 5 s. */
+async function caughtUp(token) {
+  for (const deadline = performance.now() + 5_000; performance.now() < deadline; await sleep(10)) {
+    const rev = revOfToken.get(token);
+    if (rev !== undefined && lastRevs.every((last) => last >= rev)) return;
+  }
+}
+
 await Promise.all(sockets.map((socket) => once(socket, 'observing')));
 process.send({ ready: true });
 
-process.on('message', (message) => {
+process.on('message', async (message) => {
   if (message === 'start') {
     byRev = new Map();
+    revOfToken.clear();
     strayLines = 0;
     skippedRevs = 0;
     recording = true;
     cpuStart = process.cpuUsage();
     recordingSince = performance.now();
-  } else if (message === 'stop') {
+  } else if (message.stop !== undefined) {
+    await caughtUp(message.stop);
     recording = false;
     const cpu = process.cpuUsage(cpuStart);
     const revs = [...byRev].map(([rev, seen]) => ({ rev, ...seen }));

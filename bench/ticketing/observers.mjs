@@ -156,9 +156,9 @@ async function measure(server, workers, changer, durationMs) {
   const changes = changer.grants.size - grantsBefore;
   const lateTicks = changer.lateTicks - lateBefore;
   const handoffs = changer.handoffMs.slice(handoffsBefore).sort((a, b) => a - b);
-  // The last changes' V are on their way: let them land before the observers stop recording.
-  await new Promise((resolve) => setTimeout(resolve, 200));
-  const reports = await Promise.all(workers.map((worker) => ask(worker, 'stop')));
+  // The last changes' V are on their way: the observers record until they have landed.
+  const lastToken = [...changer.grants].findLast(([, at]) => at <= ended)?.[0];
+  const reports = await Promise.all(workers.map((worker) => ask(worker, { stop: lastToken ?? '' })));
 
   const revs = new Map();
   for (const report of reports) {
