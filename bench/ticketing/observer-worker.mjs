@@ -33,6 +33,7 @@ const readBuffer = Buffer.allocUnsafe(64 * 1024);
 function connect(index) {
   let partial = '';
   let lastRev = -1;
+  let wasVacant = false;
   lastRevs[index] = lastRev;
   const onLine = (line, at) => {
     // V <key> <rev> <holder…>: the holder is `-`, `*<count>`, or `<token> <owner>[ <value>]`.
@@ -42,7 +43,10 @@ function connect(index) {
       return;
     }
     const rev = Number(fields[2]);
-    if (lastRev >= 0 && rev !== lastRev + 1) skippedRevs += Math.max(0, rev - lastRev - 1);
+    // Out of the vacancy before the key's first grant, rev jumps to that grant's token: no changes
+    // were missed (docs/ticketing-election.md, Revs).
+    if (lastRev >= 0 && !wasVacant && rev !== lastRev + 1) skippedRevs += Math.max(0, rev - lastRev - 1);
+    wasVacant = fields[3] === '-';
     const first = lastRev < 0;
     lastRev = lastRevs[index] = rev;
     if (first) socket.emit('observing');

@@ -13,6 +13,8 @@ export interface ContentionOptions {
   pauseMaxMs?: number;
   actionEveryMs?: [number, number];
   maxStopped?: number;
+  /** faults the run goes on sending past `seconds` (for at most as long again) until it has sent them */
+  atLeast?: { kills: number; suspensions: number };
   /** break the lease on purpose (worker.mjs): the checker must then find violations */
   mutant?: 'probe-lies' | 'clock-ahead' | 'token-regress';
 }

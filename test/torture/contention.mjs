@@ -29,6 +29,7 @@ const DEFAULTS = {
   pauseMaxMs: 30,
   actionEveryMs: [60, 250],
   maxStopped: 3,
+  atLeast: { kills: 5, suspensions: 5 },
 };
 
 /**
@@ -114,38 +115,59 @@ export async function runContention(options) {
     worker.child.kill('SIGCONT');
   }
 
-  /** The live worker that the record of `id` names while its expiry is ahead, if any. */
+  /** The live, running worker that the record of `id` names, if its own log shows that grant
+   * valid for a while yet (a grant not yet logged is not one the checker can see taken over). */
   function holderOf(id) {
-    let text;
     try {
       const safe = fs.readdirSync(leaseDir).find((name) => name.startsWith(`${id}-`) && name.endsWith('.lease.json'));
       if (safe === undefined) return undefined;
-      text = fs.readFileSync(join(leaseDir, safe), 'utf8');
+      const record = /"owner":"w\d+-(\d+)","token":(\d+)/.exec(fs.readFileSync(join(leaseDir, safe), 'utf8'));
+      const worker = record && byPid.get(Number(record[1]));
+      if (!worker || worker.killed || worker.stopped) return undefined;
+      const expiries = fs
+        .readFileSync(join(logDir, `w${worker.slot}-${worker.pid}.log`), 'utf8')
+        .split('\n')
+        .filter((line) => line.includes(`"id":"${id}","token":"${record[2]}"`))
+        .map((line) => JSON.parse(line).expiry ?? 0);
+      return Math.max(0, ...expiries) > Date.now() + 50 ? worker : undefined;
     } catch {
-      return undefined;
+      return undefined; // a record or log mid-write, or a worker's log not yet created
     }
-    const match = /"owner":"w\d+-(\d+)".*"expiry":"([^"]+)"/.exec(text);
-    if (match === null || Date.parse(match[2]) < Date.now() + 50) return undefined;
-    const worker = byPid.get(Number(match[1]));
-    return worker && !worker.killed ? worker : undefined;
   }
 
   const live = () => [...slots.values()].filter((w) => !w.killed);
   const pick = (list) => list[Math.floor(Math.random() * list.length)];
+  /** A holder of a random id (past `seconds`, of any id that has one). */
+  const someHolder = () => {
+    const from = Math.floor(Math.random() * ids.length);
+    const tries = Date.now() < deadline ? 1 : ids.length;
+    for (let i = 0; i < tries; i++) {
+      const id = ids[(from + i) % ids.length];
+      const holder = holderOf(id);
+      if (holder !== undefined) return { id, holder };
+    }
+    return undefined;
+  };
 
   for (let slot = 0; slot < o.workers; slot++) startWorker(slot);
   const pendingConts = new Set();
   const deadline = Date.now() + o.seconds * 1000;
-  // A holder that loses its lease (suspended past its expiry, taken over, woken) and its write
-  // fenced out are the outcomes the random faults make least often: the run goes on past
-  // `seconds`, for at most as long again, until the workers have logged both (a rejected write is
-  // a stale one in a run the checker passes).
-  // A crash takeover (a holder killed while its lease ran, then the id granted to another) is
-  // waited for the same way; past `seconds`, every kill aims at a running holder until one is seen.
+  // The outcomes the random faults make least often, and enough faults on a loaded machine (where
+  // a respawn takes seconds): the run goes on past `seconds`, for at most as long again, until the
+  // nemesis has sent `atLeast` kills and suspensions and the workers have logged a crash takeover
+  // (an acquire begun after a logged holder's kill on its id), a holder losing its lease, and a
+  // write fenced out (a rejected write is a stale one in a run the checker passes). Past
+  // `seconds`, every kill aims at a holder.
   const lastChance = deadline + o.seconds * 1000;
   const holderKills = [];
+  let kills = 0;
+  let suspensions = 0;
   let takenOver = false;
-  const outcomesLogged = () => {
+  /** What the run still lacks ([] once it has it all). */
+  const missing = () => {
+    const lacks = [];
+    if (kills < o.atLeast.kills) lacks.push('kill');
+    if (suspensions < o.atLeast.suspensions) lacks.push('stop');
     const logs = fs.readdirSync(logDir).map((name) => fs.readFileSync(join(logDir, name), 'utf8'));
     takenOver ||= logs.some((text) =>
       text.split('\n').some((line) => {
@@ -154,35 +176,32 @@ export async function runContention(options) {
         return holderKills.some((k) => k.id === event.id && k.at < event.begin);
       }),
     );
-    return (
-      takenOver &&
-      logs.some((text) => text.includes('"ev":"loss"')) &&
-      logs.some((text) => text.includes('"accepted":false'))
-    );
+    if (!takenOver) lacks.push('kill');
+    const lost = logs.some((text) => text.includes('"ev":"loss"'));
+    if (!lost || !logs.some((text) => text.includes('"accepted":false'))) lacks.push('long stop');
+    return lacks;
   };
-  const runningHolder = () => {
-    const id = pick(ids);
-    const holder = holderOf(id);
-    return holder !== undefined && !holder.stopped ? { id, holder } : undefined;
-  };
-  while (Date.now() < deadline || (Date.now() < lastChance && !outcomesLogged())) {
+  for (let lacks = []; Date.now() < deadline || (Date.now() < lastChance && (lacks = missing()).length > 0);) {
     await sleep(random(o.actionEveryMs[0], o.actionEveryMs[1]));
-    const roll = Math.random();
+    // Random faults; past `seconds`, one of those the run still lacks.
+    const roll = lacks.length === 0 ? Math.random() : { kill: 0, 'long stop': 0.3, stop: 0.6 }[pick(lacks)];
     if (roll < 0.3) {
-      // SIGKILL: half the time (every time once past `seconds`) a running holder, else anyone.
-      const target = (Math.random() < 0.5 || Date.now() >= deadline) && runningHolder();
-      if (target) holderKills.push({ id: target.id, at: Date.now() });
-      const victim = target ? target.holder : pick(live());
+      // SIGKILL: half the time (every time once past `seconds`) a holder, else anyone.
+      const held = (Math.random() < 0.5 || lacks.length > 0) && someHolder();
+      if (held) holderKills.push({ id: held.id, at: Date.now() });
+      const victim = held ? held.holder : pick(live());
       kill(victim);
+      kills++;
       await victim.exited;
       startWorker(victim.slot); // the slot lives on as a new process
     } else if (roll < 0.8) {
       // SIGSTOP: a holder past its expiry (1.2–3 TTLs), or anyone briefly (often mid-transition).
       const long = roll < 0.55;
-      const victim = long ? holderOf(pick(ids)) : pick(live());
+      const victim = long ? someHolder()?.holder : pick(live());
       if (victim === undefined || victim.stopped || live().filter((w) => w.stopped).length >= o.maxStopped) continue;
       const ms = long ? random(1.2, 3) * o.ttlMs : random(5, 150);
       stop(victim);
+      suspensions++;
       const timer = sleep(ms).then(() => {
         cont(victim);
         pendingConts.delete(timer);

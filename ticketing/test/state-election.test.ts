@@ -54,6 +54,17 @@ describe('revs', () => {
     expect(state.get('k')!.rev).toBe(t2);
     expect(t2).toBeGreaterThan(vacant.rev);
   });
+
+  test("a key watched before its first grant is vacant at the last token, then jumps to the grant's token", () => {
+    const state = new TicketState({ leaseMs: LEASE });
+    state.apply({ type: 'watch', key: 'k' }, T0);
+    expect(state.observed('k')).toEqual({ rev: 0n, count: 0, exclusive: undefined }); // nothing issued yet
+    const t1 = tokenOf(state.apply(acquire(1, 'other', 'a'), T0));
+    expect(state.observed('k').rev).toBe(t1);
+    const granted = state.apply(acquire(2, 'k', 'b'), T0);
+    expect(changes(granted).map((change) => change.rev)).toEqual([tokenOf(granted)]);
+    expect(tokenOf(granted)).toBeGreaterThan(t1);
+  });
 });
 
 describe('publish', () => {
