@@ -4,9 +4,9 @@
 //
 // The nemesis logs every signal with the time taken just BEFORE it is sent (so a kill time is never
 // later than the death it causes). Half of its victims are chosen as the current holder of an id
-// (read from the lease record's owner, `w<slot>-<pid>`): a targeted SIGSTOP lasts 1.2–3 TTLs, so a
-// holder is suspended past its expiry, a competitor takes over, and the holder wakes up to a
-// renew that must fail and a write the resource must fence out. Other suspensions are short and
+// (the lease record's owner, `w<slot>-<pid>`, whose own log shows that grant valid): a targeted
+// SIGSTOP lasts 1.2–3 TTLs, so a holder is suspended past its expiry, a competitor takes over, and
+// the holder wakes up to a renew that must fail and a write the resource must fence out. Other suspensions are short and
 // random (often in the middle of a transition, holding the transition lock).
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -186,7 +186,7 @@ export async function runContention(options) {
     // Random faults; past `seconds`, one of those the run still lacks.
     const roll = lacks.length === 0 ? Math.random() : { kill: 0, 'long stop': 0.3, stop: 0.6 }[pick(lacks)];
     if (roll < 0.3) {
-      // SIGKILL: half the time (every time once past `seconds`) a holder, else anyone.
+      // SIGKILL: half the time (every time while the run lacks something) a holder, else anyone.
       const held = (Math.random() < 0.5 || lacks.length > 0) && someHolder();
       if (held) holderKills.push({ id: held.id, at: Date.now() });
       const victim = held ? held.holder : pick(live());
