@@ -182,7 +182,8 @@ async function stream(address: string, s: number): Promise<StreamResult> {
         const match = /^A (\d+) p (\S+)$/.exec(socket.lines[parsed]!);
         if (match !== null) granted.push([match[2]!, match[1]!]);
       }
-      const release = i % 3 === 2 ? granted.shift() : undefined;
+      // Every third request releases the oldest grant, but never the last: some stay held.
+      const release = i % 3 === 2 && granted.length > 1 ? granted.shift() : undefined;
       if (release !== undefined) releasing.add(release[0]);
       socket.write(release !== undefined ? `R ${release[0]} ${release[1]}\n` : `A stream-${s}-${i} p 0\n`);
       sent++;
