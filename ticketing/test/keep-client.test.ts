@@ -191,7 +191,9 @@ describe('hold', () => {
   test('a keep that lost its connection is retried on a new one within the remaining lease', async () => {
     const server = await fake();
     const c = client(server.port);
-    const held = c.hold('k', { owner: 'me', keepEveryMs: 30 });
+    // A keep unanswered for keepEveryMs is abandoned with its connection: 200 ms, so that only the
+    // destroyed lane, never this scripted server's pauses on a loaded machine, sends it elsewhere.
+    const held = c.hold('k', { owner: 'me', keepEveryMs: 200 });
     const { lane } = await grant(server, 9);
     lane.write('K 9 k 2000\n');
     const hold = await held;
