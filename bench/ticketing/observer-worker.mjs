@@ -22,9 +22,8 @@ let recordingSince = 0;
 /** Lines that are not a well-formed `V` of the key; revs a connection did not get (a jump). */
 let strayLines = 0;
 let skippedRevs = 0;
-/** Each connection's last rev; the rev of each token's grant, seen while recording. */
+/** Each connection's last rev (-1 before its first `V`). */
 const lastRevs = [];
-const revOfToken = new Map();
 
 /** Every connection reads into this one buffer (net's `onread`: no stream, no Buffer per read),
  * so the reader costs as little as Node allows and the figures say more about the server. */
@@ -32,9 +31,8 @@ const readBuffer = Buffer.allocUnsafe(64 * 1024);
 
 function connect(index) {
   let partial = '';
-  let lastRev = -1;
   let wasVacant = false;
-  lastRevs[index] = lastRev;
+  lastRevs[index] = -1;
   const onLine = (line, at) => {
     // V <key> <rev> <holder…>: the holder is `-`, `*<count>`, or `<token> <owner>[ <value>]`.
     const fields = line.split(' ', 4);
@@ -43,15 +41,15 @@ function connect(index) {
       return;
     }
     const rev = Number(fields[2]);
+    const lastRev = lastRevs[index];
     // Out of the vacancy before the key's first grant, rev jumps to that grant's token: no changes
     // were missed (docs/ticketing-election.md, Revs).
     if (lastRev >= 0 && !wasVacant && rev !== lastRev + 1) skippedRevs += Math.max(0, rev - lastRev - 1);
     wasVacant = fields[3] === '-';
     const first = lastRev < 0;
-    lastRev = lastRevs[index] = rev;
+    lastRevs[index] = rev;
     if (first) socket.emit('observing');
     if (!recording) return;
-    revOfToken.set(fields[3], rev);
     const seen = byRev.get(rev);
     if (seen === undefined) byRev.set(rev, { holder: fields[3], count: 1, first: at, last: at });
     else {
@@ -86,7 +84,7 @@ const sockets = Array.from({ length: count }, (_, index) => connect(index));
 /** Until every connection has the `V` of `token`'s grant (a loaded machine delivers late), at most 5 s. */
 async function caughtUp(token) {
   for (const deadline = performance.now() + 5_000; performance.now() < deadline; await sleep(10)) {
-    const rev = revOfToken.get(token);
+    const rev = [...byRev].find(([, seen]) => seen.holder === token)?.[0];
     if (rev !== undefined && lastRevs.every((last) => last >= rev)) return;
   }
 }
@@ -97,7 +95,6 @@ process.send({ ready: true });
 process.on('message', async (message) => {
   if (message === 'start') {
     byRev = new Map();
-    revOfToken.clear();
     strayLines = 0;
     skippedRevs = 0;
     recording = true;

@@ -115,6 +115,12 @@ export async function runContention(options) {
     worker.child.kill('SIGCONT');
   }
 
+  /** The events of a worker's log so far (a line still being written is left for the next read). */
+  function loggedSoFar(name) {
+    const text = fs.readFileSync(join(logDir, name), 'utf8');
+    return parseLines(text.slice(0, text.lastIndexOf('\n') + 1), name);
+  }
+
   /** The live, running worker that the record of `id` names, if its own log shows that grant
    * valid for a while yet (a grant not yet logged is not one the checker can see taken over). */
   function holderOf(id) {
@@ -124,11 +130,9 @@ export async function runContention(options) {
       const record = /"owner":"w\d+-(\d+)","token":(\d+)/.exec(fs.readFileSync(join(leaseDir, safe), 'utf8'));
       const worker = record && byPid.get(Number(record[1]));
       if (!worker || worker.killed || worker.stopped) return undefined;
-      const expiries = fs
-        .readFileSync(join(logDir, `w${worker.slot}-${worker.pid}.log`), 'utf8')
-        .split('\n')
-        .filter((line) => line.includes(`"id":"${id}","token":"${record[2]}"`))
-        .map((line) => JSON.parse(line).expiry ?? 0);
+      const expiries = loggedSoFar(`w${worker.slot}-${worker.pid}.log`)
+        .filter((event) => event.id === id && event.token === record[2])
+        .map((event) => event.expiry ?? 0);
       return Math.max(0, ...expiries) > Date.now() + 50 ? worker : undefined;
     } catch {
       return undefined; // a record or log mid-write, or a worker's log not yet created
@@ -168,17 +172,13 @@ export async function runContention(options) {
     const lacks = [];
     if (kills < o.atLeast.kills) lacks.push('kill');
     if (suspensions < o.atLeast.suspensions) lacks.push('stop');
-    const logs = fs.readdirSync(logDir).map((name) => fs.readFileSync(join(logDir, name), 'utf8'));
-    takenOver ||= logs.some((text) =>
-      text.split('\n').some((line) => {
-        if (!line.includes('"ev":"acquire"')) return false;
-        const event = JSON.parse(line);
-        return holderKills.some((k) => k.id === event.id && k.at < event.begin);
-      }),
+    const events = fs.readdirSync(logDir).flatMap(loggedSoFar);
+    takenOver ||= events.some(
+      (event) => event.ev === 'acquire' && holderKills.some((k) => k.id === event.id && k.at < event.begin),
     );
     if (!takenOver) lacks.push('kill');
-    const lost = logs.some((text) => text.includes('"ev":"loss"'));
-    if (!lost || !logs.some((text) => text.includes('"accepted":false'))) lacks.push('long stop');
+    const lost = events.some((event) => event.ev === 'loss');
+    if (!lost || !events.some((event) => event.ev === 'write' && event.accepted === false)) lacks.push('long stop');
     return lacks;
   };
   for (let lacks = []; Date.now() < deadline || (Date.now() < lastChance && (lacks = missing()).length > 0);) {
