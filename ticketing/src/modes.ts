@@ -30,27 +30,34 @@ export function isLockMode(mode: unknown): mode is LockMode {
   );
 }
 
-/** The holder fields the fit rules read. */
-export interface HolderLike {
+/** The holder fields the fit rules read: a key's holders are a list, oldest first. */
+interface HolderLike {
   readonly shared: boolean;
   readonly slot: number;
+  readonly newer: HolderLike | undefined;
+}
+
+/** A key's holders as the fit rules read them. */
+export interface HolderSet {
+  readonly grantCount: number;
+  readonly oldest: HolderLike | undefined;
 }
 
 /**
- * Does a request of kind `kind` (already equal to the key's) and sharing `shared` fit beside
- * `holders` now? A semaphore: fewer than N holders. A shared/exclusive lock: no holder, or only
- * shared holders (fewer than `maxShared`) and a shared request.
+ * Does a request of kind `kind` (already equal to the key's) and sharing `shared` fit beside the
+ * key's holders now? A semaphore: fewer than N holders. A shared/exclusive lock: no holder, or
+ * only shared holders (fewer than `maxShared`) and a shared request.
  */
-export function fits(kind: number, shared: boolean, holders: readonly HolderLike[], maxShared: number): boolean {
-  const n = holders.length;
+export function fits(kind: number, shared: boolean, holders: HolderSet, maxShared: number): boolean {
+  const n = holders.grantCount;
   if (kind > 0) return n < kind;
   if (n === 0) return true;
-  return shared && holders[0]!.shared && n < maxShared;
+  return shared && holders.oldest!.shared && n < maxShared;
 }
 
 /** The lowest slot no holder has (a semaphore's holders have slots 0…N−1, so it is ≤ their count). */
-export function lowestFreeSlot(holders: readonly HolderLike[]): number {
-  const used = new Uint8Array(holders.length + 1);
-  for (const holder of holders) if (holder.slot < used.length) used[holder.slot] = 1;
+export function lowestFreeSlot(holders: HolderSet): number {
+  const used = new Uint8Array(holders.grantCount + 1);
+  for (let h = holders.oldest; h !== undefined; h = h.newer) if (h.slot < used.length) used[h.slot] = 1;
   return used.indexOf(0);
 }

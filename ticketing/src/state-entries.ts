@@ -1,6 +1,7 @@
 /**
  * The records of the state machine (state.ts): a key's entry with its grants and its queue, and
- * the read-only views built from them. Only state.ts changes them.
+ * the read-only views built from them. Only state.ts changes them. A key's grants are an intrusive
+ * list, as its queue is: a grant costs no array, and ends without a search.
  */
 import type { HeapItem } from './deadline-heap.js';
 import type { LockMode } from './modes.js';
@@ -37,14 +38,19 @@ export interface Grant extends HeapItem {
   expiresAt: number;
   /** Its published value (exclusive grants only). */
   value: string | undefined;
+  /** The key's grants, oldest (lowest token) first. */
+  older: Grant | undefined;
+  newer: Grant | undefined;
 }
 
 export interface KeyEntry {
   readonly key: string;
   /** 0: a lock (modes x and s); N: a semaphore of N. Reset when the key has no holder nor waiter. */
   permits: number;
-  /** Oldest first, so in token order. */
-  readonly holders: Grant[];
+  /** Its grants (holders), oldest first, so in token order. */
+  oldest: Grant | undefined;
+  newest: Grant | undefined;
+  grantCount: number;
   head: Waiter | undefined;
   tail: Waiter | undefined;
   waiting: number;
@@ -59,11 +65,38 @@ export interface KeyEntry {
   newerKey: KeyEntry | undefined;
 }
 
+/** The key's grants, oldest first (for views and rare paths). */
+export function grantsOf(entry: KeyEntry): Grant[] {
+  const out: Grant[] = [];
+  for (let grant = entry.oldest; grant !== undefined; grant = grant.newer) out.push(grant);
+  return out;
+}
+
+/** Adds the grant as the key's newest. */
+export function appendGrant(entry: KeyEntry, grant: Grant): void {
+  grant.older = entry.newest;
+  if (entry.newest === undefined) entry.oldest = grant;
+  else entry.newest.newer = grant;
+  entry.newest = grant;
+  entry.grantCount++;
+}
+
+/** Takes the grant out of its key's list (and clears its links). */
+export function removeGrant(grant: Grant): void {
+  const { entry, older, newer } = grant;
+  if (older === undefined) entry.oldest = newer;
+  else older.newer = newer;
+  if (newer === undefined) entry.newest = older;
+  else newer.older = older;
+  grant.older = grant.newer = undefined;
+  entry.grantCount--;
+}
+
 export function keyView(entry: KeyEntry): KeyView {
   const waiters = [];
   for (let w = entry.head; w !== undefined; w = w.next)
     waiters.push({ id: w.id, session: w.session, owner: w.owner, mode: w.mode, deadline: w.at });
-  const newest = entry.holders[entry.holders.length - 1]!;
+  const newest = entry.newest!;
   return {
     key: entry.key,
     ...kindView(entry),
@@ -72,14 +105,16 @@ export function keyView(entry: KeyEntry): KeyView {
     token: newest.token,
     grantedAt: newest.grantedAt,
     expiresAt: newest.expiresAt,
-    holders: entry.holders.map(holderView),
+    holders: grantsOf(entry).map(holderView),
     waiters,
   };
 }
 
 /** The key in brief, or undefined when none of its grants is live at `now`. */
 export function heldView(entry: KeyEntry, now: number): HeldKey | undefined {
-  const holders = entry.holders.filter((grant) => now < grant.expiresAt).map(holderView);
+  const holders = grantsOf(entry)
+    .filter((grant) => now < grant.expiresAt)
+    .map(holderView);
   if (holders.length === 0) return undefined;
   const waitersByMode: Record<string, number> = {};
   for (let w = entry.head; w !== undefined; w = w.next) {
@@ -111,10 +146,10 @@ function holderView(grant: Grant): HolderView {
 
 /** What an observer sees of the key (its live grants: a watched key's end at their expiry). */
 export function observedState(entry: KeyEntry): ObservedState {
-  const { holders } = entry;
-  const only = holders.length === 1 && entry.permits === 0 && !holders[0]!.shared ? holders[0]! : undefined;
+  const { oldest, grantCount } = entry;
+  const only = grantCount === 1 && entry.permits === 0 && !oldest!.shared ? oldest! : undefined;
   const exclusive = only === undefined ? undefined : { token: only.token, owner: only.owner, value: only.value };
-  return { rev: entry.rev, count: holders.length, exclusive };
+  return { rev: entry.rev, count: grantCount, exclusive };
 }
 
 /** Why a publish to `grant` (the key's under the publish's token, if any) changes nothing, or

@@ -25,7 +25,9 @@ export class KeyRegistry {
     const fresh: KeyEntry = {
       key,
       permits,
-      holders: [],
+      oldest: undefined,
+      newest: undefined,
+      grantCount: 0,
       head: undefined,
       tail: undefined,
       waiting: 0,

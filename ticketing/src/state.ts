@@ -38,23 +38,22 @@ import { fits, isLockMode, kindOf, lowestFreeSlot, type LockMode } from './modes
 import type { Command, Effect, GrantPath, HeldKey, KeyView, ObservedState, SessionId } from './state-types.js';
 import { isValue } from './election-wire.js';
 import {
+  appendGrant,
+  grantsOf,
   heldView,
   keyView,
   observedState,
   publishRefusal,
+  removeGrant,
   type Grant,
   type KeyEntry,
   type Waiter,
 } from './state-entries.js';
 import { checkAdopt, checkStateOptions, type TicketStateOptions } from './state-options.js';
 import { KeyRegistry } from './state-keys.js';
-import { Table } from './table.js';
+import { WaiterRegistry } from './state-waiters.js';
 
 export { DEFAULT_LIMITS, type TicketStateOptions } from './state-options.js';
-
-interface SessionWaiters {
-  head: Waiter | undefined;
-}
 
 type Effects = Effect[];
 
@@ -68,8 +67,7 @@ export class TicketState {
 
   // Tables, not Maps, and intrusive lists whose links are cleared on removal: see table.ts.
   readonly #keys = new KeyRegistry();
-  readonly #waiters = new Table<Waiter>();
-  readonly #bySession = new Table<SessionWaiters>();
+  readonly #waiters = new WaiterRegistry();
   readonly #deadlines = new DeadlineHeap<Waiter | Grant>();
   #lastToken: bigint;
   #seq = 0;
@@ -111,13 +109,13 @@ export class TicketState {
 
   /** Does the session have requests queued? (The server's idle timeout spares a session that does.) */
   hasWaiters(session: SessionId): boolean {
-    return this.#bySession.get(String(session)) !== undefined;
+    return this.#waiters.has(session);
   }
 
   /** The key, or undefined when it has no grant and no waiter. */
   get(key: string): KeyView | undefined {
     const entry = this.#keys.get(key);
-    return entry === undefined || (entry.holders.length === 0 && entry.waiting === 0) ? undefined : keyView(entry);
+    return entry === undefined || (entry.grantCount === 0 && entry.waiting === 0) ? undefined : keyView(entry);
   }
 
   /** What an observer sees of the key now. One not registered is vacant at the last token, which
@@ -165,10 +163,13 @@ export class TicketState {
     if (!(now >= 0 && now < 8.64e15)) throw new RangeError(`now must be epoch milliseconds, got ${now}`);
     this.#applied++;
     const effects = this.#dispatch(command, now);
-    if (this.#changes.length > 0) {
-      for (const entry of this.#changes) effects.push({ type: 'changed', key: entry.key, state: observedState(entry) });
-      this.#changes = [];
-    }
+    return this.#changes.length === 0 ? effects : this.#appendChanges(effects);
+  }
+
+  /** One `changed` effect per observed key the command changed, after its other effects. */
+  #appendChanges(effects: Effects): Effects {
+    for (const entry of this.#changes) effects.push({ type: 'changed', key: entry.key, state: observedState(entry) });
+    this.#changes = [];
     return effects;
   }
 
@@ -204,104 +205,101 @@ export class TicketState {
 
   #acquire(session: SessionId, key: string, owner: string, waitMs: number, mode: LockMode, now: number): Effects {
     if (!isLockMode(mode)) throw new RangeError(`mode must be 'x', 's' or 1..65535, got ${String(mode)}`);
-    if (typeof mode === 'number' && mode > this.maxPermits)
-      return [{ type: 'busy', session, key, owner, limit: 'permits' }];
     const kind = kindOf(mode);
-    const shared = mode === 's';
+    if (kind > this.maxPermits) return [{ type: 'busy', session, key, owner, limit: 'permits' }];
     let entry = this.#keys.get(key);
-    let effects: Effects | undefined;
-    let path: GrantPath = 'free';
-    if (entry !== undefined && hasExpired(entry, now)) {
-      // Lazy expiry: drop the expired grants before deciding (see the header).
-      effects = [];
-      this.#dropExpired(entry, now, effects);
-      if (entry.holders.length === 0) path = 'takeover';
-      else this.#grantWaiters(entry, now, 'expiry', effects);
-    }
+    // Lazy expiry: drop the expired grants before deciding (see the header).
+    const effects = entry !== undefined && hasExpired(entry, now) ? this.#dropExpiredFirst(entry, now) : undefined;
     if (entry === undefined) {
       if (this.#keys.size >= this.maxKeys) return [{ type: 'busy', session, key, owner, limit: 'keys' }];
       entry = this.#register(key, kind);
-    } else if (entry.holders.length === 0 && entry.waiting === 0) {
-      entry.permits = kind;
-    } else if (entry.permits !== kind) {
-      return this.#answer(effects, { type: 'conflict', session, key, owner }, entry, now);
     }
-    const { holders } = entry;
-    if (shared && holders.length >= this.maxSharedHolders && holders[0]!.shared) {
-      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'shared-holders' }, entry, now);
-    }
-    if ((entry.waiting === 0 || path === 'takeover') && fits(kind, shared, holders, this.maxSharedHolders)) {
-      const grant = this.#addHolder(entry, owner, shared, now);
-      if (grant === undefined)
-        return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'tokens' }, entry, now);
-      effects ??= [];
-      const { token, expiresAt } = grant;
-      const slot = kind > 0 ? grant.slot : undefined;
-      effects.push({ type: 'granted', session, key, owner, token, expiresAt, path, mode, slot, requestedAt: now });
-      if (path === 'takeover') this.#grantWaiters(entry, now, 'expiry', effects);
-      return effects;
-    }
+    const refusal = this.#refusal(entry, kind, mode === 's');
+    if (refusal !== undefined) return this.#answer(effects, refusalEffect(refusal, session, key, owner), entry, now);
+    const takeover = effects !== undefined && entry.grantCount === 0;
+    if ((entry.waiting === 0 || takeover) && fits(kind, mode === 's', entry, this.maxSharedHolders))
+      return this.#grantNow(entry, session, owner, mode, takeover ? 'takeover' : 'free', now, effects);
+    return this.#queue(entry, session, owner, waitMs, mode, now, effects);
+  }
+
+  /** Lazy expiry: the key's expired grants end; if some grants remain, the waiters that now fit
+   * are granted (if none remains, the request decides first: the takeover). */
+  #dropExpiredFirst(entry: KeyEntry, now: number): Effects {
+    const effects: Effects = [];
+    this.#dropExpired(entry, now, effects);
+    if (entry.grantCount > 0) this.#grantWaiters(entry, now, 'expiry', effects);
+    return effects;
+  }
+
+  /** Why a request of this kind cannot be granted nor queued on the key now, if it cannot. A key
+   * with neither holders nor waiters takes the request's kind. */
+  #refusal(entry: KeyEntry, kind: number, shared: boolean): 'conflict' | 'shared-holders' | undefined {
+    const { grantCount } = entry;
+    if (grantCount === 0 && entry.waiting === 0) entry.permits = kind;
+    else if (entry.permits !== kind) return 'conflict';
+    return shared && grantCount >= this.maxSharedHolders && entry.oldest!.shared ? 'shared-holders' : undefined;
+  }
+
+  #grantNow(
+    entry: KeyEntry,
+    session: SessionId,
+    owner: string,
+    mode: LockMode,
+    path: 'free' | 'takeover',
+    now: number,
+    effects: Effects | undefined,
+  ): Effects {
+    const grant = this.#addHolder(entry, owner, mode === 's', now);
+    if (grant === undefined)
+      return this.#answer(effects, { type: 'busy', session, key: entry.key, owner, limit: 'tokens' }, entry, now);
+    const granted = grantedEffect(grant, session, mode, path, now);
+    if (effects === undefined) return [granted];
+    effects.push(granted);
+    if (path === 'takeover') this.#grantWaiters(entry, now, 'expiry', effects);
+    return effects;
+  }
+
+  #queue(
+    entry: KeyEntry,
+    session: SessionId,
+    owner: string,
+    waitMs: number,
+    mode: LockMode,
+    now: number,
+    effects: Effects | undefined,
+  ): Effects {
+    const { key } = entry;
     if (waitMs === 0)
       return this.#answer(effects, { type: 'timed-out', session, key, owner, reason: 'held' }, entry, now);
-    if (entry.waiting >= this.maxWaitersPerKey)
-      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'waiters-per-key' }, entry, now);
-    if (this.#waiters.size >= this.maxWaiters)
-      return this.#answer(effects, { type: 'busy', session, key, owner, limit: 'waiters' }, entry, now);
-    const waiter = this.#enqueue(entry, session, owner, mode, now + waitMs, now);
-    const queued: Effect = {
-      type: 'queued',
-      session,
-      key,
-      owner,
-      waiter: waiter.id,
-      deadline: waiter.at,
-      position: entry.waiting,
-    };
-    return this.#answer(effects, queued, entry, now);
+    const limit =
+      entry.waiting >= this.maxWaitersPerKey
+        ? 'waiters-per-key'
+        : this.#waiters.size >= this.maxWaiters
+          ? 'waiters'
+          : undefined;
+    if (limit !== undefined) return this.#answer(effects, { type: 'busy', session, key, owner, limit }, entry, now);
+    const waiter = this.#waiters.enqueue(entry, this.#seq++, session, owner, mode, now + waitMs, now);
+    if (entry.waiting === 1 && !this.#eager && !entry.watched) {
+      for (let grant = entry.oldest; grant !== undefined; grant = grant.newer)
+        this.#deadlines.update(grant, grant.expiresAt);
+    }
+    this.#deadlines.push(waiter);
+    const { id, at: deadline } = waiter;
+    return this.#answer(
+      effects,
+      { type: 'queued', session, key, owner, waiter: id, deadline, position: entry.waiting },
+      entry,
+      now,
+    );
   }
 
   /** Appends the request's one answer to what the lazy takeover did. A takeover that was not
    * granted left the key with no holder: its waiters get it (or the key goes). */
   #answer(effects: Effects | undefined, answer: Effect, entry: KeyEntry, now: number): Effects {
-    effects ??= [];
-    effects.push(answer);
-    if (entry.holders.length === 0) this.#grantWaiters(entry, now, 'expiry', effects);
+    if (effects === undefined) effects = [answer];
+    else effects.push(answer);
+    if (entry.grantCount === 0) this.#grantWaiters(entry, now, 'expiry', effects);
     return effects;
-  }
-
-  #enqueue(entry: KeyEntry, session: SessionId, owner: string, mode: LockMode, at: number, now: number): Waiter {
-    const id = this.#seq++;
-    let mine = this.#bySession.get(String(session));
-    if (mine === undefined) this.#bySession.set(String(session), (mine = { head: undefined }));
-    const waiter: Waiter = {
-      kind: 'wait',
-      id,
-      seq: id,
-      at,
-      heapIndex: -1,
-      queuedAt: now,
-      session,
-      owner,
-      mode,
-      shared: mode === 's',
-      entry,
-      prev: entry.tail,
-      next: undefined,
-      sessionPrev: undefined,
-      sessionNext: mine.head,
-    };
-    if (mine.head !== undefined) mine.head.sessionPrev = waiter;
-    mine.head = waiter;
-    if (entry.tail === undefined) entry.head = waiter;
-    else entry.tail.next = waiter;
-    entry.tail = waiter;
-    entry.waiting++;
-    if (entry.waiting === 1 && !this.#eager && !entry.watched) {
-      for (const grant of entry.holders) this.#deadlines.update(grant, grant.expiresAt);
-    }
-    this.#waiters.set(String(id), waiter);
-    this.#deadlines.push(waiter);
-    return waiter;
   }
 
   #adopt(command: Extract<Command, { type: 'adopt' }>, now: number): Effects {
@@ -310,7 +308,7 @@ export class TicketState {
     const mode = command.mode ?? 'x';
     const kind = kindOf(mode);
     const entry = this.#keys.get(key);
-    const holders = entry?.holders ?? [];
+    const holders = entry === undefined ? [] : grantsOf(entry);
     if (
       (entry !== undefined && entry.permits !== kind) ||
       holders.some((grant) => grant.token === token || grant.slot === slot) ||
@@ -345,12 +343,12 @@ export class TicketState {
     if (entry === undefined || entry.watched === on) return [];
     entry.watched = on;
     if (!this.#eager && entry.waiting === 0) {
-      for (const grant of entry.holders) {
+      for (let grant = entry.oldest; grant !== undefined; grant = grant.newer) {
         if (on) this.#deadlines.update(grant, grant.expiresAt);
         else this.#deadlines.remove(grant);
       }
     }
-    if (!on && entry.holders.length === 0 && entry.waiting === 0) this.#deleteKey(entry);
+    if (!on && entry.grantCount === 0 && entry.waiting === 0) this.#deleteKey(entry);
     return [];
   }
 
@@ -379,10 +377,7 @@ export class TicketState {
 
   /** The key's grant under exactly `token`. */
   #find(key: string, token: bigint): Grant | undefined {
-    const holders = this.#keys.get(key)?.holders;
-    if (holders === undefined) return undefined;
-    for (const grant of holders) if (grant.token === token) return grant;
-    return undefined;
+    return grantOf(this.#keys.get(key), token);
   }
 
   /** The grant's lease counts again from `from`: its expiry moves there plus a lease, never earlier. */
@@ -392,13 +387,14 @@ export class TicketState {
   }
 
   #register(key: string, permits: number): KeyEntry {
-    return this.#keys.register(key, permits, this.#watched.has(key));
+    // The size first: `has` would hash every new key's name (a fresh string) for nothing.
+    return this.#keys.register(key, permits, this.#watched.size > 0 && this.#watched.has(key));
   }
 
   #release(session: SessionId, key: string, token: bigint, now: number): Effects {
     const entry = this.#keys.get(key);
     if (entry === undefined) return [{ type: 'not-released', session, key, token, reason: 'not-registered' }];
-    const grant = this.#find(key, token);
+    const grant = grantOf(entry, token);
     if (grant === undefined) return [{ type: 'not-released', session, key, token, reason: 'token-mismatch' }];
     // Even an expired, not yet swept grant is released by its exact token (docs: "R, not N").
     const effects: Effects = [{ type: 'released', session, key, token }];
@@ -407,8 +403,9 @@ export class TicketState {
   }
 
   #keep(session: SessionId, key: string, token: bigint, now: number): Effects {
-    if (this.#keys.get(key) === undefined) return [{ type: 'gone', session, key, token, reason: 'not-registered' }];
-    const grant = this.#find(key, token);
+    const entry = this.#keys.get(key);
+    if (entry === undefined) return [{ type: 'gone', session, key, token, reason: 'not-registered' }];
+    const grant = grantOf(entry, token);
     if (grant === undefined) return [{ type: 'gone', session, key, token, reason: 'token-mismatch' }];
     // Unlike a release, an expired grant that is not yet swept or taken over is not kept: its lease
     // ran out, and its holder may already have stopped counting on it.
@@ -427,7 +424,7 @@ export class TicketState {
   }
 
   #waitTimeout(key: string, id: number, now: number): Effects {
-    const waiter = this.#waiters.get(String(id));
+    const waiter = this.#waiters.get(id);
     if (waiter === undefined || waiter.entry.key !== key || now < waiter.at) return [];
     const { entry } = waiter;
     this.#unqueue(waiter);
@@ -439,13 +436,10 @@ export class TicketState {
   }
 
   #disconnect(session: SessionId, notify: boolean, now: number): Effects {
-    const mine = this.#bySession.get(String(session));
-    if (mine === undefined) return [];
+    if (!this.#waiters.has(session)) return [];
     const effects: Effects = [];
-    // Oldest first (the list is newest-first), so the effects come in queueing order.
-    const all: Waiter[] = [];
-    for (let w = mine.head; w !== undefined; w = w.sessionNext) all.push(w);
-    all.sort((a, b) => a.id - b.id);
+    // Oldest first, so the effects come in queueing order.
+    const all = this.#waiters.ofSession(session);
     for (const waiter of all) {
       this.#unqueue(waiter);
       const { key } = waiter.entry;
@@ -474,7 +468,7 @@ export class TicketState {
       // Keys with waiters have their grants ended by `expire` at their deadlines, never swept.
       if (entry.waiting === 0 && hasExpired(entry, now)) {
         this.#dropExpired(entry, now, effects);
-        if (entry.holders.length === 0 && !entry.watched) {
+        if (entry.grantCount === 0 && !entry.watched) {
           removed++;
           this.#deleteKey(entry);
         }
@@ -496,25 +490,22 @@ export class TicketState {
 
   /** Removes the key's grants whose lease ran out (`expired` for each); the entry stays. */
   #dropExpired(entry: KeyEntry, now: number, effects: Effects): void {
-    const { holders } = entry;
-    let kept = 0;
-    for (const grant of holders) {
+    for (let grant = entry.oldest; grant !== undefined;) {
+      const next = grant.newer;
       if (now >= grant.expiresAt) {
+        removeGrant(grant);
         this.#deadlines.remove(grant);
         effects.push({ type: 'expired', key: entry.key, owner: grant.owner, token: grant.token });
         this.#changed(entry);
-      } else {
-        holders[kept++] = grant;
       }
+      grant = next;
     }
-    holders.length = kept;
   }
 
   /** Ends one grant (released or expired), then grants every waiter that now fits. */
   #end(grant: Grant, now: number, path: 'handoff' | 'expiry', effects: Effects): void {
     const { entry } = grant;
-    const { holders } = entry;
-    holders.splice(holders.indexOf(grant), 1);
+    removeGrant(grant);
     this.#deadlines.remove(grant);
     this.#changed(entry);
     this.#grantWaiters(entry, now, path, effects);
@@ -530,30 +521,16 @@ export class TicketState {
         effects.push({ type: 'timed-out', session, key: entry.key, owner, reason: 'waited' });
         continue;
       }
-      if (!fits(entry.permits, waiter.shared, entry.holders, this.maxSharedHolders)) break;
+      if (!fits(entry.permits, waiter.shared, entry, this.maxSharedHolders)) break;
       this.#unqueue(waiter);
       const grant = this.#addHolder(entry, owner, waiter.shared, now);
       if (grant === undefined) {
         effects.push({ type: 'busy', session, key: entry.key, owner, limit: 'tokens' });
         continue;
       }
-      const { token, expiresAt } = grant;
-      const { mode, queuedAt: requestedAt } = waiter;
-      const slot = entry.permits > 0 ? grant.slot : undefined;
-      effects.push({
-        type: 'granted',
-        session,
-        key: entry.key,
-        owner,
-        token,
-        expiresAt,
-        path,
-        mode,
-        slot,
-        requestedAt,
-      });
+      effects.push(grantedEffect(grant, session, waiter.mode, path, waiter.queuedAt));
     }
-    if (entry.holders.length === 0 && entry.waiting === 0 && !entry.watched) this.#deleteKey(entry);
+    if (entry.grantCount === 0 && entry.waiting === 0 && !entry.watched) this.#deleteKey(entry);
   }
 
   /** A new grant with a new token (undefined when tokens ran out), in the key's lowest free slot. */
@@ -563,7 +540,7 @@ export class TicketState {
   }
 
   #hold(entry: KeyEntry, owner: string, token: bigint, shared: boolean, now: number, slotAt?: number): Grant {
-    const slot = entry.permits > 0 ? (slotAt ?? lowestFreeSlot(entry.holders)) : -1;
+    const slot = entry.permits > 0 ? (slotAt ?? lowestFreeSlot(entry)) : -1;
     const expiresAt = now + this.leaseMs;
     const grant: Grant = {
       kind: 'expiry',
@@ -578,8 +555,10 @@ export class TicketState {
       seq: this.#seq++,
       heapIndex: -1,
       value: undefined,
+      older: undefined,
+      newer: undefined,
     };
-    entry.holders.push(grant);
+    appendGrant(entry, grant);
     this.#changed(entry);
     if (entry.waiting > 0 || this.#eager || entry.watched) this.#deadlines.update(grant, expiresAt);
     return grant;
@@ -587,22 +566,10 @@ export class TicketState {
 
   #unqueue(waiter: Waiter): void {
     const { entry } = waiter;
-    if (waiter.prev === undefined) entry.head = waiter.next;
-    else waiter.prev.next = waiter.next;
-    if (waiter.next === undefined) entry.tail = waiter.prev;
-    else waiter.next.prev = waiter.prev;
-    waiter.prev = waiter.next = undefined;
-    entry.waiting--;
+    this.#waiters.unqueue(waiter);
     if (entry.waiting === 0 && !this.#eager && !entry.watched)
-      for (const grant of entry.holders) this.#deadlines.remove(grant);
+      for (let grant = entry.oldest; grant !== undefined; grant = grant.newer) this.#deadlines.remove(grant);
     this.#deadlines.remove(waiter);
-    this.#waiters.delete(String(waiter.id));
-    const mine = this.#bySession.get(String(waiter.session))!;
-    if (waiter.sessionPrev === undefined) mine.head = waiter.sessionNext;
-    else waiter.sessionPrev.sessionNext = waiter.sessionNext;
-    if (waiter.sessionNext !== undefined) waiter.sessionNext.sessionPrev = waiter.sessionPrev;
-    waiter.sessionPrev = waiter.sessionNext = undefined;
-    if (mine.head === undefined) this.#bySession.delete(String(waiter.session));
   }
 
   /** The kernel's token rule, max(last + 1, wall-clock µs), shared with the file lease: strictly
@@ -615,9 +582,28 @@ export class TicketState {
   }
 }
 
+/** The entry's grant under exactly `token`. */
+function grantOf(entry: KeyEntry | undefined, token: bigint): Grant | undefined {
+  if (entry === undefined) return undefined;
+  for (let grant = entry.oldest; grant !== undefined; grant = grant.newer) if (grant.token === token) return grant;
+  return undefined;
+}
+
+function grantedEffect(grant: Grant, session: SessionId, mode: LockMode, path: GrantPath, requestedAt: number): Effect {
+  const { entry, owner, token, expiresAt } = grant;
+  const slot = entry.permits > 0 ? grant.slot : undefined;
+  return { type: 'granted', session, key: entry.key, owner, token, expiresAt, path, mode, slot, requestedAt };
+}
+
+function refusalEffect(refusal: 'conflict' | 'shared-holders', session: SessionId, key: string, owner: string): Effect {
+  return refusal === 'conflict'
+    ? { type: 'conflict', session, key, owner }
+    : { type: 'busy', session, key, owner, limit: refusal };
+}
+
 /** Has any grant of the key run out? */
 function hasExpired(entry: KeyEntry, now: number): boolean {
-  for (const grant of entry.holders) if (now >= grant.expiresAt) return true;
+  for (let grant = entry.oldest; grant !== undefined; grant = grant.newer) if (now >= grant.expiresAt) return true;
   return false;
 }
 
