@@ -1,7 +1,8 @@
 /**
  * The records of the state machine (state.ts): a key's entry with its grants and its queue, and
- * the read-only views built from them. Only state.ts changes them. A key's grants are an intrusive
- * list, as its queue is: a grant costs no array, and ends without a search.
+ * the read-only views built from them. Only the state machine changes them: state.ts, the helpers
+ * here, and its registries of keys and waiters (state-keys.ts, state-waiters.ts). A key's grants
+ * are an intrusive list, as its queue is: a grant costs no array, and ends without a search.
  */
 import type { HeapItem } from './deadline-heap.js';
 import type { LockMode } from './modes.js';

@@ -436,7 +436,6 @@ export class TicketState {
   }
 
   #disconnect(session: SessionId, notify: boolean, now: number): Effects {
-    if (!this.#waiters.has(session)) return [];
     const effects: Effects = [];
     // Oldest first, so the effects come in queueing order.
     const all = this.#waiters.ofSession(session);
